@@ -1,0 +1,189 @@
+"""TPOT of every candidate from replay counts and an estimator's cost table (DESIGN §6)."""
+from __future__ import annotations
+
+import warnings
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..errors import CopeInputError
+from ..matrix import CANDIDATES, LAYER_PARTITION, RESIDENCIES, Candidate, Residency, get_candidate
+from ..platforms import PlatformSpec
+from ..profile.data import Profile
+from ..replay.engine import ReplayCounts, check_ks, fill_order, replay
+from ..trace.data import Trace
+from .costs import EXECUTIONS, LayerCosts, layer_costs
+
+
+class OptimisticPredictionWarning(UserWarning):
+    """No calibration trace: the fill order was learned from the evaluated trace itself."""
+
+
+def check_compatible(trace: Trace, profile: Profile | None = None,
+                     calibration: Trace | None = None) -> None:
+    """Trace and calibration share a geometry; the profile matches the expert shape."""
+    g = trace.model
+    if calibration is not None and not calibration.model.same_shape(g):
+        diff = [k for k, v in g.to_dict().items()
+                if k != "name" and calibration.model.to_dict()[k] != v]
+        raise CopeInputError(f"geometry differs from the trace's in {diff}",
+                             source=calibration.path, field="model")
+    if profile is not None:
+        for key in ("top_k", "hidden", "expert_intermediate", "dtype_bytes"):
+            a, b = getattr(profile.model, key), getattr(g, key)
+            if a != b:
+                raise CopeInputError(f"profile has {key}={a} but the trace's model has {b}",
+                                     source=profile.path, field=f"model.{key}")
+
+
+def replay_all(trace: Trace, order: np.ndarray, ks, residencies: Iterable[Residency] = RESIDENCIES
+               ) -> dict[Residency, ReplayCounts]:
+    """One replay per residency; every execution strategy reuses its histograms."""
+    return {r: replay(trace, order, r, ks) for r in residencies}
+
+
+def _per_prompt_shared(trace: Trace, costs: LayerCosts) -> np.ndarray:
+    s = costs.shared_at(trace.context)
+    return np.add.reduceat(s, trace.prompt_start[:-1]) / trace.tokens_per_prompt
+
+
+def compose(trace: Trace, counts: dict[Residency, ReplayCounts], costs: LayerCosts,
+            candidates: Sequence[Candidate] = CANDIDATES, histograms: bool = False) -> pd.DataFrame:
+    """Turn replay counts into TPOT per (K, candidate) with one estimator's cost table.
+
+    Returns the frame described in :func:`predict`.
+    """
+    g = trace.model
+    L, E, k = g.n_layers, g.n_experts, g.top_k
+    ks = next(iter(counts.values())).ks if counts else None
+    tokens = trace.tokens_per_prompt.astype(np.float64)
+    shared = _per_prompt_shared(trace, costs)
+    routed_per_prompt = tokens * L * k
+    rows = []
+    for ki in range(len(ks)):
+        K = int(ks[ki])
+        for cand in candidates:
+            if cand.is_layer_partition:
+                n_gpu = min(K * L // E, L)
+                experts = np.full(trace.n_prompts, (L - n_gpu) * costs.cpu_layer + n_gpu * costs.gpu_layer)
+                pref = np.zeros(trace.n_prompts)
+                hit_rate = np.full(trace.n_prompts, n_gpu / L)
+                npf = np.zeros(trace.n_prompts, np.int64)
+                hist = None
+                if histograms:
+                    hist = np.zeros((trace.n_prompts, L, k + 1), np.int64)
+                    hist[:, : L - n_gpu, 0] = trace.tokens_per_prompt[:, None]
+                    hist[:, L - n_gpu:, k] = trace.tokens_per_prompt[:, None]
+            else:
+                rc = counts[cand.residency]
+                e = EXECUTIONS.index(cand.execution)
+                hk, ik = rc.hist[ki], rc.ins[ki]            # (P, L, k+1)
+                experts = (hk.sum(axis=1) @ costs.moe[e]) / tokens
+                if cand.residency.mutable:
+                    r = cand.residency.value
+                    pref = ((L - 1) * costs.pf_step[r]
+                            + (ik.sum(axis=1) @ costs.pf_insert[r][e]) / tokens)
+                else:
+                    pref = np.zeros(trace.n_prompts)
+                hit_rate = (hk.sum(axis=1) @ np.arange(k + 1)) / routed_per_prompt
+                npf = ik.sum(axis=(1, 2))
+                hist = hk if histograms else None
+            tpot = shared + experts + pref
+            row = {
+                "experts_per_layer": K, "candidate": cand.id,
+                "residency": cand.residency.value if cand.residency else LAYER_PARTITION,
+                "execution": cand.execution.value if cand.execution else LAYER_PARTITION,
+                "estimator": costs.estimator,
+                "tpot_us": float(tpot.mean()), "shared_us": float(shared.mean()),
+                "experts_us": float(experts.mean()), "prefetch_us": float(pref.mean()),
+                "hit_rate": float(hit_rate.mean()), "prefetches": int(npf.sum()),
+                "prompt_tpot_us": tpot, "prompt_hit_rate": hit_rate, "prompt_prefetches": npf,
+            }
+            if histograms:
+                row["hist"] = hist
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    df["rank"] = df.groupby("experts_per_layer")["tpot_us"].rank(method="first").astype(int)
+    df["winner"] = df["rank"] == 1
+    df.attrs["prompts"] = trace.prompt_ids.tolist()
+    df.attrs["estimator"] = costs.estimator
+    return df
+
+
+def predict(trace: Trace, profile: Profile, experts_per_layer: int | Sequence[int],
+            calibration: Trace | None = None, cpu_threads: int | None = None,
+            estimator: str = "cope", *, candidates: Sequence[str] | None = None,
+            fill_by_id: bool = False, spec: PlatformSpec | None = None,
+            histograms: bool = False) -> pd.DataFrame:
+    """Predict every candidate's TPOT over ``trace`` with one estimator.
+
+    Parameters
+    ----------
+    trace : Trace
+        Evaluated routing trace.
+    profile : Profile
+        Costs of the target platform (measured or analytic).
+    experts_per_layer : int or sequence of int
+        Cache size(s) ``K`` in ``[0, E]``; a sequence runs a sweep.
+    calibration : Trace, optional
+        Trace whose popularity sets the initial fill. Without it the evaluated trace is used and
+        an :class:`OptimisticPredictionWarning` is issued.
+    cpu_threads : int, optional
+        Operating point; default: the most threads, then the largest GPU share.
+    estimator : {"cope", "atomic", "hrm"}
+    candidates : sequence of str, optional
+        Candidate ids to evaluate (default: all 13).
+    fill_by_id : bool
+        Fill residency by expert id instead of popularity.
+    spec : PlatformSpec, optional
+        Peak numbers for ``hrm``; default: the profile's ``platform.spec``.
+    histograms : bool
+        Add a ``hist`` column (prompt x layer x hits counts).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (K, candidate) in candidate order: ``experts_per_layer, candidate, residency,
+        execution, estimator, tpot_us, shared_us, experts_us, prefetch_us, hit_rate, prefetches,
+        prompt_tpot_us, prompt_hit_rate, prompt_prefetches, rank, winner``. Per-prompt columns hold
+        arrays in the order of ``df.attrs["prompts"]``; ``rank`` 1 is the winner at that K
+        (exact ties to the earlier candidate).
+    """
+    check_compatible(trace, profile, calibration)
+    ks = check_ks(experts_per_layer, trace.model.n_experts)
+    cands = CANDIDATES if candidates is None else [get_candidate(c) for c in candidates]
+    if calibration is None and not fill_by_id:
+        warnings.warn("no calibration trace given: the fill order comes from the evaluated trace, "
+                      "so the prediction is optimistic", OptimisticPredictionWarning, stacklevel=2)
+    op = profile.resolve(cpu_threads)
+    if spec is None and estimator == "hrm":
+        spec = profile_spec(profile)
+    costs = layer_costs(estimator, op, profile.model, spec)
+    order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
+    needed = {c.residency for c in cands if c.residency is not None}
+    counts = replay_all(trace, order, ks, [r for r in RESIDENCIES if r in needed])
+    if not counts:  # layer partition alone needs no replay, only the K values
+        counts = {Residency.FIXED: ReplayCounts(Residency.FIXED, ks, np.zeros((ks.size, 0, 0, 0)),
+                                                np.zeros((ks.size, 0, 0, 0)))}
+    df = compose(trace, counts, costs, cands, histograms)
+    df.attrs.update(cpu_threads=op.cpu_threads, gpu_share=op.gpu_share,
+                    analytic=bool(profile.analytic))
+    return df
+
+
+def profile_spec(profile: Profile) -> PlatformSpec | None:
+    """The roofline spec carried in a profile's platform metadata, if any."""
+    data = (profile.platform or {}).get("spec")
+    return PlatformSpec.from_dict(data, source=profile.path) if data else None
+
+
+def winner(df: pd.DataFrame, experts_per_layer: int | None = None) -> pd.Series:
+    """The winning row at one K (default: the only or first K in the frame)."""
+    if experts_per_layer is None:
+        experts_per_layer = int(df["experts_per_layer"].iloc[0])
+    sub = df[df["experts_per_layer"] == experts_per_layer]
+    return sub.loc[sub["tpot_us"].idxmin()]
+
+
+predict_replay = compose

@@ -1,0 +1,159 @@
+"""Published peak numbers of GPUs, host links and CPUs, for the roofline estimator (HRM) and
+for analytic what-if profiles.
+
+GPU FLOP/s are dense FP16/BF16 tensor throughput (no sparsity; GeForce cards with FP32
+accumulation, as PyTorch uses), memory bandwidth is the vendor figure. Links are per direction.
+CPU FLOP/s per thread are cores x clock x FP32 FMA width, i.e. derived from published clocks and
+vector units; memory bandwidth is channels x transfer rate x 8 bytes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import CopeInputError
+
+GB = 1e9
+TFLOP = 1e12
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    flops: float          # FLOP/s, dense FP16/BF16
+    bandwidth: float      # bytes/s
+    vram_bytes: float
+    default_link: str
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    name: str
+    bandwidth: float      # bytes/s, one direction
+
+
+@dataclass(frozen=True)
+class CpuSpec:
+    name: str
+    cores: int
+    flops_per_thread: float   # FLOP/s of one core
+    bandwidth: float          # bytes/s of the whole socket(s)
+    bandwidth_per_thread: float  # what one core can stream on its own
+
+
+GPUS: dict[str, GpuSpec] = {g.name: g for g in [
+    GpuSpec("a100-80gb", 312 * TFLOP, 2039 * GB, 80 * GB, "pcie4"),
+    GpuSpec("h100", 989 * TFLOP, 3350 * GB, 80 * GB, "pcie5"),
+    GpuSpec("h200", 989 * TFLOP, 4800 * GB, 141 * GB, "pcie5"),
+    GpuSpec("rtx4090", 165.2 * TFLOP, 1008 * GB, 24 * GB, "pcie4"),
+    GpuSpec("rtx5090", 209.5 * TFLOP, 1792 * GB, 32 * GB, "pcie5"),
+    GpuSpec("l40s", 362 * TFLOP, 864 * GB, 48 * GB, "pcie4"),
+]}
+
+LINKS: dict[str, LinkSpec] = {k.name: k for k in [
+    LinkSpec("pcie4", 31.5 * GB),   # 16 GT/s x16, 128b/130b
+    LinkSpec("pcie5", 63.0 * GB),   # 32 GT/s x16
+]}
+
+CPUS: dict[str, CpuSpec] = {c.name: c for c in [
+    # 32 cores, 2.1 GHz, 2 AVX-512 FMA units (64 FP32 FLOP/cycle), 8 x DDR5-4400
+    CpuSpec("xeon-gold-6430", 32, 2.1e9 * 64, 8 * 4400e6 * 8, 12 * GB),
+    # 16 cores, 4.5 GHz, AVX-512 on 256-bit units (32 FP32 FLOP/cycle), 2 x DDR5-5200
+    CpuSpec("ryzen-9-7950x", 16, 4.5e9 * 32, 2 * 5200e6 * 8, 20 * GB),
+    # 64 cores, 2.45 GHz, 2 AVX2 FMA units (32 FP32 FLOP/cycle), 8 x DDR4-3200
+    CpuSpec("epyc-7763", 64, 2.45e9 * 32, 8 * 3200e6 * 8, 10 * GB),
+]}
+DEFAULT_CPU = "xeon-gold-6430"
+
+
+@dataclass(frozen=True)
+class PlatformSpec:
+    """Peak numbers of one GPU + host link + CPU, all in SI units (FLOP/s, bytes/s)."""
+
+    name: str
+    gpu_name: str
+    gpu_flops: float
+    gpu_bandwidth: float
+    link_name: str
+    link_bandwidth: float
+    cpu_name: str
+    cpu_cores: int
+    cpu_flops_per_thread: float
+    cpu_bandwidth: float
+    cpu_bandwidth_per_thread: float
+    source: str = "published"
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.type in ("float", "int") and not (isinstance(v, (int, float)) and v > 0):
+                raise CopeInputError(f"expected a positive number, got {v!r}", field=f"spec.{f.name}")
+
+    def cpu_flops(self, threads: int) -> float:
+        return self.cpu_flops_per_thread * min(max(threads, 1), self.cpu_cores)
+
+    def cpu_bw(self, threads: int) -> float:
+        return min(self.cpu_bandwidth, self.cpu_bandwidth_per_thread * max(threads, 1))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str | None = None) -> "PlatformSpec":
+        names = [f.name for f in dataclasses.fields(cls)]
+        required = [n for n in names if n != "source"]
+        if not isinstance(data, Mapping):
+            raise CopeInputError("expected a JSON object", source=source, field="spec")
+        missing = [n for n in required if n not in data]
+        if missing:
+            raise CopeInputError(f"missing keys {missing}", source=source, field="spec")
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise CopeInputError(f"unknown keys {unknown}; expected {names}", source=source,
+                                 field="spec")
+        try:
+            return cls(**{n: data[n] for n in names if n in data})
+        except CopeInputError as exc:
+            raise CopeInputError(exc.detail, source=source, field=exc.field) from None
+
+
+def platform_spec(gpu: str, *, link: str | None = None, cpu: str = DEFAULT_CPU) -> PlatformSpec:
+    """Combine catalog entries: ``platform_spec("rtx4090")`` uses its usual link and the default CPU."""
+    g = GPUS.get(gpu.lower())
+    if g is None:
+        raise CopeInputError(f"unknown GPU {gpu!r}; expected one of {sorted(GPUS)} or a spec file",
+                             field="platform")
+    lk = LINKS.get((link or g.default_link).lower())
+    if lk is None:
+        raise CopeInputError(f"unknown link {link!r}; expected one of {sorted(LINKS)}", field="link")
+    c = CPUS.get(cpu.lower())
+    if c is None:
+        raise CopeInputError(f"unknown CPU {cpu!r}; expected one of {sorted(CPUS)}", field="cpu")
+    return PlatformSpec(name=f"{g.name}+{lk.name}+{c.name}", gpu_name=g.name, gpu_flops=g.flops,
+                        gpu_bandwidth=g.bandwidth, link_name=lk.name, link_bandwidth=lk.bandwidth,
+                        cpu_name=c.name, cpu_cores=c.cores, cpu_flops_per_thread=c.flops_per_thread,
+                        cpu_bandwidth=c.bandwidth, cpu_bandwidth_per_thread=c.bandwidth_per_thread)
+
+
+def load_spec(path: str | Path) -> PlatformSpec:
+    """A user-given platform spec: a JSON object with the fields of :class:`PlatformSpec`."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise CopeInputError("file not found", source=str(p)) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CopeInputError(f"not a readable JSON spec ({exc})", source=str(p)) from None
+    return dataclasses.replace(PlatformSpec.from_dict(data, source=str(p)), source="user")
+
+
+def resolve_platform(name: str, *, link: str | None = None, cpu: str = DEFAULT_CPU) -> PlatformSpec:
+    """A catalog GPU name, or the path of a JSON spec file."""
+    if name.lower() in GPUS:
+        return platform_spec(name, link=link, cpu=cpu)
+    if name.endswith(".json") or Path(name).exists():
+        return load_spec(name)
+    return platform_spec(name, link=link, cpu=cpu)  # raises with the list of known GPUs

@@ -1,0 +1,180 @@
+"""The in-memory profile (DESIGN §5) and its resolution to one operating point's cost arrays."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import CopeInputError
+from ..geometry import ModelGeometry
+from ..matrix import EXECUTIONS, Execution, Residency
+
+KINDS = ("shared", "schedule", "prefetch", "layer", "atomic")
+ATOMIC_PER_N = ("gpu_expert", "cpu_expert", "stage", "staged_gpu_expert")
+ATOMIC_SINGLE = ("act_copy", "sync", "merge", "prefetch")
+LAYER_NAMES = ("cpu_layer", "gpu_layer")
+PREFETCH_NAMES = (Residency.MUTABLE_PER_LAYER.value, Residency.MUTABLE_CROSS_LAYER.value)
+
+#: Columns of ``cope.profile/1`` and their Arrow/numpy types.
+COLUMNS: dict[str, str] = {
+    "kind": "string", "name": "string", "hits": "int16", "cpu": "int16", "staged": "int16",
+    "count": "int16", "context": "int32", "cpu_threads": "int16", "gpu_share": "float32",
+    "median_us": "float64", "p25_us": "float64", "p75_us": "float64", "samples": "int32",
+}
+KEY_COLUMNS = ("kind", "name", "hits", "cpu", "staged", "count", "context", "cpu_threads",
+               "gpu_share")
+
+
+def required_keys(top_k: int) -> list[tuple[str, str, int, int, int, int]]:
+    """Every (kind, name, hits, cpu, staged, count) row one operating point must have.
+
+    ``shared`` rows are checked separately (any context, at least one).
+    """
+    keys: list[tuple[str, str, int, int, int, int]] = []
+    for h in range(top_k + 1):
+        m = top_k - h
+        keys.append(("schedule", Execution.PARALLEL.value, h, m, 0, -1))
+        keys.append(("schedule", Execution.WAIT_THEN_GPU.value, h, 0, m, -1))
+        keys.append(("schedule", Execution.READY_FIRST.value, h, 0, m, -1))
+        for c in range(m + 1):
+            keys.append(("schedule", Execution.COST_SELECTED.value, h, c, m - c, -1))
+    for name in PREFETCH_NAMES:
+        for q in (0, 1):
+            keys.append(("prefetch", name, -1, -1, -1, q))
+    for name in LAYER_NAMES:
+        keys.append(("layer", name, -1, -1, -1, -1))
+    for name in ATOMIC_PER_N:
+        for n in range(top_k + 1):
+            keys.append(("atomic", name, -1, -1, -1, n))
+    for name in ATOMIC_SINGLE:
+        keys.append(("atomic", name, -1, -1, -1, 1))
+    return keys
+
+
+@dataclass(frozen=True, eq=False)
+class OperatingPoint:
+    """Every cost one operating point offers, as arrays indexed by hit or expert count.
+
+    ``schedule[e, h, c]`` holds the schedule cost of execution ``e`` (index into
+    :data:`~cope_core.matrix.EXECUTIONS`) at ``h`` hits with ``c`` misses on the CPU (NaN where no
+    such row exists). ``atomic[name]`` is indexed by ``n``; single-count ops are scalars.
+    """
+
+    cpu_threads: int
+    gpu_share: float
+    top_k: int
+    shared_context: np.ndarray
+    shared_us: np.ndarray
+    schedule: np.ndarray
+    prefetch: dict[str, np.ndarray]
+    cpu_layer: float
+    gpu_layer: float
+    atomic: dict[str, np.ndarray]
+    act_copy: float
+    sync: float
+    merge: float
+    prefetch_op: float
+
+    def shared_at(self, context: np.ndarray) -> np.ndarray:
+        """Shared per-token cost at each context: linear between profiled contexts, clamped."""
+        return np.interp(np.asarray(context, dtype=np.float64), self.shared_context, self.shared_us)
+
+
+@dataclass(frozen=True, eq=False)
+class Profile:
+    """A ``cope.profile/1`` table with its metadata.
+
+    Attributes
+    ----------
+    table : pandas.DataFrame
+        One row per measured quantity, columns :data:`COLUMNS`.
+    model : ModelGeometry
+        Geometry the profile was measured for.
+    platform : dict
+        GPU, CPU, link, torch and host descriptions plus the roofline ``spec``.
+    analytic : bool
+        True when the costs come from the roofline model rather than measurement.
+    """
+
+    table: pd.DataFrame
+    model: ModelGeometry
+    platform: dict[str, Any]
+    created: str = ""
+    notes: str = ""
+    analytic: bool = False
+    path: str | None = field(default=None, compare=False)
+
+    def metadata(self) -> dict[str, Any]:
+        return {"schema": "cope.profile/1", "platform": self.platform, "model": self.model.to_dict(),
+                "created": self.created, "notes": self.notes, "analytic": self.analytic}
+
+    def operating_points(self) -> list[tuple[int, float]]:
+        """Distinct (cpu_threads, gpu_share) pairs, sorted."""
+        ops = self.table[["cpu_threads", "gpu_share"]].drop_duplicates()
+        return sorted((int(a), float(b)) for a, b in ops.itertuples(index=False))
+
+    def choose(self, cpu_threads: int | None = None) -> tuple[int, float]:
+        """The operating point DESIGN §5 picks: the named thread count (else the most threads),
+        at the largest GPU share measured there."""
+        ops = self.operating_points()
+        if cpu_threads is None:
+            cpu_threads = max(t for t, _ in ops)
+        shares = [s for t, s in ops if t == cpu_threads]
+        if not shares:
+            raise CopeInputError(f"no operating point with cpu_threads={cpu_threads}; the profile "
+                                 f"has {sorted({t for t, _ in ops})}", source=self.path,
+                                 field="cpu_threads")
+        return int(cpu_threads), max(shares)
+
+    def resolve(self, cpu_threads: int | None = None) -> OperatingPoint:
+        """Cost arrays of one operating point; raises CopeInputError if anything is missing."""
+        threads, share = self.choose(cpu_threads)
+        t = self.table
+        rows = t[(t["cpu_threads"] == threads) & (t["gpu_share"] == np.float32(share))]
+        return build_operating_point(rows, threads, share, self.model.top_k, self.path)
+
+
+def build_operating_point(rows: pd.DataFrame, threads: int, share: float, top_k: int,
+                          source: str | None) -> OperatingPoint:
+    """Turn one operating point's rows into arrays, checking completeness and uniqueness."""
+    where = f"operating point cpu_threads={threads} gpu_share={share:g}"
+    keyed = rows.set_index(["kind", "name", "hits", "cpu", "staged", "count", "context"])["median_us"]
+    if keyed.index.has_duplicates:
+        dup = keyed.index[keyed.index.duplicated()][0]
+        raise CopeInputError(f"{where}: duplicate row {tuple(dup)}", source=source, field="kind")
+    shared = rows[(rows["kind"] == "shared") & (rows["name"] == "decode")].sort_values("context")
+    if shared.empty:
+        raise CopeInputError(f"{where}: no shared/decode row, expected at least one context",
+                             source=source, field="kind")
+    lookup = {k[:6]: v for k, v in keyed.items()}
+    missing = [k for k in required_keys(top_k) if k not in lookup]
+    if missing:
+        raise CopeInputError(f"{where}: {len(missing)} required rows missing, first {missing[0]} "
+                             "(kind, name, hits, cpu, staged, count)", source=source, field="kind")
+    k = top_k
+    sched = np.full((len(EXECUTIONS), k + 1, k + 1), np.nan)
+    for h in range(k + 1):
+        m = k - h
+        for ei, e in enumerate(EXECUTIONS):
+            for c in range(m + 1):
+                key = ("schedule", e.value, h, c, m - c, -1)
+                if key in lookup:
+                    sched[ei, h, c] = lookup[key]
+    return OperatingPoint(
+        cpu_threads=threads, gpu_share=share, top_k=k,
+        shared_context=shared["context"].to_numpy(np.float64),
+        shared_us=shared["median_us"].to_numpy(np.float64),
+        schedule=sched,
+        prefetch={n: np.array([lookup[("prefetch", n, -1, -1, -1, q)] for q in (0, 1)])
+                  for n in PREFETCH_NAMES},
+        cpu_layer=float(lookup[("layer", "cpu_layer", -1, -1, -1, -1)]),
+        gpu_layer=float(lookup[("layer", "gpu_layer", -1, -1, -1, -1)]),
+        atomic={n: np.array([lookup[("atomic", n, -1, -1, -1, c)] for c in range(k + 1)])
+                for n in ATOMIC_PER_N},
+        act_copy=float(lookup[("atomic", "act_copy", -1, -1, -1, 1)]),
+        sync=float(lookup[("atomic", "sync", -1, -1, -1, 1)]),
+        merge=float(lookup[("atomic", "merge", -1, -1, -1, 1)]),
+        prefetch_op=float(lookup[("atomic", "prefetch", -1, -1, -1, 1)]),
+    )

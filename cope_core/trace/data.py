@@ -1,0 +1,131 @@
+"""The in-memory routing trace (DESIGN §4) as dense arrays the replay kernels read directly."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import CopeInputError
+from ..geometry import ModelGeometry
+
+SOURCES = ("collected", "synthetic", "imported")
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """A routing trace of ``P`` prompts and ``N`` decode tokens in all.
+
+    Attributes
+    ----------
+    model : ModelGeometry
+        Geometry of the traced model.
+    prompt_ids : ndarray of int32, shape (P,)
+        Prompt ids in file order.
+    prompt_start : ndarray of int64, shape (P + 1,)
+        Token offsets: prompt ``i`` owns rows ``prompt_start[i]:prompt_start[i+1]``.
+    context : ndarray of int32, shape (N,)
+        KV-cache length when each token is decoded.
+    routed : ndarray of int16, shape (N, L, top_k)
+        Routed expert ids, best score first.
+    predicted : ndarray of int16, shape (N, L, W)
+        Ranked ids predicted for layer ``l + 1`` at layer ``l``, padded with -1 (``W`` may be 0).
+    source : str
+        ``collected``, ``synthetic`` or ``imported``.
+    description : str
+        Free text shown with the trace.
+    predictor : dict or None
+        Metadata of the predictor that filled ``predicted``.
+    path : str or None
+        File it was read from, for messages.
+    """
+
+    model: ModelGeometry
+    prompt_ids: np.ndarray
+    prompt_start: np.ndarray
+    context: np.ndarray
+    routed: np.ndarray
+    predicted: np.ndarray
+    source: str = "synthetic"
+    description: str = ""
+    predictor: dict[str, Any] | None = None
+    path: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def n_prompts(self) -> int:
+        return int(self.prompt_ids.shape[0])
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.routed.shape[0])
+
+    @property
+    def tokens_per_prompt(self) -> np.ndarray:
+        return np.diff(self.prompt_start)
+
+    @property
+    def has_predictions(self) -> bool:
+        return bool(self.predicted.shape[2] > 0 and (self.predicted[:, :-1, 0] >= 0).any())
+
+    def metadata(self) -> dict[str, Any]:
+        return {"schema": "cope.trace/1", "model": self.model.to_dict(), "source": self.source,
+                "description": self.description, "predictor": self.predictor}
+
+    def validate(self) -> None:
+        """Check array shapes, dtypes and id contracts; raise CopeInputError naming the problem."""
+        src, g = self.path, self.model
+        L, E, k = g.n_layers, g.n_experts, g.top_k
+        if self.source not in SOURCES:
+            raise CopeInputError(f"got {self.source!r}, expected one of {list(SOURCES)}",
+                                 source=src, field="source")
+        r = self.routed
+        if r.dtype != np.int16 or r.ndim != 3 or r.shape[1:] != (L, k):
+            raise CopeInputError(f"expected int16 array [tokens, {L}, {k}], got {r.dtype} {r.shape}",
+                                 source=src, field="routed")
+        n = r.shape[0]
+        if n == 0:
+            raise CopeInputError("the trace has no decode tokens", source=src, field="routed")
+        ps = self.prompt_start
+        if (ps.ndim != 1 or ps.shape[0] != self.prompt_ids.shape[0] + 1 or ps[0] != 0
+                or ps[-1] != n or (np.diff(ps) <= 0).any()):
+            raise CopeInputError("prompt offsets must start at 0, grow strictly and end at the "
+                                 "token count", source=src, field="prompt")
+        if len(np.unique(self.prompt_ids)) != len(self.prompt_ids):
+            raise CopeInputError("prompt ids must be unique", source=src, field="prompt")
+        if self.context.shape != (n,) or (self.context < 0).any():
+            raise CopeInputError("expected one non-negative context per token", source=src,
+                                 field="context")
+        bad = (r < 0) | (r >= E)
+        if bad.any():
+            t, l, _ = np.argwhere(bad)[0]
+            raise CopeInputError(f"token row {t} layer {l}: id {int(r[t, l][bad[t, l]][0])} out of "
+                                 f"range, expected 0..{E - 1}", source=src, field="routed")
+        if k > 1:
+            s = np.sort(r, axis=2)
+            dup = (s[:, :, 1:] == s[:, :, :-1]).any(axis=2)
+            if dup.any():
+                t, l = np.argwhere(dup)[0]
+                raise CopeInputError(f"token row {t} layer {l}: duplicated ids {r[t, l].tolist()}, "
+                                     f"expected {k} distinct", source=src, field="routed")
+        p = self.predicted
+        if p.dtype != np.int16 or p.ndim != 3 or p.shape[:2] != (n, L):
+            raise CopeInputError(f"expected int16 array [tokens, {L}, W], got {p.dtype} {p.shape}",
+                                 source=src, field="predicted")
+        if p.shape[2]:
+            if ((p < -1) | (p >= E)).any():
+                raise CopeInputError(f"ids must be in 0..{E - 1}", source=src, field="predicted")
+            if (p[:, L - 1, :] >= 0).any():
+                raise CopeInputError("must be empty at the last layer", source=src,
+                                     field="predicted")
+            valid = p >= 0
+            # padding must be a suffix: once -1 appears, only -1 follows
+            if (valid[:, :, 1:] & ~valid[:, :, :-1]).any():
+                raise CopeInputError("padding (-1) inside a ranked list", source=src,
+                                     field="predicted")
+            s = np.sort(np.where(valid, p, -1 - np.arange(p.shape[2], dtype=np.int16)), axis=2)
+            if p.shape[2] > 1 and (s[:, :, 1:] == s[:, :, :-1]).any():
+                raise CopeInputError("duplicated ids in a ranked list", source=src,
+                                     field="predicted")
