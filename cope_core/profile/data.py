@@ -132,7 +132,9 @@ class Profile:
         """Cost arrays of one operating point; raises CopeInputError if anything is missing."""
         threads, share = self.choose(cpu_threads)
         t = self.table
-        rows = t[(t["cpu_threads"] == threads) & (t["gpu_share"] == np.float32(share))]
+        # compare in float32, the column's stored type, whatever the in-memory table holds
+        rows = t[(t["cpu_threads"] == threads)
+                 & (t["gpu_share"].to_numpy(np.float32) == np.float32(share))]
         return build_operating_point(rows, threads, share, self.model.top_k, self.path)
 
 

@@ -1,0 +1,1 @@
+"""The ``cope`` command line."""

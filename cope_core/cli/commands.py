@@ -1,0 +1,260 @@
+"""One function per ``cope`` sub-command: parse nothing, call the library, print the result."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import parquet_io
+from ..errors import CopeInputError
+from ..estimate.metrics import accuracy, pair_up
+from ..estimate.predict import predict, profile_spec
+from ..geometry import CATALOG, GIB, get_model
+from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
+from ..platforms import resolve_platform
+
+
+def _print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+# --- matrix / models / vram ---------------------------------------------------------------------
+def cmd_matrix(args: argparse.Namespace) -> int:
+    table = matrix_table()
+    if args.json:
+        _print_json(table)
+        return 0
+    by_cell = {(c["residency"], c["execution"]): c for c in table["candidates"]}
+    width = 30
+    print("Policy Matrix (residency x execution); * = new candidate exposed by the matrix\n")
+    print(" " * 22 + "".join(e.value.ljust(width) for e in EXECUTIONS))
+    for r in RESIDENCIES:
+        cells = []
+        for e in EXECUTIONS:
+            c = by_cell[(r.value, e.value)]
+            cells.append(("* new" if c["new"] else ", ".join(c["prior_systems"]))[: width - 2].ljust(width))
+        print(r.value.ljust(22) + "".join(cells))
+    base = table["baseline"]
+    print(f"\nbaseline {base['id']}: {base['description']}")
+    print("\nresidency:")
+    for r in table["residencies"]:
+        print(f"  {r['id']:<20} {r['description']}")
+    print("execution:")
+    for e in table["executions"]:
+        print(f"  {e['id']:<20} {e['description']}")
+    print("outside the matrix:")
+    for o in table["out_of_scope"]:
+        print(f"  - {o}")
+    print(f"\n{len(CANDIDATES)} candidates: " + ", ".join(c.id for c in CANDIDATES))
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    rows = [dict(g.to_dict(), expert_mib=g.expert_bytes / 2**20) for g in CATALOG.values()]
+    if args.json:
+        _print_json(rows)
+        return 0
+    df = pd.DataFrame(rows)[["name", "n_layers", "dense_layers", "n_experts", "top_k",
+                             "n_shared_experts", "hidden", "expert_intermediate", "expert_mib"]]
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    return 0
+
+
+def cmd_vram(args: argparse.Namespace) -> int:
+    g = get_model(args.model)
+    ws = int(args.workspace_gib * GIB)
+    if args.gib is not None:
+        k = g.experts_per_layer_for_vram(args.gib * GIB, context=args.context, workspace_bytes=ws)
+        gib = args.gib
+    else:
+        k = args.k
+        gib = g.vram_for_experts_per_layer(k, context=args.context, workspace_bytes=ws) / GIB
+    need = g.vram_for_experts_per_layer(k, context=args.context, workspace_bytes=ws) / GIB
+    out = {"model": g.name, "vram_gib": gib, "experts_per_layer": k, "n_experts": g.n_experts,
+           "vram_needed_gib": need, "expert_mib": g.expert_bytes / 2**20,
+           "context": args.context, "workspace_gib": args.workspace_gib}
+    if args.json:
+        _print_json(out)
+    else:
+        print(f"{g.name}: {gib:.2f} GiB of VRAM holds K = {k} of {g.n_experts} experts per layer "
+              f"(K = {k} needs {need:.2f} GiB: non-expert weights {g.non_expert_bytes / GIB:.2f}, "
+              f"KV cache at {args.context} tokens {g.kv_cache_bytes(args.context) / GIB:.2f}, "
+              f"workspace {args.workspace_gib:.2f}, experts {k * g.n_layers * g.expert_bytes / GIB:.2f})")
+    return 0
+
+
+# --- producing files ----------------------------------------------------------------------------
+def cmd_synth(args: argparse.Namespace) -> int:
+    from ..trace.synth import synthesize
+    g = get_model(args.model)
+    if args.layers is not None:
+        if not 1 <= args.layers:
+            raise CopeInputError(f"expected at least 1 layer, got {args.layers}", field="--layers")
+        g = g.with_layers(args.layers)
+    acc_text = str(args.predictor_accuracy).lower()
+    try:
+        acc = None if acc_text == "none" else float(acc_text)
+    except ValueError:
+        raise CopeInputError(f"expected a number in [0, 1] or 'none', got {acc_text!r}",
+                             field="--predictor-accuracy") from None
+    tr = synthesize(g, prompts=args.prompts, tokens=args.tokens, seed=args.seed, skew=args.skew,
+                    reuse=args.reuse, predictor_accuracy=acc, description=args.description)
+    parquet_io.write_trace(tr, args.output, overwrite=args.force)
+    print(f"wrote {args.output}: SYNTHETIC trace, {g.name} geometry ({g.n_layers} MoE layers, "
+          f"top-{g.top_k} of {g.n_experts}), {tr.n_prompts} prompts x {args.tokens} tokens, "
+          f"seed {args.seed}")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from ..profile.analytic import DEFAULT_CONTEXTS, analytic_profile
+    g = parquet_io.read_trace(args.trace).model if args.trace else get_model(args.model)
+    spec = resolve_platform(args.analytic, link=args.link, cpu=args.cpu)
+    prof = analytic_profile(g, spec, cpu_threads=args.cpu_threads,
+                            contexts=args.contexts or DEFAULT_CONTEXTS)
+    parquet_io.write_profile(prof, args.output, overwrite=args.force)
+    threads = sorted({t for t, _ in prof.operating_points()})
+    print(f"wrote {args.output}: ANALYTIC profile (roofline from {spec.source} peak numbers, not "
+          f"measured) of {spec.name} for {g.name}, CPU threads {threads}")
+    return 0
+
+
+# --- predicting ---------------------------------------------------------------------------------
+def _load(args: argparse.Namespace):
+    trace = parquet_io.read_trace(args.trace)
+    profile = parquet_io.read_profile(args.profile)
+    cal = parquet_io.read_trace(args.calibration) if args.calibration else None
+    spec = resolve_platform(args.spec) if args.spec else None
+    return trace, profile, cal, spec
+
+
+def _ks(args: argparse.Namespace, trace) -> list[int]:
+    g = trace.model
+    if getattr(args, "vram_gib", None) is not None:
+        return [g.experts_per_layer_for_vram(args.vram_gib * GIB)]
+    if args.k == "all":
+        return list(range(g.n_experts + 1))
+    return [int(x) for x in args.k.split(",") if x.strip()]
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    trace, profile, cal, spec = _load(args)
+    ks = _ks(args, trace)
+    cands = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
+    df = predict(trace, profile, ks, calibration=cal, cpu_threads=args.cpu_threads,
+                 estimator=args.estimator, candidates=cands, fill_by_id=args.fill_by_id, spec=spec)
+    if args.json:
+        _print_json(prediction_json(df))
+        return 0
+    g = trace.model
+    kind = "ANALYTIC (roofline from published specs, not measured)" if profile.analytic else "measured"
+    print(f"trace {args.trace}: {trace.source} {g.name}, {trace.n_prompts} prompts, "
+          f"{trace.n_tokens} tokens | profile: {kind}, {profile.platform.get('gpu', '?')} | "
+          f"cpu_threads={df.attrs['cpu_threads']} gpu_share={df.attrs['gpu_share']:g} | "
+          f"estimator {args.estimator}")
+    if args.vram_gib is not None:
+        print(f"VRAM budget {args.vram_gib:g} GiB -> K = {ks[0]} experts per layer")
+    if len(ks) == 1:
+        print(format_table(df))
+    else:
+        print(format_sweep(df))
+    return 0
+
+
+def prediction_json(df: pd.DataFrame) -> list[dict]:
+    prompts = df.attrs["prompts"]
+    out = []
+    for row in df.itertuples(index=False):
+        out.append({
+            "candidate": row.candidate,
+            "residency": None if row.candidate == "layer_partition" else row.residency,
+            "execution": None if row.candidate == "layer_partition" else row.execution,
+            "experts_per_layer": int(row.experts_per_layer), "estimator": row.estimator,
+            "tpot_us": row.tpot_us, "shared_us": row.shared_us, "experts_us": row.experts_us,
+            "prefetch_us": row.prefetch_us, "hit_rate": row.hit_rate,
+            "prefetches": int(row.prefetches), "rank": int(row.rank),
+            "prompts": [{"prompt": int(p), "tpot_us": float(t), "hit_rate": float(h),
+                         "prefetches": int(n)}
+                        for p, t, h, n in zip(prompts, row.prompt_tpot_us, row.prompt_hit_rate,
+                                              row.prompt_prefetches)],
+        })
+    return out
+
+
+def format_table(df: pd.DataFrame) -> str:
+    k = int(df["experts_per_layer"].iloc[0])
+    show = df.sort_values("tpot_us", kind="stable")
+    lines = [f"K = {k} experts per layer", f"{'rank':>4}  {'candidate':<36}{'TPOT ms':>10}"
+             f"{'shared':>9}{'experts':>9}{'prefetch':>9}{'hit rate':>9}{'prefetches':>11}"]
+    for r in show.itertuples(index=False):
+        lines.append(f"{r.rank:>4}  {r.candidate:<36}{r.tpot_us / 1e3:>10.3f}{r.shared_us / 1e3:>9.3f}"
+                     f"{r.experts_us / 1e3:>9.3f}{r.prefetch_us / 1e3:>9.3f}{r.hit_rate:>9.3f}"
+                     f"{r.prefetches:>11}")
+    if len(show) > 1:
+        w, ru = show.iloc[0], show.iloc[1]
+        margin = (ru.tpot_us - w.tpot_us) / w.tpot_us * 100
+        lines.append(f"winner: {w.candidate} at {w.tpot_us / 1e3:.3f} ms/token; runner-up "
+                     f"{ru.candidate} at {ru.tpot_us / 1e3:.3f} ms/token (+{margin:.1f}%)")
+    return "\n".join(lines)
+
+
+def format_sweep(df: pd.DataFrame) -> str:
+    lines = [f"{'K':>4}  {'winner':<36}{'TPOT ms':>10}  {'runner-up':<36}{'margin':>8}"]
+    for k, sub in df.groupby("experts_per_layer", sort=True):
+        s = sub.sort_values("tpot_us", kind="stable")
+        w = s.iloc[0]
+        if len(s) > 1:
+            ru = s.iloc[1]
+            tail = f"  {ru.candidate:<36}{(ru.tpot_us - w.tpot_us) / w.tpot_us * 100:>7.1f}%"
+        else:
+            tail = ""
+        lines.append(f"{k:>4}  {w.candidate:<36}{w.tpot_us / 1e3:>10.3f}{tail}")
+    return "\n".join(lines)
+
+
+# --- evaluating ---------------------------------------------------------------------------------
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    trace, profile, cal, spec = _load(args)
+    meas = parquet_io.read_measurements(args.measurements)
+    if not meas.model.same_shape(trace.model):
+        raise CopeInputError("measured model geometry differs from the trace's",
+                             source=meas.path, field="model")
+    table = meas.table
+    if args.cpu_threads is not None:
+        table = table[table["cpu_threads"] == args.cpu_threads]
+        if table.empty:
+            raise CopeInputError(f"no measurements at cpu_threads={args.cpu_threads}",
+                                 source=meas.path, field="cpu_threads")
+    spec = spec or profile_spec(profile)
+    estimators = ["cope", "atomic"] + (["hrm"] if spec is not None else [])
+    result: dict[str, Any] = {}
+    for est in estimators:
+        pairs = []
+        for (k, threads), grp in table.groupby(["K", "cpu_threads"], sort=True):
+            cands = sorted(set(grp["candidate"]))
+            df = predict(trace, profile, int(k), calibration=cal, cpu_threads=int(threads),
+                         estimator=est, candidates=cands, spec=spec)
+            p = pair_up(df, grp, df.attrs["prompts"])
+            p["K"], p["cpu_threads"] = int(k), int(threads)
+            pairs.append(p)
+        acc = accuracy(pd.concat(pairs, ignore_index=True), est)
+        result[est] = acc.to_dict() | {"pairs": acc.pairs}
+    if spec is None:
+        result["hrm"] = None
+        print("cope: warning: no platform spec in the profile and no --spec: HRM not evaluated",
+              file=sys.stderr)
+    if args.json:
+        _print_json(result)
+        return 0
+    print(f"{'estimator':<10}{'MAPE %':>9}{'Spearman':>10}{'top-1':>10}{'top-3':>10}{'pairs':>8}")
+    for est, r in result.items():
+        if r is None:
+            continue
+        print(f"{est:<10}{r['mape_pct']:>9.2f}{r['spearman']:>10.3f}"
+              f"{r['top1'][0]:>6}/{r['top1'][1]:<3}{r['top3'][0]:>6}/{r['top3'][1]:<3}{r['pairs']:>8}")
+    return 0

@@ -1,0 +1,125 @@
+"""``cope``: the command-line face of the pipeline (trace -> profile -> replay -> estimate).
+
+Every user mistake ends in one ``cope: error: ...`` line and exit status 2, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import CopeInputError
+from . import commands
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {text!r}")
+
+
+def _k_arg(text: str) -> str:
+    if text != "all":
+        _ints(text)
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cope", description=(
+        "COPE Explorer: predict which MoE offloading policy is fastest on a model and machine."))
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("matrix", help="print the Policy Matrix")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("models", help="list the built-in model catalog")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("vram", help="convert a VRAM budget to experts per layer (K) and back")
+    s.add_argument("--model", required=True)
+    g = s.add_mutually_exclusive_group(required=True)
+    g.add_argument("--gib", type=float, help="VRAM budget in GiB")
+    g.add_argument("--experts-per-layer", type=int, dest="k")
+    s.add_argument("--context", type=int, default=4096, help="KV-cache tokens (default 4096)")
+    s.add_argument("--workspace-gib", type=float, default=0.5)
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("synth", help="write a synthetic routing trace")
+    s.add_argument("--model", required=True)
+    s.add_argument("--layers", type=int, help="keep only the first N MoE layers")
+    s.add_argument("--prompts", type=int, required=True)
+    s.add_argument("--tokens", type=int, required=True, help="decode tokens per prompt")
+    s.add_argument("--seed", type=int, required=True)
+    s.add_argument("--skew", type=float, default=1.0, help="power-law exponent of popularity")
+    s.add_argument("--reuse", type=float, default=0.5, help="token-to-token reuse probability")
+    s.add_argument("--predictor-accuracy", default="0.7",
+                   help="next-layer prediction recall in [0, 1], or 'none'")
+    s.add_argument("--description", default="")
+    s.add_argument("-o", "--output", required=True)
+    s.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+    s = sub.add_parser("profile", help="write a profile (analytic what-if from published specs)")
+    s.add_argument("--analytic", required=True, metavar="PLATFORM",
+                   help="GPU name (a100-80gb, h100, h200, rtx4090, rtx5090, l40s) or a JSON spec file")
+    src = s.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="catalog model name")
+    src.add_argument("--trace", help="take the model geometry from this trace")
+    s.add_argument("--link", help="pcie4 or pcie5 (default: the GPU's usual link)")
+    s.add_argument("--cpu", default="xeon-gold-6430", help="catalog CPU for the host side")
+    s.add_argument("--cpu-threads", type=_ints, help="operating points, e.g. 1,4,16")
+    s.add_argument("--contexts", type=_ints, default=None, help="shared-cost contexts")
+    s.add_argument("-o", "--output", required=True)
+    s.add_argument("--force", action="store_true")
+
+    s = sub.add_parser("predict", help="predict every candidate's TPOT")
+    _inputs(s)
+    g = s.add_mutually_exclusive_group(required=True)
+    g.add_argument("--experts-per-layer", "-K", type=_k_arg, dest="k",
+                   help="an int, a comma list or 'all'")
+    g.add_argument("--vram-gib", type=float, help="VRAM budget; K follows from the memory model")
+    s.add_argument("--estimator", default="cope", choices=["cope", "atomic", "hrm"])
+    s.add_argument("--candidates", help="comma list of candidate ids (default: all 13)")
+    s.add_argument("--fill-by-id", action="store_true", help="fill residency by expert id")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("evaluate", help="compare predictions with measurements")
+    _inputs(s)
+    s.add_argument("--measurements", required=True)
+    s.add_argument("--json", action="store_true")
+    return p
+
+
+def _inputs(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--trace", required=True)
+    s.add_argument("--profile", required=True)
+    s.add_argument("--calibration", help="trace whose popularity fills the cache")
+    s.add_argument("--cpu-threads", type=int, help="operating point (default: the most threads)")
+    s.add_argument("--spec", help="platform for the roofline estimator: GPU name or JSON file")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            code = getattr(commands, f"cmd_{args.command}")(args)
+        for w in caught:
+            if issubclass(w.category, UserWarning):
+                print(f"cope: warning: {' '.join(str(w.message).split())}", file=sys.stderr)
+        return code
+    except CopeInputError as exc:
+        print(f"cope: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:
+        print(f"cope: error: {getattr(exc, 'filename', '') or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
