@@ -1,7 +1,9 @@
 """TPOT of every candidate from replay counts and an estimator's cost table (DESIGN §6)."""
 from __future__ import annotations
 
+import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -39,7 +41,17 @@ def check_compatible(trace: Trace, profile: Profile | None = None,
 
 def replay_all(trace: Trace, order: np.ndarray, ks, residencies: Iterable[Residency] = RESIDENCIES
                ) -> dict[Residency, ReplayCounts]:
-    """One replay per residency; every execution strategy reuses its histograms."""
+    """One replay per residency; every execution strategy reuses its histograms.
+
+    At a single K the residencies run side by side on threads (the kernels release the GIL);
+    a sweep already spreads its K values over cores inside each kernel."""
+    residencies = list(residencies)
+    ks = check_ks(ks, trace.model.n_experts)
+    workers = min(len(residencies), os.cpu_count() or 1)
+    if ks.size == 1 and workers > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = {r: pool.submit(replay, trace, order, r, ks) for r in residencies}
+            return {r: f.result() for r, f in futures.items()}
     return {r: replay(trace, order, r, ks) for r in residencies}
 
 

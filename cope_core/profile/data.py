@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -110,10 +111,14 @@ class Profile:
         return {"schema": "cope.profile/1", "platform": self.platform, "model": self.model.to_dict(),
                 "created": self.created, "notes": self.notes, "analytic": self.analytic}
 
+    @cached_property
+    def _operating_points(self) -> tuple[tuple[int, float], ...]:
+        ops = self.table[["cpu_threads", "gpu_share"]].drop_duplicates()
+        return tuple(sorted((int(a), float(b)) for a, b in ops.itertuples(index=False)))
+
     def operating_points(self) -> list[tuple[int, float]]:
         """Distinct (cpu_threads, gpu_share) pairs, sorted."""
-        ops = self.table[["cpu_threads", "gpu_share"]].drop_duplicates()
-        return sorted((int(a), float(b)) for a, b in ops.itertuples(index=False))
+        return list(self._operating_points)
 
     def choose(self, cpu_threads: int | None = None) -> tuple[int, float]:
         """The operating point DESIGN §5 picks: the named thread count (else the most threads),
@@ -128,9 +133,20 @@ class Profile:
                                  field="cpu_threads")
         return int(cpu_threads), max(shares)
 
+    @cached_property
+    def _resolved(self) -> dict[tuple[int, float], OperatingPoint]:
+        return {}
+
     def resolve(self, cpu_threads: int | None = None) -> OperatingPoint:
-        """Cost arrays of one operating point; raises CopeInputError if anything is missing."""
+        """Cost arrays of one operating point; raises CopeInputError if anything is missing.
+
+        Resolved points are kept: a profile's table is not modified after construction."""
         threads, share = self.choose(cpu_threads)
+        if (threads, share) not in self._resolved:
+            self._resolved[(threads, share)] = self._build(threads, share)
+        return self._resolved[(threads, share)]
+
+    def _build(self, threads: int, share: float) -> OperatingPoint:
         t = self.table
         # compare in float32, the column's stored type, whatever the in-memory table holds
         rows = t[(t["cpu_threads"] == threads)

@@ -71,7 +71,15 @@ def _per_layer_one(routed, predicted, prompt_start, order, K, hist, ins):
     nxt = np.empty((L, E), np.int32)
     head = np.empty(L, np.int32)
     tail = np.empty(L, np.int32)
-    can_prefetch = 0 < K < E
+    hits = np.empty(k + 1, np.int64)
+    can_prefetch = 0 < K < E and W > 0
+    if not can_prefetch:  # recency only matters for eviction: count hits as fixed does
+        rank = np.empty((L, E), np.int32)
+        for l in range(L):
+            for r in range(E):
+                rank[l, order[l, r]] = r
+        _fixed_one(routed, prompt_start, rank, K, hist)
+        return
     for p in range(P):
         resident[:, :] = False
         for l in range(L):
@@ -91,22 +99,24 @@ def _per_layer_one(routed, predicted, prompt_start, order, K, hist, ins):
         for t in range(prompt_start[p], prompt_start[p + 1]):
             for l in range(L):
                 h = 0
-                for j in range(k):
+                for j in range(k):  # gather hits without a data-dependent branch
                     e = routed[t, l, j]
-                    if resident[l, e]:
-                        h += 1
-                        if tail[l] != e:  # move to tail
-                            a = prv[l, e]
-                            b = nxt[l, e]
-                            if a >= 0:
-                                nxt[l, a] = b
-                            else:
-                                head[l] = b
-                            prv[l, b] = a
-                            prv[l, e] = tail[l]
-                            nxt[l, e] = -1
-                            nxt[l, tail[l]] = e
-                            tail[l] = e
+                    hits[h] = e
+                    h += resident[l, e]
+                for j in range(h):
+                    e = hits[j]
+                    if tail[l] != e:  # move to tail
+                        a = prv[l, e]
+                        b = nxt[l, e]
+                        if a >= 0:
+                            nxt[l, a] = b
+                        else:
+                            head[l] = b
+                        prv[l, b] = a
+                        prv[l, e] = tail[l]
+                        nxt[l, e] = -1
+                        nxt[l, tail[l]] = e
+                        tail[l] = e
                 hist[p, l, h] += 1
                 if can_prefetch and l < L - 1:
                     n = l + 1
@@ -150,7 +160,15 @@ def _cross_layer_one(routed, predicted, prompt_start, order, K, hist, ins):
     resident = np.zeros(LE, np.bool_)
     prv = np.empty(LE, np.int32)
     nxt = np.empty(LE, np.int32)
-    can_prefetch = 0 < K < E
+    hits = np.empty(k + 1, np.int64)
+    can_prefetch = 0 < K < E and W > 0
+    if not can_prefetch:  # without prefetches the pool never changes
+        rank = np.empty((L, E), np.int32)
+        for l in range(L):
+            for r in range(E):
+                rank[l, order[l, r]] = r
+        _fixed_one(routed, prompt_start, rank, K, hist)
+        return
     for p in range(P):
         resident[:] = False
         head = -1
@@ -171,22 +189,24 @@ def _cross_layer_one(routed, predicted, prompt_start, order, K, hist, ins):
             for l in range(L):
                 h = 0
                 base = l * E
-                for j in range(k):
+                for j in range(k):  # gather hits without a data-dependent branch
                     node = base + routed[t, l, j]
-                    if resident[node]:
-                        h += 1
-                        if tail != node:
-                            a = prv[node]
-                            b = nxt[node]
-                            if a >= 0:
-                                nxt[a] = b
-                            else:
-                                head = b
-                            prv[b] = a
-                            prv[node] = tail
-                            nxt[node] = -1
-                            nxt[tail] = node
-                            tail = node
+                    hits[h] = node
+                    h += resident[node]
+                for j in range(h):
+                    node = hits[j]
+                    if tail != node:
+                        a = prv[node]
+                        b = nxt[node]
+                        if a >= 0:
+                            nxt[a] = b
+                        else:
+                            head = b
+                        prv[b] = a
+                        prv[node] = tail
+                        nxt[node] = -1
+                        nxt[tail] = node
+                        tail = node
                 hist[p, l, h] += 1
                 if can_prefetch and l < L - 1:
                     nb = base + E

@@ -44,9 +44,7 @@ class ReplayCounts:
 
 def popularity(trace: Trace) -> np.ndarray:
     """``counts[l, e]``: tokens whose routed set at layer ``l`` contains ``e``."""
-    L, E = trace.model.n_layers, trace.model.n_experts
-    flat = (np.arange(L, dtype=np.int64)[None, :, None] * E + trace.routed).ravel()
-    return np.bincount(flat, minlength=L * E).reshape(L, E)
+    return trace.popularity
 
 
 def fill_order(calibration: Trace, *, by_id: bool = False) -> np.ndarray:
@@ -112,10 +110,14 @@ def replay(trace: Trace, order: np.ndarray, residency: Residency | str,
             _kernels._fixed_one(routed, starts, rank, int(ks[0]), hist[0])
         else:
             hist[:] = _fixed_sweep(routed, starts, rank, ks, k, E)
+    elif ks.size == 1:  # one pass: no thread team, so callers may run residencies side by side
+        one = (_kernels._per_layer_one if residency is Residency.MUTABLE_PER_LAYER
+               else _kernels._cross_layer_one)
+        one(routed, trace.predicted, starts, order, int(ks[0]), hist[0], ins[0])
     else:
-        kernel = (_kernels._per_layer_sweep if residency is Residency.MUTABLE_PER_LAYER
-                  else _kernels._cross_layer_sweep)
-        kernel(routed, trace.predicted, starts, order, ks, hist, ins)
+        sweep = (_kernels._per_layer_sweep if residency is Residency.MUTABLE_PER_LAYER
+                 else _kernels._cross_layer_sweep)
+        sweep(routed, trace.predicted, starts, order, ks, hist, ins)
     return ReplayCounts(residency, ks, hist, ins)
 
 

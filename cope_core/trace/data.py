@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,16 @@ class Trace:
     @property
     def has_predictions(self) -> bool:
         return bool(self.predicted.shape[2] > 0 and (self.predicted[:, :-1, 0] >= 0).any())
+
+    @cached_property
+    def popularity(self) -> np.ndarray:
+        """``counts[l, e]``: tokens whose routed set at layer ``l`` contains ``e`` (computed once;
+        the arrays of a trace are never modified)."""
+        L, E = self.model.n_layers, self.model.n_experts
+        flat = (np.arange(L, dtype=np.int64)[None, :, None] * E + self.routed).ravel()
+        counts = np.bincount(flat, minlength=L * E).reshape(L, E)
+        counts.flags.writeable = False
+        return counts
 
     def metadata(self) -> dict[str, Any]:
         return {"schema": "cope.trace/1", "model": self.model.to_dict(), "source": self.source,
