@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import numpy as np
+
 from .errors import CopeInputError
 
 GIB = 1024**3
@@ -97,6 +99,9 @@ class ModelGeometry:
 
     def kv_cache_bytes(self, context: int = DEFAULT_CONTEXT) -> int:
         """K and V for ``context`` tokens in every transformer block."""
+        if not (isinstance(context, (int, np.integer)) and context >= 0):
+            raise CopeInputError(f"expected a whole number of tokens >= 0, got {context!r}",
+                                 field="context")
         blocks = self.n_layers + self.dense_layers
         return 2 * blocks * self.n_kv_heads * self.head_dim * self.dtype_bytes * int(context)
 
@@ -136,6 +141,8 @@ class ModelGeometry:
     def experts_per_layer_for_vram(self, vram_bytes: float, *, context: int = DEFAULT_CONTEXT,
                                    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> int:
         """Cache size ``K`` that a VRAM budget buys, clamped to ``[0, E]``."""
+        _finite(vram_bytes, "vram")
+        _finite(workspace_bytes, "workspace", nonnegative=True)
         free = vram_bytes - self.non_expert_bytes - self.kv_cache_bytes(context) - workspace_bytes
         k = math.floor(free / (self.n_layers * self.expert_bytes))
         return int(min(max(k, 0), self.n_experts))
@@ -146,8 +153,16 @@ class ModelGeometry:
         if not 0 <= k <= self.n_experts:
             raise CopeInputError(f"experts per layer must be in [0, {self.n_experts}], got {k}",
                                  field="experts_per_layer")
+        _finite(workspace_bytes, "workspace", nonnegative=True)
         return int(self.non_expert_bytes + self.kv_cache_bytes(context) + workspace_bytes
                    + k * self.n_layers * self.expert_bytes)
+
+
+def _finite(value: float, field: str, nonnegative: bool = False) -> None:
+    if not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value) \
+            or (nonnegative and value < 0):
+        want = "a finite number >= 0" if nonnegative else "a finite number"
+        raise CopeInputError(f"expected {want} of bytes, got {value!r}", field=field)
 
 
 def _routed_params(L: int, E: int, hidden: int, inter: int) -> int:

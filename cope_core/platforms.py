@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -17,6 +18,7 @@ from typing import Any, Mapping
 from .errors import CopeInputError
 
 GB = 1e9
+GIB = 1024**3
 TFLOP = 1e12
 
 
@@ -25,7 +27,7 @@ class GpuSpec:
     name: str
     flops: float          # FLOP/s, dense FP16/BF16
     bandwidth: float      # bytes/s
-    vram_bytes: float
+    vram_bytes: float     # memory sizes are binary (an "80GB" card holds 80 GiB); H200: 141 GB
     default_link: str
 
 
@@ -45,12 +47,12 @@ class CpuSpec:
 
 
 GPUS: dict[str, GpuSpec] = {g.name: g for g in [
-    GpuSpec("a100-80gb", 312 * TFLOP, 2039 * GB, 80 * GB, "pcie4"),
-    GpuSpec("h100", 989 * TFLOP, 3350 * GB, 80 * GB, "pcie5"),
+    GpuSpec("a100-80gb", 312 * TFLOP, 2039 * GB, 80 * GIB, "pcie4"),
+    GpuSpec("h100", 989 * TFLOP, 3350 * GB, 80 * GIB, "pcie5"),
     GpuSpec("h200", 989 * TFLOP, 4800 * GB, 141 * GB, "pcie5"),
-    GpuSpec("rtx4090", 165.2 * TFLOP, 1008 * GB, 24 * GB, "pcie4"),
-    GpuSpec("rtx5090", 209.5 * TFLOP, 1792 * GB, 32 * GB, "pcie5"),
-    GpuSpec("l40s", 362 * TFLOP, 864 * GB, 48 * GB, "pcie4"),
+    GpuSpec("rtx4090", 165.2 * TFLOP, 1008 * GB, 24 * GIB, "pcie4"),
+    GpuSpec("rtx5090", 209.5 * TFLOP, 1792 * GB, 32 * GIB, "pcie5"),
+    GpuSpec("l40s", 362 * TFLOP, 864 * GB, 48 * GIB, "pcie4"),
 ]}
 
 LINKS: dict[str, LinkSpec] = {k.name: k for k in [
@@ -89,7 +91,11 @@ class PlatformSpec:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.type in ("float", "int") and not (isinstance(v, (int, float)) and v > 0):
+            if f.type == "int" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise CopeInputError(f"expected a positive whole number, got {v!r}",
+                                     field=f"spec.{f.name}")
+            if f.type == "float" and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                      or not math.isfinite(v) or v <= 0):
                 raise CopeInputError(f"expected a positive number, got {v!r}", field=f"spec.{f.name}")
 
     def cpu_flops(self, threads: int) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,9 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_vram(args: argparse.Namespace) -> int:
     g = get_model(args.model)
+    if not (args.workspace_gib >= 0 and args.workspace_gib < float("inf")):
+        raise CopeInputError(f"expected a finite size >= 0, got {args.workspace_gib}",
+                             field="--workspace-gib")
     ws = int(args.workspace_gib * GIB)
     if args.gib is not None:
         k = g.experts_per_layer_for_vram(args.gib * GIB, context=args.context, workspace_bytes=ws)
@@ -235,13 +239,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {}
     for est in estimators:
         pairs = []
-        for (k, threads), grp in table.groupby(["K", "cpu_threads"], sort=True):
+        for (k, threads, share), grp in table.groupby(["K", "cpu_threads", "gpu_share"], sort=True):
             cands = sorted(set(grp["candidate"]))
             df = predict(trace, profile, int(k), calibration=cal, cpu_threads=int(threads),
-                         estimator=est, candidates=cands, spec=spec)
+                         gpu_share=float(share), estimator=est, candidates=cands, spec=spec)
             p = pair_up(df, grp, df.attrs["prompts"])
-            p["K"], p["cpu_threads"] = int(k), int(threads)
+            p["K"], p["cpu_threads"], p["gpu_share"] = int(k), int(threads), float(share)
             pairs.append(p)
+            missing = len(grp[["prompt", "candidate"]].drop_duplicates()) - len(p)
+            if missing and est == estimators[0]:
+                warnings.warn(f"{missing} measured (prompt, candidate) pairs at K={k}, "
+                              f"cpu_threads={threads}, gpu_share={share:g} have no prompt of that "
+                              "id in the trace and were left out")
         acc = accuracy(pd.concat(pairs, ignore_index=True), est)
         result[est] = acc.to_dict() | {"pairs": acc.pairs}
     if spec is None:

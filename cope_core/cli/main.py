@@ -28,8 +28,15 @@ def _k_arg(text: str) -> str:
     return text
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage mistake as one CopeInputError line, like every other one."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise CopeInputError(f"{self.prog}: {message} (see '{self.prog} --help')")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cope", description=(
+    p = _Parser(prog="cope", description=(
         "COPE Explorer: predict which MoE offloading policy is fastest on a model and machine."))
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -102,14 +109,17 @@ def _inputs(s: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             code = getattr(commands, f"cmd_{args.command}")(args)
+        seen = set()
         for w in caught:
-            if issubclass(w.category, UserWarning):
-                print(f"cope: warning: {' '.join(str(w.message).split())}", file=sys.stderr)
+            text = " ".join(str(w.message).split())
+            if issubclass(w.category, UserWarning) and text not in seen:
+                seen.add(text)
+                print(f"cope: warning: {text}", file=sys.stderr)
         return code
     except CopeInputError as exc:
         print(f"cope: error: {exc}", file=sys.stderr)

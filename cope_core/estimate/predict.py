@@ -125,7 +125,7 @@ def compose(trace: Trace, counts: dict[Residency, ReplayCounts], costs: LayerCos
 
 def predict(trace: Trace, profile: Profile, experts_per_layer: int | Sequence[int],
             calibration: Trace | None = None, cpu_threads: int | None = None,
-            estimator: str = "cope", *, candidates: Sequence[str] | None = None,
+            estimator: str = "cope", *, gpu_share: float | None = None, candidates: Sequence[str] | None = None,
             fill_by_id: bool = False, spec: PlatformSpec | None = None,
             histograms: bool = False) -> pd.DataFrame:
     """Predict every candidate's TPOT over ``trace`` with one estimator.
@@ -144,8 +144,10 @@ def predict(trace: Trace, profile: Profile, experts_per_layer: int | Sequence[in
     cpu_threads : int, optional
         Operating point; default: the most threads, then the largest GPU share.
     estimator : {"cope", "atomic", "hrm"}
+    gpu_share : float, optional
+        GPU share of the operating point (default: the largest measured at ``cpu_threads``).
     candidates : sequence of str, optional
-        Candidate ids to evaluate (default: all 13).
+        Candidate ids to evaluate (default: all 13); rows always follow the canonical order.
     fill_by_id : bool
         Fill residency by expert id instead of popularity.
     spec : PlatformSpec, optional
@@ -164,11 +166,15 @@ def predict(trace: Trace, profile: Profile, experts_per_layer: int | Sequence[in
     """
     check_compatible(trace, profile, calibration)
     ks = check_ks(experts_per_layer, trace.model.n_experts)
-    cands = CANDIDATES if candidates is None else [get_candidate(c) for c in candidates]
+    if candidates is None:
+        cands = list(CANDIDATES)
+    else:  # canonical order, each once: the row order is also the exact-tie order
+        wanted = {get_candidate(c).id for c in candidates}
+        cands = [c for c in CANDIDATES if c.id in wanted]
     if calibration is None and not fill_by_id:
         warnings.warn("no calibration trace given: the fill order comes from the evaluated trace, "
                       "so the prediction is optimistic", OptimisticPredictionWarning, stacklevel=2)
-    op = profile.resolve(cpu_threads)
+    op = profile.resolve(cpu_threads, gpu_share)
     if spec is None and estimator == "hrm":
         spec = profile_spec(profile)
     costs = layer_costs(estimator, op, profile.model, spec)

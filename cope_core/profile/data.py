@@ -120,9 +120,10 @@ class Profile:
         """Distinct (cpu_threads, gpu_share) pairs, sorted."""
         return list(self._operating_points)
 
-    def choose(self, cpu_threads: int | None = None) -> tuple[int, float]:
+    def choose(self, cpu_threads: int | None = None,
+               gpu_share: float | None = None) -> tuple[int, float]:
         """The operating point DESIGN §5 picks: the named thread count (else the most threads),
-        at the largest GPU share measured there."""
+        at the named GPU share, else the largest GPU share measured there."""
         ops = self.operating_points()
         if cpu_threads is None:
             cpu_threads = max(t for t, _ in ops)
@@ -131,17 +132,25 @@ class Profile:
             raise CopeInputError(f"no operating point with cpu_threads={cpu_threads}; the profile "
                                  f"has {sorted({t for t, _ in ops})}", source=self.path,
                                  field="cpu_threads")
-        return int(cpu_threads), max(shares)
+        if gpu_share is None:
+            return int(cpu_threads), max(shares)
+        match = [s for s in shares if np.float32(s) == np.float32(gpu_share)]
+        if not match:
+            raise CopeInputError(f"no operating point with cpu_threads={cpu_threads} and "
+                                 f"gpu_share={gpu_share:g}; shares measured there: {shares}",
+                                 source=self.path, field="gpu_share")
+        return int(cpu_threads), match[0]
 
     @cached_property
     def _resolved(self) -> dict[tuple[int, float], OperatingPoint]:
         return {}
 
-    def resolve(self, cpu_threads: int | None = None) -> OperatingPoint:
+    def resolve(self, cpu_threads: int | None = None,
+                gpu_share: float | None = None) -> OperatingPoint:
         """Cost arrays of one operating point; raises CopeInputError if anything is missing.
 
         Resolved points are kept: a profile's table is not modified after construction."""
-        threads, share = self.choose(cpu_threads)
+        threads, share = self.choose(cpu_threads, gpu_share)
         if (threads, share) not in self._resolved:
             self._resolved[(threads, share)] = self._build(threads, share)
         return self._resolved[(threads, share)]

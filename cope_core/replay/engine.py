@@ -59,7 +59,8 @@ def fill_order(calibration: Trace, *, by_id: bool = False) -> np.ndarray:
 
 
 def check_ks(ks: int | Sequence[int] | np.ndarray, n_experts: int) -> np.ndarray:
-    """Cache sizes as an int64 array; any outside ``[0, E]`` is an error, not clamped."""
+    """Cache sizes as a sorted int64 array without repeats; any outside ``[0, E]`` is an error,
+    not clamped."""
     arr = np.atleast_1d(np.asarray(ks))
     if arr.size == 0:
         raise CopeInputError("no cache size given", field="experts_per_layer")
@@ -73,7 +74,7 @@ def check_ks(ks: int | Sequence[int] | np.ndarray, n_experts: int) -> np.ndarray
     if bad.size:
         raise CopeInputError(f"{int(bad[0])} is out of range, expected 0..{n_experts}",
                              field="experts_per_layer")
-    return arr.astype(np.int64)
+    return np.unique(arr.astype(np.int64))  # sorted, each K once
 
 
 def replay(trace: Trace, order: np.ndarray, residency: Residency | str,
