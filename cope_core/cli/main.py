@@ -5,6 +5,7 @@ Every user mistake ends in one ``cope: error: ...`` line and exit status 2, neve
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import warnings
@@ -13,6 +14,11 @@ from typing import Sequence
 
 from ..errors import CopeInputError
 from . import commands
+
+#: Modules of this package that add sub-commands: each has ``register(subparsers)``, and every
+#: parser it adds sets ``func`` (``parser.set_defaults(func=...)``) to a function of ``args``
+#: that returns the exit status.
+PLUGINS: tuple[str, ...] = ()
 
 
 def _ints(text: str) -> list[int]:
@@ -97,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     _inputs(s)
     s.add_argument("--measurements", required=True)
     s.add_argument("--json", action="store_true")
+
+    for name in PLUGINS:
+        importlib.import_module(f"{__package__}.{name}").register(sub)
     return p
 
 
@@ -113,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            code = getattr(commands, f"cmd_{args.command}")(args)
+            func = getattr(args, "func", None) or getattr(commands, f"cmd_{args.command}")
+            code = func(args)
         seen = set()
         for w in caught:
             text = " ".join(str(w.message).split())
