@@ -61,14 +61,17 @@ def _per_prompt_shared(trace: Trace, costs: LayerCosts) -> np.ndarray:
 
 
 def compose(trace: Trace, counts: dict[Residency, ReplayCounts], costs: LayerCosts,
-            candidates: Sequence[Candidate] = CANDIDATES, histograms: bool = False) -> pd.DataFrame:
+            candidates: Sequence[Candidate] = CANDIDATES, histograms: bool = False, *,
+            ks: np.ndarray | None = None) -> pd.DataFrame:
     """Turn replay counts into TPOT per (K, candidate) with one estimator's cost table.
 
-    Returns the frame described in :func:`predict`.
+    ``ks`` defaults to the cache sizes of ``counts``; it is needed only when no residency was
+    replayed (layer partition alone). Returns the frame described in :func:`predict`.
     """
     g = trace.model
     L, E, k = g.n_layers, g.n_experts, g.top_k
-    ks = next(iter(counts.values())).ks if counts else None
+    if ks is None:
+        ks = next(iter(counts.values())).ks
     tokens = trace.tokens_per_prompt.astype(np.float64)
     shared = _per_prompt_shared(trace, costs)
     routed_per_prompt = tokens * L * k
@@ -181,10 +184,7 @@ def predict(trace: Trace, profile: Profile, experts_per_layer: int | Sequence[in
     order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
     needed = {c.residency for c in cands if c.residency is not None}
     counts = replay_all(trace, order, ks, [r for r in RESIDENCIES if r in needed])
-    if not counts:  # layer partition alone needs no replay, only the K values
-        counts = {Residency.FIXED: ReplayCounts(Residency.FIXED, ks, np.zeros((ks.size, 0, 0, 0)),
-                                                np.zeros((ks.size, 0, 0, 0)))}
-    df = compose(trace, counts, costs, cands, histograms)
+    df = compose(trace, counts, costs, cands, histograms, ks=ks)
     df.attrs.update(cpu_threads=op.cpu_threads, gpu_share=op.gpu_share,
                     analytic=bool(profile.analytic))
     return df
