@@ -1,0 +1,184 @@
+"""``cope trace collect|import|predict|stats`` and ``cope predictor train`` (a CLI plugin)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from .. import parquet_io
+from ..errors import CopeInputError
+from ..geometry import get_model
+
+
+def _print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2, allow_nan=False)
+    sys.stdout.write("\n")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    t = sub.add_parser("trace", help="collect, import, predict and describe routing traces")
+    ts = t.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
+
+    s = ts.add_parser("collect", help="record routing by greedy decode of a local HF MoE model")
+    s.add_argument("--model", required=True, help="local Hugging Face model folder")
+    s.add_argument("--prompts", required=True, help="text file (one prompt a line) or .jsonl")
+    s.add_argument("--max-new-tokens", type=int, required=True,
+                   help="generated tokens per prompt; the first comes from the prefill")
+    s.add_argument("--hidden-states", help="also write MoE-layer inputs to this folder")
+    s.add_argument("--hidden-dtype", default="float16", choices=["float16", "float32"])
+    s.add_argument("--predictor", help="predictor file that fills the 'predicted' column")
+    s.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
+    s.add_argument("--device", default="cpu")
+    s.add_argument("--name", help="model name in the trace (default: the folder name)")
+    s.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
+    s.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-sequence")
+    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--description", default="")
+    s.add_argument("-o", "--output", required=True)
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(func=cmd_collect)
+
+    s = ts.add_parser("import", help="import JSON-lines or numpy routing records")
+    s.add_argument("--format", required=True, choices=["jsonl", "npz"])
+    s.add_argument("files", nargs="+")
+    s.add_argument("--model", required=True, help="catalog model name (geometry)")
+    s.add_argument("--layers", type=int, help="the model's MoE layer count, when it differs")
+    s.add_argument("--context-start", type=int, default=0,
+                   help="context of token 0 when the records hold none (default 0)")
+    s.add_argument("-o", "--output", required=True)
+    s.add_argument("--force", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the import report as JSON")
+    s.set_defaults(func=cmd_import)
+
+    s = ts.add_parser("predict", help="fill 'predicted' from a baseline that needs no hidden states")
+    s.add_argument("trace")
+    s.add_argument("--method", required=True, choices=["previous-token", "popularity"])
+    s.add_argument("--calibration", help="trace whose popularity the baselines use")
+    s.add_argument("-o", "--output", required=True)
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(func=cmd_predict_trace)
+
+    s = ts.add_parser("stats", help="skew, reuse, predictor recall and hit rate vs K")
+    s.add_argument("trace")
+    s.add_argument("--calibration", help="trace whose popularity fills the fixed residency")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("predictor", help="train the next-layer expert predictor")
+    ps = p.add_subparsers(dest="predictor_command", required=True, metavar="ACTION")
+    s = ps.add_parser("train", help="train on collected hidden states, validate on other prompts")
+    s.add_argument("--hidden-states", nargs="+", required=True, metavar="DIR")
+    s.add_argument("--epochs", type=int, default=40)
+    s.add_argument("--hidden-units", type=int, default=128)
+    s.add_argument("--lr", type=float, default=3e-3)
+    s.add_argument("--val-fraction", type=float, default=0.25)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--width", type=int, help="ranked ids per prediction (default top_k)")
+    s.add_argument("-o", "--output", required=True)
+    s.add_argument("--force", action="store_true")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_predictor_train)
+
+
+def _check_new(path: str, force: bool) -> None:
+    import os
+    if os.path.exists(path) and not force:
+        raise CopeInputError("already exists; use --force to overwrite", source=path)
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from ..trace.collect import collect, load_model, read_prompts
+    from ..trace.predictor import HiddenStateWriter, load_predictor
+    _check_new(args.output, args.force)
+    if args.hidden_states:
+        _check_new(args.hidden_states, args.force)
+    prompts = read_prompts(args.prompts)
+    if args.max_new_tokens < 2:
+        raise CopeInputError(f"expected >= 2 (the first new token comes from the prefill), got "
+                             f"{args.max_new_tokens}", field="--max-new-tokens")
+    pred = load_predictor(args.predictor) if args.predictor else None
+    lm = load_model(args.model, dtype=args.dtype, device=args.device, name=args.name)
+    kw = dict(predictor=pred, stop_at_eos=not args.ignore_eos, chat=args.chat,
+              progress=not args.no_progress, description=args.description)
+    if args.hidden_states:
+        with HiddenStateWriter(args.hidden_states, lm.geometry, overwrite=args.force,
+                               dtype=args.hidden_dtype) as w:
+            tr = collect(lm, prompts, args.max_new_tokens, hidden_writer=w, **kw)
+    else:
+        tr = collect(lm, prompts, args.max_new_tokens, **kw)
+    parquet_io.write_trace(tr, args.output, overwrite=args.force)
+    g = tr.model
+    print(f"wrote {args.output}: COLLECTED trace of {args.model} ({g.n_layers} MoE layers, "
+          f"top-{g.top_k} of {g.n_experts}), {tr.n_prompts} prompts, {tr.n_tokens} decode tokens"
+          + (f"; hidden states in {args.hidden_states}" if args.hidden_states else "")
+          + ("; predicted by " + args.predictor if pred is not None else ""))
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from ..trace.importers import import_trace
+    g = get_model(args.model)
+    if args.layers is not None:
+        if args.layers < 1:
+            raise CopeInputError(f"expected at least 1 layer, got {args.layers}", field="--layers")
+        g = g.with_layers(args.layers)
+    _check_new(args.output, args.force)
+    tr, rep = import_trace(args.format, args.files, g, context_start=args.context_start)
+    parquet_io.write_trace(tr, args.output, overwrite=args.force)
+    if args.json:
+        _print_json(dict(rep.to_dict(), output=args.output, prompts_kept=tr.n_prompts,
+                         tokens=tr.n_tokens))
+        return 0
+    print(f"wrote {args.output}: IMPORTED trace, {g.name} geometry, {tr.n_prompts} prompts, "
+          f"{tr.n_tokens} decode tokens")
+    for line in rep.lines():
+        print(f"  {line}")
+    return 0
+
+
+def cmd_predict_trace(args: argparse.Namespace) -> int:
+    from ..trace.predictor import predict_trace
+    _check_new(args.output, args.force)
+    tr = parquet_io.read_trace(args.trace)
+    cal = parquet_io.read_trace(args.calibration) if args.calibration else None
+    out = predict_trace(tr, args.method, cal)
+    parquet_io.write_trace(out, args.output, overwrite=args.force)
+    print(f"wrote {args.output}: {tr.source} trace with 'predicted' from the {args.method} "
+          f"baseline")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from ..trace.stats import trace_stats
+    tr = parquet_io.read_trace(args.trace)
+    cal = parquet_io.read_trace(args.calibration) if args.calibration else None
+    st = trace_stats(tr, cal)
+    if args.json:
+        _print_json(st.to_dict())
+    else:
+        print(st.format())
+    return 0
+
+
+def cmd_predictor_train(args: argparse.Namespace) -> int:
+    from ..trace.predictor import read_hidden_states, train_predictor
+    _check_new(args.output, args.force)
+    for name, v in (("--epochs", args.epochs), ("--hidden-units", args.hidden_units)):
+        if v < 1:
+            raise CopeInputError(f"expected at least 1, got {v}", field=name)
+    sets = [read_hidden_states(p) for p in args.hidden_states]
+    pred, res = train_predictor(sets, epochs=args.epochs, hidden_units=args.hidden_units,
+                                lr=args.lr, val_fraction=args.val_fraction, seed=args.seed,
+                                width=args.width, progress=not args.json)
+    pred.save(args.output, overwrite=args.force)
+    if args.json:
+        _print_json(dict(res.to_dict(), output=args.output))
+        return 0
+    k = pred.model.top_k
+    print(f"wrote {args.output}: next-layer predictor, {pred.model.n_layers - 1} layer pairs, "
+          f"trained on {res.train_prompts} prompts")
+    print(f"held-out top-{k} recall on {res.val_prompts} prompts ({res.val_tokens} tokens): "
+          f"predictor {res.recall:.3f} | previous-token {res.recall_previous_token:.3f} | "
+          f"popularity {res.recall_popularity:.3f}")
+    return 0

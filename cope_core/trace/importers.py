@@ -1,0 +1,271 @@
+"""Import routing traces recorded by other tools: JSON lines and numpy arrays.
+
+Missing records are never filled in. A token is *complete* when every MoE layer has a record;
+each prompt is cut at its first incomplete token (tokens after a gap cannot be trusted: a
+collector that numbers tokens by position shifts a layer's later tokens after a missing record),
+and the :class:`ImportReport` says what was cut. A prompt with no complete token is dropped
+and reported.
+
+JSON lines (``format="jsonl"``)
+    One object per (prompt, layer, decode token) with the fields ``layer``, a token index
+    (``token_idx`` or ``token``), ``experts`` (the ``top_k`` ids) and a prompt id (``prompt``
+    or ``problem_id``; with a ``dataset`` field the pair (dataset, problem_id) names the prompt).
+    Optional: ``gating_probs`` (``experts`` are then ordered by descending probability, so
+    "best score first" holds even if the recorder did not sort) and ``context``. Prompts get ids
+    0, 1, ... in order of first appearance over the files.
+numpy (``format="npz"``)
+    A ``.npy`` file holds one prompt ``[tokens, layers, top_k]``; a ``.npz`` file holds either a
+    ``routed`` array (one prompt, with an optional ``context`` array ``[tokens]``) or any number
+    of 3-D arrays, one prompt each, in stored order. A negative id marks a missing record.
+
+Without recorded context lengths the KV-cache length is unknown; it is set to
+``context_start + token`` and the report and the trace description say so.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import CopeInputError
+from ..geometry import ModelGeometry
+from .data import Trace
+
+FORMATS = ("jsonl", "npz")
+
+
+@dataclass(frozen=True)
+class PromptReport:
+    """What happened to one source prompt."""
+
+    prompt: int
+    source: str
+    tokens_seen: int
+    tokens_kept: int
+    cut_at: int | None
+    records_dropped: int
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """Per-prompt outcome of an import; ``dropped`` lists prompts with no complete token."""
+
+    prompts: tuple[PromptReport, ...]
+    context_recorded: bool
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def records_dropped(self) -> int:
+        return sum(p.records_dropped for p in self.prompts)
+
+    @property
+    def dropped(self) -> tuple[PromptReport, ...]:
+        return tuple(p for p in self.prompts if p.tokens_kept == 0)
+
+    def lines(self) -> list[str]:
+        out = []
+        for p in self.prompts:
+            if p.tokens_kept == 0:
+                out.append(f"prompt {p.prompt} ({p.source}): dropped, token 0 is incomplete "
+                           f"({p.records_dropped} records discarded)")
+            elif p.cut_at is not None:
+                out.append(f"prompt {p.prompt} ({p.source}): cut at token {p.cut_at} (first "
+                           f"incomplete), kept {p.tokens_kept} of {p.tokens_seen} tokens, "
+                           f"{p.records_dropped} records discarded")
+            else:
+                out.append(f"prompt {p.prompt} ({p.source}): complete, {p.tokens_kept} tokens")
+        return out + list(self.notes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompts": [p.__dict__ for p in self.prompts],
+                "records_dropped": self.records_dropped, "context_recorded":
+                self.context_recorded, "notes": list(self.notes)}
+
+
+def _prompt_block(src_name: str, routed: np.ndarray, context: np.ndarray | None, prompt: int,
+                  g: ModelGeometry) -> tuple[np.ndarray | None, np.ndarray | None, PromptReport]:
+    """Cut one prompt's ``routed`` [T, L, k] (-1 = missing) at its first incomplete token."""
+    T = routed.shape[0]
+    complete = (routed >= 0).all(axis=2).all(axis=1)
+    bad = np.flatnonzero(~complete)
+    cut = int(bad[0]) if bad.size else None
+    keep = T if cut is None else cut
+    dropped = int((routed[keep:] >= 0).all(axis=2).sum())
+    rep = PromptReport(prompt, src_name, T, keep, cut, dropped)
+    if keep == 0:
+        return None, None, rep
+    return routed[:keep], None if context is None else context[:keep], rep
+
+
+def _check_ids(routed: np.ndarray, g: ModelGeometry, src: str, where: str) -> None:
+    ok = routed >= 0
+    if (routed[ok] >= g.n_experts).any():
+        raise CopeInputError(f"{where}: expert id {int(routed[ok].max())} out of range, expected "
+                             f"0..{g.n_experts - 1} for {g.name}", source=src, field="experts")
+    full = ok.all(axis=2)
+    s = np.sort(routed, axis=2)
+    dup = ((s[:, :, 1:] == s[:, :, :-1]).any(axis=2)) & full
+    if dup.any():
+        t, l = np.argwhere(dup)[0]
+        raise CopeInputError(f"{where}: token {t} layer {l} repeats an expert "
+                             f"{routed[t, l].tolist()}, expected {g.top_k} distinct ids",
+                             source=src, field="experts")
+
+
+def _assemble(blocks, reports, g: ModelGeometry, context_start: int, fmt: str,
+              sources: Sequence[str]) -> tuple[Trace, ImportReport]:
+    kept = [(p, r, c) for p, (r, c) in enumerate(blocks) if r is not None]
+    if not kept:
+        raise CopeInputError("no prompt has a complete first token (every MoE layer recorded); "
+                             "nothing to import", source=", ".join(sources))
+    recorded = all(c is not None for _, _, c in kept)
+    ctx = [c if recorded else context_start + np.arange(r.shape[0]) for _, r, c in kept]
+    notes = () if recorded else (f"context lengths were not recorded: set to {context_start} + "
+                                 f"token index",)
+    routed = np.concatenate([r for _, r, _ in kept]).astype(np.int16)
+    counts = [r.shape[0] for _, r, _ in kept]
+    rep = ImportReport(tuple(reports), recorded, notes)
+    text = (f"imported from {fmt} ({', '.join(os.path.basename(s) for s in sources)}); "
+            f"{rep.records_dropped} records after a prompt's first incomplete token discarded")
+    if notes:
+        text += f"; {notes[0]}"
+    tr = Trace(model=g, prompt_ids=np.asarray([p for p, _, _ in kept], np.int32),
+               prompt_start=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+               context=np.concatenate(ctx).astype(np.int32), routed=routed,
+               predicted=np.empty((routed.shape[0], g.n_layers, 0), np.int16),
+               source="imported", description=text, predictor=None)
+    return tr, rep
+
+
+def _field(obj: dict, names: tuple[str, ...], src: str, line: int) -> Any:
+    for n in names:
+        if n in obj:
+            return obj[n]
+    raise CopeInputError(f"line {line}: missing field {' or '.join(repr(n) for n in names)}",
+                         source=src, field=names[0])
+
+
+def _int(v: Any, src: str, line: int, name: str, lo: int, hi: int | None = None) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < lo or (hi is not None and v > hi):
+        want = f"an integer in {lo}..{hi}" if hi is not None else f"an integer >= {lo}"
+        raise CopeInputError(f"line {line}: got {v!r}, expected {want}", source=src, field=name)
+    return v
+
+
+def import_jsonl(paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
+                 context_start: int = 0) -> tuple[Trace, ImportReport]:
+    """Import JSON-lines routing records (format in the module docstring)."""
+    g = model
+    L, E, k = g.n_layers, g.n_experts, g.top_k
+    recs: dict[Any, dict[tuple[int, int], list[int]]] = {}
+    ctxs: dict[Any, dict[int, int]] = {}
+    names: dict[Any, str] = {}
+    srcs = [str(p) for p in paths]
+    for src in srcs:
+        if not os.path.isfile(src):
+            raise CopeInputError("file not found", source=src)
+        with open(src, encoding="utf-8") as fh:
+            for i, raw in enumerate(fh, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    raise CopeInputError(f"line {i} is not valid JSON", source=src) from None
+                if not isinstance(obj, dict):
+                    raise CopeInputError(f"line {i}: expected a JSON object", source=src)
+                pid = _field(obj, ("prompt", "problem_id"), src, i)
+                key = (obj.get("dataset"), pid)
+                layer = _int(_field(obj, ("layer",), src, i), src, i, "layer", 0, L - 1)
+                tok = _int(_field(obj, ("token_idx", "token"), src, i), src, i, "token_idx", 0)
+                ex = _field(obj, ("experts",), src, i)
+                if not isinstance(ex, list) or len(ex) != k:
+                    raise CopeInputError(f"line {i}: got {ex!r:.60}, expected a list of {k} "
+                                         f"expert ids ({g.name} routes top-{k})", source=src,
+                                         field="experts")
+                ids = [_int(e, src, i, "experts", 0, E - 1) for e in ex]
+                if len(set(ids)) != k:
+                    raise CopeInputError(f"line {i}: repeats an expert {ids}, expected {k} "
+                                         f"distinct ids", source=src, field="experts")
+                probs = obj.get("gating_probs")
+                if isinstance(probs, list) and len(probs) == k:
+                    ids = [e for _, e in sorted(zip(probs, ids), key=lambda pe: (-pe[0], pe[1]))]
+                per = recs.setdefault(key, {})
+                names.setdefault(key, f"{os.path.basename(src)}: " + (
+                    f"{key[0]}/{pid}" if key[0] is not None else str(pid)))
+                if (tok, layer) in per and per[(tok, layer)] != ids:
+                    raise CopeInputError(f"line {i}: second, different record for token {tok} "
+                                         f"layer {layer}", source=src, field="token_idx")
+                per[(tok, layer)] = ids
+                if "context" in obj:
+                    ctxs.setdefault(key, {})[tok] = _int(obj["context"], src, i, "context", 0)
+    if not recs:
+        raise CopeInputError("no records found", source=", ".join(srcs))
+    blocks, reports = [], []
+    for p, (key, per) in enumerate(recs.items()):
+        T = max(t for t, _ in per) + 1
+        routed = np.full((T, L, k), -1, np.int64)
+        for (t, l), ids in per.items():
+            routed[t, l] = ids
+        c = ctxs.get(key)
+        ctx = np.array([c.get(t, -1) for t in range(T)]) if c is not None else None
+        if ctx is not None and (ctx < 0).any():
+            ctx = None
+        r, cc, rep = _prompt_block(names[key], routed, ctx, p, g)
+        blocks.append((r, cc))
+        reports.append(rep)
+    return _assemble(blocks, reports, g, context_start, "jsonl", srcs)
+
+
+def import_npz(paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
+               context_start: int = 0) -> tuple[Trace, ImportReport]:
+    """Import numpy arrays ``[tokens, layers, top_k]`` (format in the module docstring)."""
+    g = model
+    want = (g.n_layers, g.top_k)
+    blocks, reports = [], []
+    srcs = [str(p) for p in paths]
+    for src in srcs:
+        if not os.path.isfile(src):
+            raise CopeInputError("file not found", source=src)
+        try:
+            z = np.load(src, allow_pickle=False)
+            items = ([("", z, None)] if isinstance(z, np.ndarray) else
+                     [("routed", z["routed"], z["context"] if "context" in z.files else None)]
+                     if "routed" in z.files else [(n, z[n], None) for n in z.files])
+        except (ValueError, OSError) as exc:
+            raise CopeInputError(f"not a numpy .npy/.npz file ({' '.join(str(exc).split())})",
+                                 source=src) from None
+        for name, arr, ctx in items:
+            where = f"array {name!r}" if name else "array"
+            if arr.ndim != 3 or arr.shape[1:] != want or arr.dtype.kind not in "iu":
+                raise CopeInputError(f"{where}: got {arr.dtype} {arr.shape}, expected integers "
+                                     f"[tokens, {want[0]}, {want[1]}] for {g.name}", source=src,
+                                     field=name or "routed")
+            if ctx is not None and ctx.shape != (arr.shape[0],):
+                raise CopeInputError(f"shape {ctx.shape}, expected ({arr.shape[0]},)",
+                                     source=src, field="context")
+            routed = np.where(arr < 0, -1, arr).astype(np.int64)
+            # a record with any missing id is missing as a whole
+            routed[(routed < 0).any(axis=2)] = -1
+            _check_ids(routed, g, src, where)
+            label = f"{os.path.basename(src)}" + (f": {name}" if name else "")
+            r, c, rep = _prompt_block(label, routed, ctx, len(blocks), g)
+            blocks.append((r, c))
+            reports.append(rep)
+    return _assemble(blocks, reports, g, context_start, "npz", srcs)
+
+
+def import_trace(fmt: str, paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
+                 context_start: int = 0) -> tuple[Trace, ImportReport]:
+    """Dispatch on ``fmt`` (``jsonl`` or ``npz``)."""
+    if fmt not in FORMATS:
+        raise CopeInputError(f"expected one of {list(FORMATS)}, got {fmt!r}", field="format")
+    if not paths:
+        raise CopeInputError("no input files given", field="files")
+    if context_start < 0:
+        raise CopeInputError(f"expected >= 0, got {context_start}", field="context-start")
+    fn = import_jsonl if fmt == "jsonl" else import_npz
+    return fn(paths, model, context_start=context_start)
