@@ -1,0 +1,111 @@
+"""``cope export``: render the chosen policy for a runtime (a CLI plugin, see PLUGINS in main.py).
+
+    cope export --trace T --calibration C --profile P (-K K | --vram-gib G) [--cpu-threads N]
+                [--candidate ID|best] --format json|llama.cpp|ktransformers|sglang-kt|vllm
+                [-o OUT [--force]] [--strict]
+    cope export --from-policy FILE --format ... [-o OUT [--force]] [--strict]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+from .. import parquet_io
+from ..errors import CopeInputError
+from ..export import DEFAULT_PT, FORMATS, build_policy, read_policy, render
+from ..export.files import check_writable, write_atomic
+from ..platforms import resolve_platform
+
+#: Options that describe how to build a policy; --from-policy takes none of them.
+_BUILD_OPTIONS = (("--trace", "trace"), ("--profile", "profile"), ("--calibration", "calibration"),
+                  ("--experts-per-layer", "k"), ("--vram-gib", "vram_gib"),
+                  ("--cpu-threads", "cpu_threads"), ("--gpu-share", "gpu_share"),
+                  ("--spec", "spec"),
+                  ("--fill-by-id", "fill_by_id"))
+
+
+def register(subparsers) -> None:
+    s = subparsers.add_parser(
+        "export", help="export a chosen policy: json, llama.cpp, ktransformers, sglang-kt, vllm",
+        description="Render the chosen policy in the form a runtime takes, and say what that "
+                    "runtime cannot express.")
+    s.add_argument("--trace", help="evaluated routing trace (cope.trace/1)")
+    s.add_argument("--profile", help="profile of the target (cope.profile/1)")
+    s.add_argument("--calibration", help="trace whose popularity fills the resident experts")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--experts-per-layer", "-K", type=int, dest="k", help="cache size K")
+    g.add_argument("--vram-gib", type=float, help="VRAM budget; K follows from the memory model")
+    s.add_argument("--cpu-threads", type=int, help="operating point (default: the most threads)")
+    s.add_argument("--gpu-share", type=float,
+                   help="GPU share of the operating point (default: the largest at those threads)")
+    s.add_argument("--candidate", default="best", help="candidate id, or 'best' (default)")
+    s.add_argument("--fill-by-id", action="store_true", help="fill residency by expert id")
+    s.add_argument("--spec", help="platform for the roofline estimator: GPU name or JSON file")
+    s.add_argument("--from-policy", metavar="FILE", help="re-render a saved cope.policy/1 JSON")
+    s.add_argument("--format", required=True, choices=FORMATS)
+    s.add_argument("-o", "--output", help="write here instead of stdout (sglang-kt: the .pt goes "
+                                          "next to it, the flags are printed)")
+    s.add_argument("--force", action="store_true", help="overwrite existing files")
+    s.add_argument("--strict", action="store_true",
+                   help="fail (exit 2) when the runtime cannot run exactly the chosen candidate")
+    s.set_defaults(func=cmd_export)
+
+
+def _policy(args: argparse.Namespace):
+    if args.from_policy:
+        given = [flag for flag, dest in _BUILD_OPTIONS if getattr(args, dest) not in (None, False)]
+        if args.candidate != "best":
+            given.append("--candidate")
+        if given:
+            raise CopeInputError(f"re-renders a saved policy as it is; drop {' '.join(given)}",
+                                 field="--from-policy")
+        return read_policy(args.from_policy)
+    missing = [flag for flag, dest in (("--trace", "trace"), ("--profile", "profile"))
+               if getattr(args, dest) is None]
+    if args.k is None and args.vram_gib is None:
+        missing.append("--experts-per-layer/-K or --vram-gib")
+    if missing:
+        raise CopeInputError(f"cope export: missing {', '.join(missing)} (or give --from-policy "
+                             "FILE)")
+    trace = parquet_io.read_trace(args.trace)
+    profile = parquet_io.read_profile(args.profile)
+    cal = parquet_io.read_trace(args.calibration) if args.calibration else None
+    spec = resolve_platform(args.spec) if args.spec else None
+    return build_policy(trace, profile, cal, experts_per_layer=args.k, vram_gib=args.vram_gib,
+                        cpu_threads=args.cpu_threads, gpu_share=args.gpu_share,
+                        candidate=args.candidate,
+                        fill_by_id=args.fill_by_id, spec=spec)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    out = args.output
+    pt_path = DEFAULT_PT
+    if args.format == "sglang-kt":
+        if not out:
+            raise CopeInputError("the sglang-kt format writes a tensor file: give -o OUT (the .pt "
+                                 "goes next to it)", field="--output")
+        pt_path = out if out.endswith(".pt") else str(Path(out).with_suffix(".pt"))
+    policy = _policy(args)
+    r = render(policy, args.format, strict=args.strict, pt_path=pt_path)
+    if not r.exact:
+        warnings.warn(r.summary)
+    if out is None:
+        sys.stdout.write(r.text)
+        return 0
+    targets = list(r.files)
+    if not out.endswith(".pt") or args.format != "sglang-kt":
+        targets.append((out, r.text.encode()))
+    for path, _ in targets:  # refuse before writing anything
+        check_writable(path, overwrite=args.force)
+    for path, data in targets:
+        write_atomic(path, data, overwrite=args.force)
+    runs = "" if r.exact else f" (runs {r.deployed or 'a setting outside the matrix'} instead)"
+    for path, _ in targets:  # sglang-kt prints its flags on stdout, so the notes go to stderr
+        print(f"wrote {path}: {args.format} for {policy.candidate} at K = "
+              f"{policy.experts_per_layer}{runs}",
+              file=sys.stderr if args.format == "sglang-kt" else sys.stdout)
+    if args.format == "sglang-kt":
+        sys.stdout.write(r.text)
+    return 0

@@ -1,0 +1,66 @@
+"""Export a chosen policy to the forms real runtimes take (the last stage of the pipeline).
+
+The app's Export page and ``cope export`` call the same two functions::
+
+    policy = build_policy(trace, profile, calibration, experts_per_layer=16, candidate="best")
+    out = render(policy, "llama.cpp")      # Rendered: text, extra files, exact or not
+
+``policy_json`` / ``write_policy`` / ``read_policy`` keep the ``cope.policy/1`` record, from
+which every format renders again without the Parquet inputs.
+"""
+from __future__ import annotations
+
+from ..errors import CopeInputError
+from .build import build_policy
+from .common import Rendered
+from .ktransformers import render_ktransformers
+from .llamacpp import render_llamacpp
+from .policy import SCHEMA, Policy, policy_json, read_policy, write_policy
+from .sglang_kt import DEFAULT_PT, render_sglang_kt
+from .vllm import render_vllm
+
+FORMATS: tuple[str, ...] = ("json", "llama.cpp", "ktransformers", "sglang-kt", "vllm")
+
+
+def render(policy: Policy, fmt: str, *, strict: bool = False,
+           pt_path: str = DEFAULT_PT) -> Rendered:
+    """Render ``policy`` for one runtime.
+
+    Parameters
+    ----------
+    policy : Policy
+    fmt : str
+        One of :data:`FORMATS`.
+    strict : bool
+        Raise :class:`CopeInputError` when the runtime cannot run exactly the chosen candidate,
+        instead of rendering the nearest policy it can run.
+    pt_path : str
+        For ``sglang-kt``: the path the flags give for the expert-location tensor (its bytes are
+        in ``Rendered.files`` under that name).
+
+    Returns
+    -------
+    Rendered
+        ``exact`` False means the text deploys ``deployed`` (or, for vLLM, a setting outside
+        the Policy Matrix) and ``summary`` says what the runtime cannot express.
+    """
+    if fmt == "json":
+        out = Rendered("json", policy_json(policy))
+    elif fmt == "llama.cpp":
+        out = render_llamacpp(policy)
+    elif fmt == "ktransformers":
+        out = render_ktransformers(policy)
+    elif fmt == "sglang-kt":
+        out = render_sglang_kt(policy, pt_path)
+    elif fmt == "vllm":
+        out = render_vllm(policy)
+    else:
+        raise CopeInputError(f"unknown format {fmt!r}; expected one of {list(FORMATS)}",
+                             field="format")
+    if strict and not out.exact:
+        raise CopeInputError(f"{out.summary} (--strict)", field="format")
+    return out
+
+
+__all__ = ["DEFAULT_PT", "FORMATS", "SCHEMA", "Policy", "Rendered", "build_policy",
+           "policy_json", "read_policy", "render", "write_policy"]

@@ -1,0 +1,128 @@
+"""Build a :class:`Policy` from the pipeline's inputs: predict, choose, record the fill."""
+from __future__ import annotations
+
+import math
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..errors import CopeInputError
+from ..estimate.predict import OptimisticPredictionWarning, predict, profile_spec
+from ..geometry import DEFAULT_CONTEXT, DEFAULT_WORKSPACE_BYTES, GIB
+from ..matrix import get_candidate
+from ..platforms import PlatformSpec
+from ..profile.data import Profile
+from ..replay.engine import check_ks, fill_order
+from ..trace.data import Trace
+from .files import sha256_file
+from .policy import Policy
+
+TOOL = "cope-explorer"
+
+
+def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = None, *,
+                 experts_per_layer: int | None = None, vram_gib: float | None = None,
+                 cpu_threads: int | None = None, gpu_share: float | None = None,
+                 candidate: str = "best",
+                 fill_by_id: bool = False, spec: PlatformSpec | None = None,
+                 created: str | None = None) -> Policy:
+    """Predict every candidate at one cache size and record the chosen one as a policy.
+
+    Parameters
+    ----------
+    trace, profile, calibration
+        As for :func:`cope_core.estimate.predict.predict`; the calibration trace's popularity
+        sets the resident experts (without it, the evaluated trace's, with a warning).
+    experts_per_layer : int, optional
+        ``K``; give exactly one of it and ``vram_gib``.
+    vram_gib : float, optional
+        VRAM budget in GiB; ``K`` follows from the memory model (DESIGN §3).
+    cpu_threads : int, optional
+        Operating point (default: the profile's most threads).
+    gpu_share : float, optional
+        GPU share of the operating point (default: the largest measured at ``cpu_threads``).
+    candidate : str
+        A candidate id, or ``"best"`` for COPE's predicted winner.
+    fill_by_id : bool
+        Fill by expert id instead of popularity.
+    spec : PlatformSpec, optional
+        Peak numbers for the roofline estimator; default: the profile's ``platform.spec``.
+        Without either, HRM is skipped and the reason recorded.
+    created : str, optional
+        ISO time for the provenance (default: now, UTC).
+
+    Returns
+    -------
+    Policy
+    """
+    g = trace.model
+    if (experts_per_layer is None) == (vram_gib is None):
+        raise CopeInputError("give exactly one of experts per layer (K) and a VRAM budget",
+                             field="experts_per_layer")
+    if vram_gib is not None:
+        if isinstance(vram_gib, bool) or not isinstance(vram_gib, (int, float)) \
+                or not math.isfinite(vram_gib):
+            raise CopeInputError(f"expected a finite size in GiB, got {vram_gib!r}",
+                                 field="vram_gib")
+        K = g.experts_per_layer_for_vram(vram_gib * GIB)
+    else:
+        if isinstance(experts_per_layer, bool):
+            raise CopeInputError(f"expected a whole number, got {experts_per_layer!r}",
+                                 field="experts_per_layer")
+        K = int(check_ks(experts_per_layer, g.n_experts)[0])
+    chosen = None if candidate == "best" else get_candidate(candidate).id
+
+    tables: dict[str, dict[str, float] | None] = {}
+    notes: dict[str, str] = {}
+    attrs: dict = {}
+    if spec is None:
+        try:
+            spec = profile_spec(profile)
+            if spec is None:
+                notes["hrm"] = ("skipped: the profile carries no platform spec (platform.spec) "
+                                "and none was given")
+        except CopeInputError as exc:  # a broken spec costs the baseline, not the export
+            notes["hrm"] = f"skipped: the profile's platform spec is unusable ({exc})"
+    for est in ("cope", "atomic", "hrm"):
+        if est == "hrm" and spec is None:
+            tables[est] = None
+            continue
+        with warnings.catch_warnings():
+            if est != "cope":  # the fill warning is the same for every estimator: say it once
+                warnings.simplefilter("ignore", OptimisticPredictionWarning)
+            df = predict(trace, profile, K, calibration=calibration, cpu_threads=cpu_threads,
+                         gpu_share=gpu_share, estimator=est, fill_by_id=fill_by_id, spec=spec)
+        tables[est] = {row.candidate: float(row.tpot_us) for row in df.itertuples(index=False)}
+        attrs = attrs or dict(df.attrs)
+    if chosen is None:
+        chosen = min(tables["cope"].items(), key=lambda kv: kv[1])[0]  # first of exact ties
+
+    order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
+    resident = tuple(tuple(int(e) for e in row[:K]) for row in order)
+    vram = {"budget_gib": None if vram_gib is None else float(vram_gib),
+            "needed_gib": g.vram_for_experts_per_layer(K) / GIB,
+            "context": DEFAULT_CONTEXT, "workspace_gib": DEFAULT_WORKSPACE_BYTES / GIB}
+    inputs = {role: _describe(obj) for role, obj in
+              (("trace", trace), ("calibration", calibration), ("profile", profile))}
+    from .. import __version__  # here, so that cope_core/__init__ may import this package
+    return Policy(
+        model=g, candidate=chosen, experts_per_layer=K, resident_experts=resident,
+        predictions_us=tables, platform=dict(profile.platform or {}),
+        cpu_threads=int(attrs["cpu_threads"]), gpu_share=float(attrs["gpu_share"]), vram=vram,
+        chosen_by="best" if candidate == "best" else "user",
+        fill={"source": "calibration" if calibration is not None else "trace", "by_id": fill_by_id},
+        analytic_profile=bool(profile.analytic), estimator_notes=notes,
+        trace={"source": trace.source, "prompts": trace.n_prompts, "tokens": trace.n_tokens},
+        provenance={"inputs": inputs, "tool": TOOL, "version": __version__,
+                    "created": created or datetime.now(timezone.utc).isoformat(timespec="seconds")},
+    )
+
+
+def _describe(obj) -> dict | None:
+    """Path and SHA-256 of the file an input was read from (None for an in-memory input)."""
+    if obj is None:
+        return None
+    path = getattr(obj, "path", None)
+    if path is None or not Path(path).is_file():
+        return {"path": path, "sha256": None}
+    return {"path": str(path), "sha256": sha256_file(path)}

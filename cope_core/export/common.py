@@ -1,0 +1,99 @@
+"""What every runtime renderer returns, and the lines they share (header, gap to the nearest)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..matrix import Execution, Residency, get_candidate
+from .policy import Policy
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One policy in one runtime's form.
+
+    Attributes
+    ----------
+    format : str
+        ``json``, ``llama.cpp``, ``ktransformers``, ``sglang-kt`` or ``vllm``.
+    text : str
+        What goes to stdout or the output file: JSON, YAML, or shell flags with ``#`` comments.
+    files : tuple of (str, bytes)
+        Further files the text refers to, by path (the SGLang-KT expert-location tensor).
+    exact : bool
+        True when the runtime runs exactly the chosen candidate.
+    deployed : str or None
+        When not exact: the candidate the runtime runs instead (None when that is outside the
+        Policy Matrix, as vLLM's offloading is).
+    summary : str
+        When not exact: one line saying what the runtime cannot express and what it runs.
+    """
+
+    format: str
+    text: str
+    files: tuple[tuple[str, bytes], ...] = ()
+    exact: bool = True
+    deployed: str | None = None
+    summary: str = ""
+
+
+def ms(us: float | None) -> str:
+    return "n/a" if us is None else f"{us / 1e3:.3f} ms"
+
+
+def header(policy: Policy, runtime: str) -> list[str]:
+    """Comment lines naming the policy and where its numbers come from."""
+    g = policy.model
+    K, E = policy.experts_per_layer, g.n_experts
+    budget = policy.vram.get("budget_gib")
+    vram = (f"VRAM budget {budget:g} GiB" if budget is not None else "K given directly") + \
+        f", needs {policy.vram['needed_gib']:.2f} GiB by the memory model"
+    kind = "ANALYTIC profile (roofline what-if, not measured)" if policy.analytic_profile \
+        else "measured profile"
+    gpu = policy.platform.get("gpu", "?")
+    lines = [
+        f"{runtime} placement from COPE Explorer (cope.policy/1"
+        + (f", version {policy.provenance['version']})" if "version" in policy.provenance else ")"),
+        f"model {g.name}: {g.n_layers} MoE layers, {g.dense_layers} dense prefix block(s), "
+        f"top-{g.top_k} of {E} experts",
+        f"candidate {policy.candidate} (chosen: {policy.chosen_by}), K = {K} of {E} experts per "
+        f"MoE layer; {vram}",
+        f"predicted TPOT (cope) {ms(policy.tpot_us())}/token on {gpu}, cpu_threads="
+        f"{policy.cpu_threads}, gpu_share={policy.gpu_share:g}; {kind}",
+    ]
+    if policy.fill.get("source") == "trace":
+        lines.append("resident experts filled from the evaluated trace (no calibration trace): "
+                     "the prediction is optimistic")
+    return ["# " + line for line in lines]
+
+
+def whole_layer_equivalent(policy: Policy) -> bool:
+    """True when the chosen candidate places experts exactly as a layer partition does.
+
+    Besides ``layer_partition`` itself that is fixed residency at ``K = E`` (every expert
+    resident, no misses, whatever the execution) and ``fixed/parallel`` at ``K = 0`` (every
+    expert computed on the CPU).
+    """
+    c = get_candidate(policy.candidate)
+    if c.is_layer_partition:
+        return True
+    K, E = policy.experts_per_layer, policy.model.n_experts
+    return c.residency is Residency.FIXED and (
+        K == E or (K == 0 and c.execution is Execution.PARALLEL))
+
+
+def gap_line(policy: Policy, nearest: str) -> str:
+    """``chosen X, nearest Y: +d (+p%)`` by the COPE estimator, as a comment line."""
+    mine, near = policy.tpot_us(), policy.tpot_us(nearest)
+    if nearest == policy.candidate:
+        return f"# predicted TPOT (cope): {nearest} {ms(mine)}/token"
+    pct = (near - mine) / mine * 100 if mine > 0 else 0.0
+    return (f"# predicted TPOT (cope): chosen {policy.candidate} {ms(mine)}/token; "
+            f"{nearest} {ms(near)}/token; gap {(near - mine) / 1e3:+.3f} ms ({pct:+.1f}%)")
+
+
+def gap_summary(policy: Policy, nearest: str) -> str:
+    mine, near = policy.tpot_us(), policy.tpot_us(nearest)
+    if nearest == policy.candidate:
+        return f"{nearest} itself is predicted at {ms(mine)}/token"
+    pct = (near - mine) / mine * 100 if mine > 0 else 0.0
+    return f"{nearest} is predicted at {ms(near)}/token, {pct:+.1f}% against {ms(mine)}"

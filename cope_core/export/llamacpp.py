@@ -1,0 +1,72 @@
+"""llama.cpp flags for a policy.
+
+GGUF stores all experts of an MoE block in one tensor per projection
+(``blk.N.ffn_gate_exps``, ``ffn_up_exps``, ``ffn_down_exps``, or a fused ``ffn_gate_up_exps``),
+so llama.cpp places whole MoE layers only: ``layer_partition`` is exact (as are the fixed
+candidates that place experts the same way: ``K = E``, or ``fixed/parallel`` at ``K = 0``); every
+other candidate is rendered as the layer partition at the same VRAM, with the predicted gap.
+
+``--n-cpu-moe N`` keeps the expert tensors of blocks ``0 .. N-1`` on the CPU, counting the dense
+prefix; ``-ot`` gives the same placement by tensor name (its value is split at commas and at the
+first ``=``, so the regex holds neither). ``-fit off`` stops llama.cpp from re-placing tensors to
+fit device memory on its own.
+"""
+from __future__ import annotations
+
+from ..matrix import LAYER_PARTITION
+from .common import Rendered, gap_line, gap_summary, header, whole_layer_equivalent
+from .layers import LayerPlan, describe_blocks, int_set_regex
+from .policy import Policy
+
+#: The routed-expert tensor names llama.cpp's own ``--n-cpu-moe`` matches (LLM_FFN_EXPS_REGEX).
+EXPERT_TENSORS = r"ffn_(up|down|gate|gate_up)_(ch|)exps"
+
+
+def override_regex(blocks: tuple[int, ...]) -> str:
+    """Regex of the routed-expert weight and bias tensors of exactly ``blocks``."""
+    return rf"^blk\.{int_set_regex(blocks)}\.{EXPERT_TENSORS}\.(weight|bias)$"
+
+
+def llamacpp_flags(plan: LayerPlan, cpu_threads: int) -> tuple[str, str]:
+    """The ``--n-cpu-moe`` form and the explicit ``-ot`` form of one layer partition."""
+    ngl = max(99, plan.n_blocks + 1)  # every block on the GPU unless an override says otherwise
+    common = f"-ngl {ngl} -fit off -t {cpu_threads}"
+    short = f"{common} --n-cpu-moe {plan.n_cpu_moe}"
+    if plan.n_cpu == 0:
+        return short, common
+    return short, f"{common} -ot '{override_regex(plan.cpu_blocks)}=CPU'"
+
+
+def render_llamacpp(policy: Policy) -> Rendered:
+    plan = policy.layer_plan
+    L = policy.model.n_layers
+    exact = whole_layer_equivalent(policy)
+    lines = header(policy, "llama.cpp")
+    summary = ""
+    if not exact:
+        summary = (f"llama.cpp cannot express {policy.candidate}: it places whole MoE layers "
+                   f"only; the nearest expressible policy is {LAYER_PARTITION} at the same VRAM "
+                   f"({plan.n_gpu} of {L} MoE layers on the GPU); "
+                   + gap_summary(policy, LAYER_PARTITION))
+        lines += [
+            f"# llama.cpp CANNOT express {policy.candidate}: GGUF keeps all experts of a layer in "
+            "one tensor per projection",
+            "# (blk.N.ffn_{gate,up,down}_exps or ffn_gate_up_exps), so only whole MoE layers can "
+            "be placed, never single experts.",
+            f"# Below: the nearest expressible policy, {LAYER_PARTITION} at the same VRAM "
+            f"(N_gpu = floor(K*L/E) = {plan.n_gpu}).",
+            gap_line(policy, LAYER_PARTITION),
+        ]
+    lines += [
+        f"# MoE layers on the CPU: {plan.n_cpu} of {L}, the first ones "
+        f"({describe_blocks(plan.cpu_blocks)}); on the GPU: {plan.n_gpu} "
+        f"({describe_blocks(plan.gpu_blocks)}); dense prefix: {plan.dense_layers} block(s), GPU",
+        f"# --n-cpu-moe counts blocks from block 0, dense prefix included: "
+        f"{plan.n_cpu} + {plan.dense_layers if plan.n_cpu else 0} = {plan.n_cpu_moe}",
+    ]
+    short, explicit = llamacpp_flags(plan, policy.cpu_threads)
+    lines += [f"llama-server -m MODEL.gguf {short}",
+              "# or the same placement as an explicit tensor override:",
+              f"llama-server -m MODEL.gguf {explicit}"]
+    return Rendered("llama.cpp", "\n".join(lines) + "\n", exact=exact,
+                    deployed=None if exact else LAYER_PARTITION, summary=summary)

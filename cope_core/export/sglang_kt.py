@@ -1,0 +1,115 @@
+"""SGLang-KT (KTransformers' SGLang integration) flags and expert-location tensor.
+
+With ``--kt-expert-placement-strategy frequency`` SGLang-KT reads ``--init-expert-location``, a
+tensor ``[num_hidden_layers, n_experts]`` of scores (dense-prefix rows included), and puts on the
+GPU the ``--kt-num-gpu-experts`` x (MoE layers) experts with the highest scores over all MoE
+layers. A 0/1 tensor with exactly ``K`` ones per MoE layer therefore selects exactly the fixed
+fill. The other experts run on the CPU concurrently with the GPU hits: the runtime's execution
+is ``parallel``, and its residency never changes during decode.
+"""
+from __future__ import annotations
+
+import io
+import shlex
+
+from ..matrix import LAYER_PARTITION, Execution, Residency, candidate_id, get_candidate
+from .common import Rendered, gap_line, gap_summary, header
+from .policy import Policy
+
+DEPLOYED = candidate_id(Residency.FIXED, Execution.PARALLEL)
+DEFAULT_PT = "cope-expert-location.pt"
+
+
+def expert_location(policy: Policy):
+    """Float32 tensor ``[dense_layers + L, E]``: 1.0 exactly at the GPU-resident experts.
+
+    For ``layer_partition`` the GPU layers' rows are all ones; otherwise each MoE layer's row
+    has ones at its ``K`` fill experts.
+    """
+    import torch  # only this format needs torch
+    g = policy.model
+    t = torch.zeros((g.dense_layers + g.n_layers, g.n_experts), dtype=torch.float32)
+    if policy.candidate == LAYER_PARTITION:
+        for block in policy.layer_plan.gpu_blocks:
+            t[block, :] = 1.0
+    else:
+        for layer, row in enumerate(policy.resident_experts):
+            if row:
+                t[g.dense_layers + layer, list(row)] = 1.0
+    return t
+
+
+def _count_flags(policy: Policy) -> str:
+    """How many experts the runtime puts on the GPU, so that its top-k picks exactly the ones."""
+    g = policy.model
+    L, E, K = g.n_layers, g.n_experts, policy.experts_per_layer
+    if policy.candidate != LAYER_PARTITION:
+        return f"--kt-num-gpu-experts {K}"
+    total = policy.layer_plan.n_gpu * E
+    if total == K * L:
+        return f"--kt-num-gpu-experts {K}"
+    # The runtime takes int(L*E*ratio) experts; half an expert above the target survives any
+    # rounding of the decimal text and the product, and never reaches the next whole expert.
+    ratio = 1.0 if total == L * E else (total + 0.5) / (L * E)
+    return f"--kt-gpu-experts-ratio {ratio!r}"
+
+
+def render_sglang_kt(policy: Policy, pt_path: str = DEFAULT_PT) -> Rendered:
+    import torch
+    cand = get_candidate(policy.candidate)
+    g = policy.model
+    t = expert_location(policy)
+    buf = io.BytesIO()
+    torch.save(t, buf)
+    exact = policy.candidate in (DEPLOYED, LAYER_PARTITION)
+    lines = header(policy, "SGLang-KT")
+    summary = ""
+    if cand.residency is Residency.FIXED and not exact:
+        summary = (f"SGLang-KT cannot express {policy.candidate}: it keeps the fixed fill but runs "
+                   f"every miss on the CPU alongside the GPU hits, i.e. {DEPLOYED}; "
+                   + gap_summary(policy, DEPLOYED))
+        lines += [
+            f"# SGLang-KT CANNOT express the execution '{cand.execution.value}': the resident "
+            "experts below are exact, but the runtime",
+            "# computes every miss on the CPU concurrently with the GPU hits, so it runs "
+            f"{DEPLOYED}.",
+            gap_line(policy, DEPLOYED),
+        ]
+    elif cand.residency is not None and cand.residency.mutable:
+        need = ("prefetch, while layer l runs, the first predicted expert of layer l+1 that is not "
+                "resident into layer l+1's K slots, evicting that layer's least recently used")
+        if cand.residency is Residency.MUTABLE_CROSS_LAYER:
+            need = ("share one pool of K*L slots among all layers and prefetch, while layer l "
+                    "runs, the first predicted expert of layer l+1, evicting the least recently "
+                    "used expert of any layer but l")
+        summary = (f"SGLang-KT cannot express {policy.candidate}: its GPU experts are fixed during "
+                   f"decode; it runs the same initial fill as {DEPLOYED}; "
+                   + gap_summary(policy, DEPLOYED))
+        lines += [
+            f"# SGLang-KT CANNOT express {policy.candidate}. It would need, at every decode token, "
+            "a next-layer expert prediction and to",
+            f"# {need}.",
+            "# SGLang-KT's GPU experts stay fixed during decode (--kt-enable-dynamic-expert-update "
+            "only re-places them from routing",
+            "# statistics at long prefills), so below is the same initial fill, run as "
+            f"{DEPLOYED} (misses on the CPU).",
+            gap_line(policy, DEPLOYED),
+        ]
+    if policy.candidate == LAYER_PARTITION:
+        plan = policy.layer_plan
+        lines.append(f"# layer partition as a per-expert mask: every expert of the last "
+                     f"{plan.n_gpu} of {g.n_layers} MoE layers on the GPU, the first {plan.n_cpu} "
+                     "layers on the CPU")
+    dense = ("" if not g.dense_layers else " (dense-prefix row 0 all zero)" if g.dense_layers == 1
+             else f" (dense-prefix rows 0-{g.dense_layers - 1} all zero)")
+    lines += [
+        f"# {pt_path}: float32 [{g.dense_layers + g.n_layers} blocks, {g.n_experts} experts], "
+        f"1.0 at the {int(t.sum())} GPU experts, 0.0 elsewhere{dense}",
+        "# do not add --kt-enable-dynamic-expert-update: it would change the placement.",
+        f"python -m sglang.launch_server --model-path MODEL --kt-weight-path KT_WEIGHTS "
+        f"--kt-cpuinfer {policy.cpu_threads} {_count_flags(policy)} "
+        f"--kt-expert-placement-strategy frequency --init-expert-location {shlex.quote(pt_path)}",
+    ]
+    text = "\n".join(lines) + "\n"
+    return Rendered("sglang-kt", text, files=((pt_path, buf.getvalue()),), exact=exact,
+                    deployed=None if exact else DEPLOYED, summary=summary)
