@@ -1,0 +1,184 @@
+"""What the app shows: shipped examples found on disk, the loaded dataset and its provenance.
+
+Shipped files are grouped by the model named in their ``cope`` metadata, so new files under
+``data/examples/`` appear without code changes. A trace whose file name contains ``calib`` is a
+calibration trace (it sets the popularity fill); others are evaluation traces.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import parquet_io
+from ..errors import CopeInputError
+from ..estimate.predict import check_compatible
+from ..parquet_io import Measurements
+from ..profile.data import Profile
+from ..trace.data import Trace
+
+SLOTS = ("trace", "calibration", "profile", "measurements")
+#: Which schema each slot holds.
+SLOT_SCHEMA = {"trace": parquet_io.TRACE_SCHEMA, "calibration": parquet_io.TRACE_SCHEMA,
+               "profile": parquet_io.PROFILE_SCHEMA,
+               "measurements": parquet_io.MEASUREMENTS_SCHEMA}
+
+
+@dataclass(frozen=True)
+class Example:
+    """The shipped files of one model.
+
+    Attributes
+    ----------
+    name : str
+        Model name from the files' metadata, e.g. ``"qwen3-30b-a3b"``.
+    traces, calibrations, profiles, measurements : tuple of str
+        File paths, sorted by name.
+    """
+
+    name: str
+    traces: tuple[str, ...] = ()
+    calibrations: tuple[str, ...] = ()
+    profiles: tuple[str, ...] = ()
+    measurements: tuple[str, ...] = ()
+
+    @property
+    def usable(self) -> bool:
+        """An example needs at least a trace and a profile."""
+        return bool(self.traces and self.profiles)
+
+
+def scan_examples(folder: str | os.PathLike) -> list[Example]:
+    """Group the COPE Parquet files of ``folder`` by model; unreadable files are skipped.
+
+    Returns only usable examples (trace and profile present), sorted by model name.
+    """
+    groups: dict[str, dict[str, list[str]]] = {}
+    root = Path(folder)
+    if not root.is_dir():
+        return []
+    for path in sorted(root.glob("*.parquet")):
+        try:
+            meta = parquet_io.read_metadata(path)
+        except CopeInputError:
+            continue
+        model = meta.get("model")
+        name = model.get("name") if isinstance(model, dict) else None
+        if not isinstance(name, str):
+            continue
+        g = groups.setdefault(name, {"traces": [], "calibrations": [], "profiles": [],
+                                     "measurements": []})
+        schema = meta["schema"]
+        if schema == parquet_io.TRACE_SCHEMA:
+            g["calibrations" if "calib" in path.name.lower() else "traces"].append(str(path))
+        elif schema == parquet_io.PROFILE_SCHEMA:
+            g["profiles"].append(str(path))
+        elif schema == parquet_io.MEASUREMENTS_SCHEMA:
+            g["measurements"].append(str(path))
+    out = [Example(name, **{k: tuple(v) for k, v in g.items()}) for name, g in groups.items()]
+    return sorted((e for e in out if e.usable), key=lambda e: e.name)
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """The inputs every page works on.
+
+    Attributes
+    ----------
+    key : str
+        Identifies the files behind the inputs (paths and modification stamps): equal keys mean
+        equal inputs, so results may be cached under it.
+    trace, calibration, profile, measurements
+        The loaded inputs; calibration and measurements may be None.
+    origin : dict
+        Slot -> where it came from, e.g. ``"example qwen3-30b-a3b-trace.parquet"``.
+    problems : tuple of str
+        One-line reasons why the inputs cannot be combined for predictions (empty when fine).
+    notes : tuple of str
+        Things the user should know, e.g. a calibration trace dropped for a geometry mismatch.
+    """
+
+    key: str
+    trace: Trace
+    calibration: Trace | None
+    profile: Profile
+    measurements: Measurements | None = None
+    origin: dict[str, str] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    measurement_problem: str | None = None
+
+
+def assemble(key: str, trace: Trace, calibration: Trace | None, profile: Profile,
+             measurements: Measurements | None, origin: dict[str, str]) -> Dataset:
+    """Combine loaded inputs, dropping what does not fit the trace and saying why.
+
+    A calibration trace of another geometry is dropped (the fill then comes from the trace,
+    with the optimistic-prediction warning); a profile that does not match the trace is a
+    problem that stops predictions; measurements of another geometry are set aside.
+    """
+    notes, problems = [], []
+    if calibration is not None:
+        try:
+            check_compatible(trace, None, calibration)
+        except CopeInputError as exc:
+            notes.append(f"calibration trace not used: {exc}")
+            calibration = None
+    try:
+        check_compatible(trace, profile, None)
+    except CopeInputError as exc:
+        problems.append(f"{exc} — load a profile for the trace's model")
+    meas_problem = None
+    if measurements is not None and not measurements.model.same_shape(trace.model):
+        meas_problem = (f"{measurements.path}: field 'model': measured geometry "
+                        f"{measurements.model.name!r} differs from the trace's "
+                        f"{trace.model.name!r}; expected measurements of the same model")
+    return Dataset(key=key, trace=trace, calibration=calibration, profile=profile,
+                   measurements=measurements, origin=dict(origin), problems=tuple(problems),
+                   notes=tuple(notes), measurement_problem=meas_problem)
+
+
+# --- provenance labels --------------------------------------------------------------------------
+def trace_label(trace: Trace) -> str:
+    """``SYNTHETIC``, ``COLLECTED`` or ``IMPORTED`` trace, as the metadata says."""
+    return f"{trace.source.upper()} trace"
+
+
+def profile_label(profile: Profile) -> str:
+    """``ANALYTIC`` (roofline what-if) or ``MEASURED`` profile, with the machine."""
+    plat = profile.platform or {}
+    gpu = plat.get("gpu") or "unknown GPU"
+    if profile.analytic:
+        return f"ANALYTIC profile ({gpu}: roofline from published peak numbers, not measured)"
+    emulated = _emulated(plat)
+    return f"MEASURED profile ({gpu}{', EMULATED accelerator' if emulated else ''})"
+
+
+def measurements_label(m: Measurements) -> str:
+    plat = m.platform or {}
+    gpu = plat.get("gpu") or "unknown device"
+    return f"MEASURED TPOT ({gpu}{', EMULATED accelerator' if _emulated(plat) else ''})"
+
+
+def _emulated(platform: dict[str, Any]) -> bool:
+    return any(str(platform.get(k, "")).lower() == "emulated"
+               for k in ("accelerator", "gpu", "device"))
+
+
+def provenance(ds: Dataset) -> str:
+    """One line for captions and figure titles, e.g. ``SYNTHETIC trace · ANALYTIC profile``."""
+    parts = [f"{ds.trace.model.name}", trace_label(ds.trace),
+             profile_label(ds.profile).split(" (")[0]
+             + f" ({(ds.profile.platform or {}).get('gpu') or '?'})"]
+    return " · ".join(parts)
+
+
+def geometry_rows(trace: Trace) -> list[dict[str, Any]]:
+    """The model geometry as (field, value) rows, with derived sizes."""
+    g = trace.model
+    rows = [{"field": k, "value": str(v)} for k, v in g.to_dict().items()]
+    rows += [{"field": "expert size (MiB)", "value": f"{g.expert_bytes / 2**20:.2f}"},
+             {"field": "all routed experts (GiB)", "value": f"{g.all_expert_bytes / 2**30:.2f}"},
+             {"field": "non-expert weights (GiB)", "value": f"{g.non_expert_bytes / 2**30:.2f}"}]
+    return rows

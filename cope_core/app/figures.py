@@ -1,0 +1,206 @@
+"""Figures of the policy views: TPOT per candidate, TPOT vs VRAM budget, the Policy Matrix
+heatmap and execution timelines. Each is a pure function of frames returning a plotly figure.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..geometry import ModelGeometry
+from ..matrix import CANDIDATE_IDS, EXECUTIONS, RESIDENCIES, candidate_id
+from .timeline import CPU, D2H, H2D, LANES, Timeline
+from .whatif import Region, sweep_budgets
+
+#: Colour by execution, line dash and marker by residency, so that 13 lines stay readable.
+EXECUTION_COLOURS = dict(zip([e.value for e in EXECUTIONS], ("#1f77b4", "#d62728", "#ff7f0e",
+                                                             "#2ca02c")))
+RESIDENCY_DASH = dict(zip([r.value for r in RESIDENCIES], ("solid", "dash", "dot")))
+RESIDENCY_SYMBOL = dict(zip([r.value for r in RESIDENCIES], ("circle", "square", "diamond")))
+
+
+def candidate_style(cid: str) -> tuple[str, str, str]:
+    """(colour, dash, marker symbol) of a candidate; the layer partition is black."""
+    if "/" not in cid:
+        return "#111111", "solid", "x"
+    res, exe = cid.split("/")
+    return EXECUTION_COLOURS[exe], RESIDENCY_DASH[res], RESIDENCY_SYMBOL[res]
+
+
+#: One colour per candidate (its execution's), the same in every figure.
+CANDIDATE_COLOURS = {c: candidate_style(c)[0] for c in CANDIDATE_IDS}
+PART_COLOURS = {"shared": "#9aa5b1", "experts": "#2f6fb0", "prefetch": "#e39b2d"}
+
+
+def _ms(us) -> np.ndarray:
+    return np.asarray(us, dtype=float) / 1e3
+
+
+def tpot_bars(df: pd.DataFrame, title: str = "") -> go.Figure:
+    """TPOT per candidate at one K, parts stacked (shared / experts / prefetch), best on top,
+    the winner starred and outlined."""
+    s = df.sort_values("rank", ascending=False)          # plotly draws the first row lowest
+    win = s["winner"].to_numpy()
+    labels = [("★ " if w else "") + c for c, w in zip(s["candidate"], win)]
+    fig = go.Figure()
+    for part in ("shared", "experts", "prefetch"):
+        fig.add_trace(go.Bar(
+            x=_ms(s[f"{part}_us"]), y=labels, orientation="h", name=part,
+            marker=dict(color=PART_COLOURS[part],
+                        line=dict(width=np.where(win, 2.5, 0.0), color="#111")),
+            customdata=np.stack([s["candidate"], _ms(s["tpot_us"])], axis=1),
+            hovertemplate="%{customdata[0]}<br>" + part + ": %{x:.3f} ms<br>"
+                          "TPOT %{customdata[1]:.3f} ms<extra></extra>"))
+    tpot = _ms(s["tpot_us"])
+    fig.add_trace(go.Scatter(x=tpot, y=labels, mode="text", text=[f" {t:.2f}" for t in tpot],
+                             textposition="middle right", textfont=dict(size=10),
+                             showlegend=False, hoverinfo="skip"))
+    fig.update_layout(barmode="stack", title=title, xaxis_title="TPOT (ms per token)",
+                      height=max(260, 34 * len(s) + 110), margin=dict(l=10, r=40, t=60, b=40),
+                      legend=dict(orientation="h", y=-0.18))
+    return fig
+
+
+def tpot_vs_budget(sweep: pd.DataFrame, g: ModelGeometry, regions: Sequence[Region],
+                   current_gib: float | None = None, current_k: int | None = None,
+                   title: str = "", log_y: bool = False) -> go.Figure:
+    """TPOT of every candidate against the VRAM budget, the winner's regions shaded and the
+    current budget marked."""
+    x_all = sweep_budgets(sweep, g)
+    fig = go.Figure()
+    for cand, sub in sweep.groupby("candidate", sort=False):
+        idx = sub.index.to_numpy()
+        pos = sweep.index.get_indexer(idx)
+        colour, dash, _ = candidate_style(cand)
+        fig.add_trace(go.Scatter(
+            x=x_all[pos], y=_ms(sub["tpot_us"]), mode="lines", name=cand,
+            line=dict(color=colour, dash=dash, width=2.2 if "/" in cand else 2.6),
+            customdata=sub["experts_per_layer"].to_numpy(),
+            hovertemplate=cand + "<br>%{x:.2f} GiB (K = %{customdata})<br>"
+                          "%{y:.3f} ms/token<extra></extra>"))
+    x_lo, x_hi = float(x_all.min()), float(x_all.max())
+    # shapes and annotations as plain dicts, set once: add_vrect / add_vline cost tens of ms each
+    shapes, notes = [], []
+    for r in regions:
+        x1 = r.gib_to if r.gib_to is not None else x_hi
+        shapes.append(dict(type="rect", xref="x", yref="paper", x0=r.gib_from, x1=x1, y0=0,
+                           y1=1, fillcolor=CANDIDATE_COLOURS.get(r.candidate), opacity=0.10,
+                           line=dict(width=0), layer="below"))
+        if x1 - r.gib_from > (x_hi - x_lo) * 0.08:
+            notes.append(dict(x=r.gib_from, xref="x", y=1, yref="paper", text=r.candidate,
+                              showarrow=False, xanchor="left", yanchor="top",
+                              font=dict(size=10)))
+    if current_gib is not None:
+        x = min(max(current_gib, x_lo), x_hi)
+        shapes.append(dict(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
+                           line=dict(color="#111", dash="dash", width=1.5)))
+        notes.append(dict(x=x, xref="x", y=0, yref="paper", showarrow=False, xanchor="left",
+                          yanchor="bottom", text=f"{current_gib:g} GiB" + (
+                              f" → K = {current_k}" if current_k is not None else "")))
+    fig.update_layout(shapes=shapes, annotations=notes)
+    fig.update_layout(title=title, xaxis_title="VRAM budget (GiB)",
+                      yaxis_title="TPOT (ms per token)", height=480,
+                      yaxis_type="log" if log_y else "linear",
+                      margin=dict(l=10, r=10, t=60, b=40))
+    return fig
+
+
+def matrix_heatmap(df: pd.DataFrame | None, table: dict, title: str = "") -> go.Figure:
+    """The 3 x 4 Policy Matrix, each cell coloured by predicted TPOT (ms) and labelled with
+    its prior systems (or "new"); cells without a prediction stay blank."""
+    cands = {c["id"]: c for c in table["candidates"]}
+    tpot = {} if df is None else dict(zip(df["candidate"], _ms(df["tpot_us"])))
+    winner = None
+    if df is not None and len(df):
+        winner = df.loc[df["rank"].idxmin(), "candidate"]
+    xs = [e.value for e in EXECUTIONS]
+    ys = [r.value for r in RESIDENCIES]
+    z, text, ids = [], [], []
+    for r in RESIDENCIES:
+        zr, tr, ir = [], [], []
+        for e in EXECUTIONS:
+            cid = candidate_id(r, e)
+            c = cands[cid]
+            who = "new (COPE)" if c["new"] else "<br>".join(c["prior_systems"])
+            if not c["in_paper"]:
+                who += "<br><i>not instantiated in the paper</i>"
+            v = tpot.get(cid, np.nan)
+            val = "" if np.isnan(v) else f"<br><b>{v:.2f} ms</b>"
+            star = "★ " if cid == winner else ""
+            zr.append(v)
+            tr.append(f"{star}{who}{val}")
+            ir.append(cid)
+        z.append(zr)
+        text.append(tr)
+        ids.append(ir)
+    fig = go.Figure(go.Heatmap(
+        z=z, x=xs, y=ys, text=text, texttemplate="%{text}", textfont=dict(size=13),
+        customdata=ids,
+        colorscale="RdYlGn_r", colorbar=dict(title="TPOT ms"), xgap=3, ygap=3,
+        hovertemplate="%{customdata}<br>TPOT %{z:.3f} ms<extra></extra>"))
+    # invisible markers on the cell centres make cells selectable by a click in the app
+    fig.add_trace(go.Scatter(
+        x=[e for _ in ys for e in xs], y=[r for r in ys for _ in xs],
+        customdata=[cid for row in ids for cid in row], mode="markers",
+        marker=dict(size=60, symbol="square", opacity=0.0), showlegend=False,
+        hovertemplate="%{customdata}: click to draw its timeline<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(title=title, height=470, margin=dict(l=10, r=10, t=60, b=40),
+                      xaxis_title="execution", yaxis_title="residency")
+    return fig
+
+
+_KIND_COLOURS = {"CPU compute": "#c0504d", "GPU compute": "#4f81bd", "copy": "#9bbb59",
+                 "sync / merge": "#7f7f7f"}
+
+
+def _kind(seg) -> str:
+    if seg.lane == CPU:
+        return "CPU compute"
+    if seg.lane in (H2D, D2H):
+        return "copy"
+    if seg.label.startswith(("sync", "merge")):
+        return "sync / merge"
+    return "GPU compute"
+
+
+def timeline_figure(timelines: Sequence[Timeline], title: str = "") -> go.Figure:
+    """Gantt chart of one or more strategies: a row per (strategy, lane), bars at their start
+    and end; a dashed line marks the profile's measured whole-layer cost of each strategy."""
+    rows = [f"{tl.name} · {lane}" for tl in timelines for lane in LANES]
+    bars: dict[str, dict[str, list]] = {k: {"x": [], "base": [], "y": [], "text": []}
+                                        for k in _KIND_COLOURS}
+    for tl in timelines:
+        for s in tl.segments:
+            if s.duration_us <= 0:
+                continue
+            b = bars[_kind(s)]
+            b["x"].append(s.duration_us)
+            b["base"].append(s.start_us)
+            b["y"].append(f"{tl.name} · {s.lane}")
+            b["text"].append(s.label)
+    fig = go.Figure()
+    for kind, b in bars.items():
+        fig.add_trace(go.Bar(x=b["x"], base=b["base"], y=b["y"], text=b["text"],
+                             orientation="h", name=kind, marker_color=_KIND_COLOURS[kind],
+                             textposition="inside", insidetextanchor="middle",
+                             hovertemplate="%{text}<br>%{base:.2f} → %{x:.2f} µs long"
+                                           "<extra></extra>"))
+    for tl in timelines:
+        ends = [f"{tl.name} · {LANES[0]}", f"{tl.name} · {LANES[-1]}"]
+        fig.add_trace(go.Scatter(x=[tl.total_us] * 2, y=ends, mode="lines",
+                                 line=dict(color="#111", width=2),
+                                 name=f"{tl.name}: composed end {tl.total_us:.1f} µs",
+                                 hoverinfo="name"))
+        if tl.measured_us is not None:
+            fig.add_trace(go.Scatter(x=[tl.measured_us] * 2, y=ends, mode="lines",
+                                     line=dict(color="#d62728", width=2, dash="dash"),
+                                     name=f"{tl.name}: profiled schedule {tl.measured_us:.1f} µs",
+                                     hoverinfo="name"))
+    fig.update_yaxes(categoryorder="array", categoryarray=rows[::-1])
+    fig.update_layout(barmode="overlay", title=title, xaxis_title="µs from the start of the layer",
+                      height=140 + 32 * len(rows), margin=dict(l=10, r=10, t=60, b=40),
+                      legend=dict(orientation="h", y=-0.25))
+    return fig

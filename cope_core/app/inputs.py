@@ -1,0 +1,167 @@
+"""Views of the inputs: a trace's routing popularity and predictor recall (the statistics
+themselves come from :mod:`cope_core.trace.stats`), a profile's costs against the roofline,
+and predictions paired with measurements. Pure functions returning arrays and frames."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from .. import roofline as rl
+from ..errors import CopeInputError
+from ..estimate.costs import ESTIMATORS, cost_selected_split
+from ..estimate.metrics import Accuracy, accuracy, pair_up
+from ..estimate.predict import OptimisticPredictionWarning, predict, profile_spec
+from ..geometry import ModelGeometry
+from ..matrix import CANDIDATE_IDS, EXECUTIONS, Execution
+from ..parquet_io import Measurements
+from ..platforms import PlatformSpec
+from ..profile.data import ATOMIC_PER_N, OperatingPoint, Profile
+from ..trace.data import Trace
+from ..trace.stats import TraceStats
+
+
+# --- traces -------------------------------------------------------------------------------------
+def popularity_share(trace: Trace, sort: bool = False) -> np.ndarray:
+    """``share[l, e]``: fraction of the trace's tokens that route to expert ``e`` at layer ``l``.
+
+    With ``sort`` each layer's experts are ordered by descending share (column = rank)."""
+    share = trace.popularity / float(trace.n_tokens)
+    return -np.sort(-share, axis=1) if sort else share
+
+
+def recall_frame(stats: TraceStats) -> pd.DataFrame:
+    """Per layer pair ``l -> l + 1`` (column ``layer`` = ``l``): the recall of the trace's own
+    predictor (column ``predictor``, left out when the trace has no predictions) and of the
+    ``previous token`` and ``popularity`` baselines, from :mod:`cope_core.trace.stats`."""
+    cols = {"predictor": stats.recall, "previous token": stats.recall_previous_token,
+            "popularity": stats.recall_popularity}
+    frame = pd.DataFrame({k: np.asarray(v, dtype=float) for k, v in cols.items()
+                          if v is not None})
+    frame.insert(0, "layer", np.arange(len(frame)))
+    return frame
+
+
+# --- profiles -----------------------------------------------------------------------------------
+_ROOFLINE_OF = {"gpu_expert": "gpu", "staged_gpu_expert": "gpu", "cpu_expert": "cpu",
+                "stage": "copy"}
+
+
+def atomic_frame(op: OperatingPoint, g: ModelGeometry, spec: PlatformSpec | None) -> pd.DataFrame:
+    """Per-expert-count atomic costs of one operating point, with the roofline estimate.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``op, n, profile_us, roofline_us`` (roofline NaN without a platform spec).
+    """
+    rows = []
+    for name in ATOMIC_PER_N:
+        for n in range(op.top_k + 1):
+            roof = np.nan
+            if spec is not None:
+                kind = _ROOFLINE_OF[name]
+                roof = (rl.gpu_experts_us(g, spec, n) if kind == "gpu"
+                        else rl.cpu_experts_us(g, spec, n, op.cpu_threads) if kind == "cpu"
+                        else rl.copy_experts_us(g, spec, n))
+            rows.append({"op": name, "n": n, "profile_us": float(op.atomic[name][n]),
+                         "roofline_us": float(roof)})
+    return pd.DataFrame(rows)
+
+
+def single_ops_frame(op: OperatingPoint) -> pd.DataFrame:
+    """The single-count atomic costs (A, F, M, P) and the whole-layer costs."""
+    return pd.DataFrame([
+        {"quantity": "act_copy (A)", "median_us": op.act_copy},
+        {"quantity": "sync (F)", "median_us": op.sync},
+        {"quantity": "merge (M)", "median_us": op.merge},
+        {"quantity": "prefetch (P)", "median_us": op.prefetch_op},
+        {"quantity": "cpu_layer", "median_us": op.cpu_layer},
+        {"quantity": "gpu_layer", "median_us": op.gpu_layer},
+    ])
+
+
+def schedule_grid(op: OperatingPoint, execution: Execution | str = Execution.COST_SELECTED
+                  ) -> np.ndarray:
+    """``grid[h, c]``: the schedule cost at ``h`` hits with ``c`` misses on the CPU (NaN where
+    the profile has no such row, i.e. ``c > top_k - h`` or a split the strategy never uses)."""
+    return op.schedule[EXECUTIONS.index(Execution(execution))].copy()
+
+
+def chosen_split(op: OperatingPoint) -> np.ndarray:
+    """The cost-selected CPU share ``c`` chosen at each hit count."""
+    return cost_selected_split(op)[0]
+
+
+def shared_frame(op: OperatingPoint) -> pd.DataFrame:
+    """Shared per-token cost at the profiled contexts."""
+    return pd.DataFrame({"context": op.shared_context.astype(int), "shared_us": op.shared_us})
+
+
+# --- predicted vs measured ----------------------------------------------------------------------
+def estimators_for(profile: Profile) -> list[str]:
+    """Estimators that can run on this profile (HRM needs a platform spec)."""
+    try:
+        spec = profile_spec(profile)
+    except CopeInputError:      # a malformed spec only rules out the roofline estimator
+        spec = None
+    return [e for e in ESTIMATORS if e != "hrm" or spec is not None]
+
+
+def measured_pairs(trace: Trace, profile: Profile, calibration: Trace | None,
+                   measurements: Measurements, estimator: str) -> pd.DataFrame:
+    """Predictions of one estimator joined with measured TPOT (mean over trials).
+
+    Predicts at every measured (K, cpu_threads, gpu_share) for the measured candidates, like
+    ``cope evaluate``.
+
+    Returns
+    -------
+    DataFrame
+        ``prompt, candidate, predicted_us, measured_us, K, cpu_threads, gpu_share``.
+    """
+    if not measurements.model.same_shape(trace.model):
+        raise CopeInputError("measured model geometry differs from the trace's",
+                             source=measurements.path, field="model")
+    parts = []
+    for (k, threads, share), grp in measurements.table.groupby(["K", "cpu_threads", "gpu_share"],
+                                                                 sort=True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OptimisticPredictionWarning)
+            df = predict(trace, profile, int(k), calibration=calibration,
+                         cpu_threads=int(threads), gpu_share=float(share), estimator=estimator,
+                         candidates=sorted(set(grp["candidate"])))
+        p = pair_up(df, grp, df.attrs["prompts"])
+        p["K"], p["cpu_threads"], p["gpu_share"] = int(k), int(threads), float(share)
+        parts.append(p)
+    return pd.concat(parts, ignore_index=True)
+
+
+def metrics_table(scores: dict[str, Accuracy]) -> pd.DataFrame:
+    """One row per estimator: MAPE, Spearman rho, top-1 and top-3 agreement, pairs."""
+    rows = [{"estimator": est, "MAPE %": a.mape_pct, "Spearman ρ": a.spearman,
+             "top-1": f"{a.top1[0]}/{a.top1[1]}", "top-3": f"{a.top3[0]}/{a.top3[1]}",
+             "pairs": a.pairs} for est, a in scores.items()]
+    return pd.DataFrame(rows)
+
+
+def score(pairs: dict[str, pd.DataFrame]) -> dict[str, Accuracy]:
+    """:func:`cope_core.estimate.metrics.accuracy` of each estimator's pairs."""
+    return {est: accuracy(p, est) for est, p in pairs.items()}
+
+
+def prompt_drilldown(pairs: dict[str, pd.DataFrame], prompt: int) -> pd.DataFrame:
+    """One prompt's measured TPOT and each estimator's prediction, per candidate and K."""
+    keys = ["K", "cpu_threads", "gpu_share", "candidate"]
+    out = None
+    for est, p in pairs.items():
+        sub = p[p["prompt"] == prompt]
+        cols = sub[keys + ["measured_us", "predicted_us"]].rename(
+            columns={"predicted_us": f"{est}_us"})
+        out = cols if out is None else out.merge(cols.drop(columns="measured_us"), on=keys)
+    if out is None:
+        return pd.DataFrame(columns=keys + ["measured_us"])
+    order = {c: i for i, c in enumerate(CANDIDATE_IDS)}
+    return (out.assign(_o=out["candidate"].map(order)).sort_values(["K", "cpu_threads",
+            "gpu_share", "_o"]).drop(columns="_o").reset_index(drop=True))

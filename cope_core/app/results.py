@@ -1,0 +1,149 @@
+"""Cached computations of the explorer's pages (Streamlit layer): predictions at one K and over
+every K (the replay cached apart from the pricing), predicted-vs-measured pairs, what-if
+profiles, policies for export and trace statistics.
+
+Every cached function takes the dataset's ``key`` (paths and modification stamps of its files)
+and the dataset itself as ``_ds``, which Streamlit does not hash: equal keys mean equal inputs.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Sequence
+
+import pandas as pd
+import streamlit as st
+
+from ..export import Policy, build_policy
+from ..geometry import ModelGeometry
+from ..matrix import Residency
+from ..profile.data import Profile
+from ..trace.stats import TraceStats, trace_stats
+from . import compute, whatif
+from .dataset import Dataset
+from .inputs import estimators_for, measured_pairs
+
+
+def _replay(key: str, ks: tuple[int, ...], residencies: tuple[str, ...], ds: Dataset) -> dict:
+    return compute.replay_counts(ds.trace, ds.calibration, ks, [Residency(r) for r in residencies])
+
+
+# Histograms of a sweep chunk are megabytes, those of one K kilobytes: two caches, so that many
+# slider moves do not push the sweep out.
+@st.cache_data(show_spinner=False, max_entries=256)
+def _counts_one(key: str, ks: tuple[int, ...], residencies: tuple[str, ...],
+                _ds: Dataset) -> dict:
+    return _replay(key, ks, residencies, _ds)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _counts_chunk(key: str, ks: tuple[int, ...], residencies: tuple[str, ...],
+                  _ds: Dataset) -> dict:
+    return _replay(key, ks, residencies, _ds)
+
+
+def _counts_cached(key: str, ks: tuple[int, ...], residencies: tuple[str, ...],
+                   ds: Dataset) -> dict:
+    """Replay counts of one residency set at the K values ``ks`` (cached)."""
+    cached = _counts_one if len(ks) == 1 else _counts_chunk
+    return cached(key, ks, residencies, ds)
+
+
+def clear_replays() -> None:
+    """Forget cached replays and predictions (for benchmarks)."""
+    for f in (_counts_one, _counts_chunk, _predict_cached):
+        f.clear()
+
+
+@st.cache_data(show_spinner=False, max_entries=512)
+def _predict_cached(key: str, ks: tuple[int, ...], op: tuple[int, float], estimator: str,
+                    candidates: tuple[str, ...], _ds: Dataset) -> tuple[pd.DataFrame, tuple]:
+    # the replay does not depend on the operating point or the estimator: cached on its own
+    res = tuple(r.value for r in compute.residencies_of(candidates))
+    counts = _counts_cached(key, ks, res, _ds) if res else {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = compute.price(_ds.trace, _ds.profile, counts, ks, op[0], op[1], estimator,
+                           candidates, calibrated=_ds.calibration is not None)
+    return df, tuple(sorted({" ".join(str(w.message).split()) for w in caught}))
+
+
+def predict_at(ds: Dataset, k: int, op: tuple[int, float], estimator: str,
+               candidates: Sequence[str]) -> pd.DataFrame:
+    """Every chosen candidate at one K (cached); warnings are shown once per run."""
+    df, msgs = _predict_cached(ds.key, (int(k),), tuple(op), estimator, tuple(candidates), ds)
+    _warn(msgs)
+    return df
+
+
+def sweep(ds: Dataset, op: tuple[int, float], estimator: str,
+          candidates: Sequence[str]) -> pd.DataFrame:
+    """Every chosen candidate at every K in ``0..E``, with a progress bar per chunk of K."""
+    chunks = whatif.k_chunks(ds.trace.model.n_experts)
+    bar = st.progress(0.0, text="Sweeping every K …")
+    parts, msgs = [], set()
+    for i, ks in enumerate(chunks):
+        df, w = _predict_cached(ds.key, ks, tuple(op), estimator, tuple(candidates), ds)
+        parts.append(df)
+        msgs |= set(w)
+        bar.progress((i + 1) / len(chunks),
+                     text=f"Sweeping every K … {ks[-1]} of {chunks[-1][-1]}")
+    bar.empty()
+    _warn(tuple(sorted(msgs)))
+    return pd.concat(parts, ignore_index=True)
+
+
+def _warn(msgs: tuple[str, ...]) -> None:
+    shown = st.session_state.setdefault("_cope_warned_run", set())
+    for m in msgs:
+        if m not in shown:
+            st.warning(m)
+            shown.add(m)
+
+
+def reset_run_state() -> None:
+    """Called once at the top of every run (warnings are shown once per run)."""
+    st.session_state["_cope_warned_run"] = set()
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _pairs_cached(key: str, estimator: str, _ds: Dataset) -> pd.DataFrame:
+    return measured_pairs(_ds.trace, _ds.profile, _ds.calibration, _ds.measurements, estimator)
+
+
+def measurement_pairs(ds: Dataset) -> dict[str, pd.DataFrame]:
+    """Predicted-vs-measured pairs for every estimator the profile supports (cached)."""
+    return {est: _pairs_cached(ds.key, est, ds) for est in estimators_for(ds.profile)}
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def analytic_what_if(model: dict, gpu: str) -> Profile:
+    """An ANALYTIC profile of the same model on a catalog GPU (cached)."""
+    from ..platforms import platform_spec
+    from ..profile.analytic import analytic_profile
+    return analytic_profile(ModelGeometry.from_dict(model), platform_spec(gpu))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _policy_cached(key: str, k: int, op: tuple[int, float], candidate: str,
+                   _ds: Dataset) -> Policy:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the fill warning is already shown on every page
+        return build_policy(_ds.trace, _ds.profile, _ds.calibration, experts_per_layer=int(k),
+                            cpu_threads=int(op[0]), gpu_share=float(op[1]), candidate=candidate)
+
+
+def policy_for(ds: Dataset, k: int, op: tuple[int, float], candidate: str) -> Policy:
+    """The export package's policy of ``candidate`` (an id or ``"best"``) at ``K = k`` and the
+    operating point ``op``, cached per dataset, K, operating point and candidate."""
+    return _policy_cached(ds.key, int(k), (int(op[0]), float(op[1])), candidate, ds)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _stats_cached(key: str, _ds: Dataset) -> TraceStats:
+    return trace_stats(_ds.trace, _ds.calibration)
+
+
+def trace_statistics(ds: Dataset) -> TraceStats:
+    """:func:`cope_core.trace.stats.trace_stats` of the evaluated trace, with the calibration
+    trace's popularity (cached)."""
+    return _stats_cached(ds.key, ds)

@@ -1,0 +1,340 @@
+"""The Streamlit layer of the explorer: cached loaders, uploads and URL-bound widgets (cached
+computations are in :mod:`.results`). The rest of :mod:`cope_core.app` is free of Streamlit.
+
+Loaders use ``st.cache_data``, keyed by path and modification stamp. Uploads are written to a
+temp file and read with :mod:`cope_core.parquet_io` (never executed or unpickled); a bad upload
+shows the library's one-line message and the previous data stays in use. Settings are kept in
+the URL query string (``st.query_params``) so a view can be shared.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import streamlit as st
+
+from .. import parquet_io
+from ..errors import CopeInputError
+from ..geometry import ModelGeometry
+from ..profile.data import Profile
+from . import whatif
+from .dataset import Dataset, Example, assemble, provenance, scan_examples
+from .inputs import estimators_for
+from .settings import format_setting, op_key, op_label, parse_query
+
+EXAMPLES_DIR = Path(os.environ.get("COPE_EXAMPLES_DIR")
+                    or Path(__file__).resolve().parents[2] / "data" / "examples")
+UPLOAD_DIR = Path(tempfile.gettempdir()) / "cope-app-uploads"
+_READERS = {"trace": parquet_io.read_trace, "profile": parquet_io.read_profile,
+            "measurements": parquet_io.read_measurements}
+SLOT_KIND = {"trace": "trace", "calibration": "trace", "profile": "profile",
+             "measurements": "measurements"}
+_SETTINGS, _UPLOADS, _SEEN, _ERRORS = ("cope_settings", "cope_uploads", "cope_upload_seen",
+                                       "cope_upload_errors")
+
+
+# --- errors ---------------------------------------------------------------------------------------
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Show a CopeInputError as one ``st.error`` line and end this run of the page."""
+    try:
+        yield
+    except CopeInputError as exc:
+        st.error(str(exc))
+        st.stop()
+
+
+# --- loading --------------------------------------------------------------------------------------
+def _stamp(path: str | os.PathLike) -> str:
+    try:
+        s = os.stat(path)
+    except OSError:
+        return "missing"  # the reader then names the file
+    return f"{s.st_mtime_ns}:{s.st_size}"
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _read_cached(kind: str, path: str, stamp: str) -> Any:
+    return _READERS[kind](path)
+
+
+def read(kind: str, path: str | os.PathLike) -> Any:
+    """Read a trace, profile or measurements file (cached by path and modification stamp)."""
+    return _read_cached(kind, str(path), _stamp(path))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _scan_cached(folder: str, listing: tuple) -> list[Example]:
+    return scan_examples(folder)
+
+
+def examples() -> list[Example]:
+    """Shipped examples under :data:`EXAMPLES_DIR` (rescanned when a file there changes)."""
+    files = sorted(EXAMPLES_DIR.glob("*.parquet")) if EXAMPLES_DIR.is_dir() else []
+    return _scan_cached(str(EXAMPLES_DIR), tuple((p.name, _stamp(p)) for p in files))
+
+
+# --- settings in the URL --------------------------------------------------------------------------
+def settings() -> dict[str, Any]:
+    """This session's settings; the first run of a session reads them from the URL."""
+    if _SETTINGS not in st.session_state:
+        st.session_state[_SETTINGS] = parse_query(st.query_params.to_dict())
+    return st.session_state[_SETTINGS]
+
+
+def sync_url() -> None:
+    """Write every setting to the query string (page switches may have cleared it)."""
+    for name, value in settings().items():
+        text = format_setting(name, value)
+        if st.query_params.get(name) != text:
+            st.query_params[name] = text
+
+
+def resolve(name: str, default: Any, valid: Callable[[Any], bool] = lambda v: True,
+            coerce: Callable[[Any], Any] = lambda v: v) -> Any:
+    """A setting's current value, or ``default`` when unset or not valid here."""
+    v = settings().get(name, default)
+    try:
+        v = coerce(v)
+    except (TypeError, ValueError):
+        return default
+    return v if valid(v) else default
+
+
+def remember(name: str, value: Any) -> None:
+    """Keep a setting for this session and in the URL."""
+    settings()[name] = value
+    text = format_setting(name, value)
+    if st.query_params.get(name) != text:
+        st.query_params[name] = text
+
+
+def bound(name: str, widget: Callable[..., Any], *, default: Any,
+          valid: Callable[[Any], bool] = lambda v: True,
+          coerce: Callable[[Any], Any] = lambda v: v, **kwargs: Any) -> Any:
+    """Draw ``widget`` with its value kept in the session's settings and the URL.
+
+    The widget's state is seeded from the settings (which the first run read from the URL)
+    whenever it is missing or no longer valid, e.g. after switching pages or examples.
+    """
+    key = f"_w_{name}"
+    cur = st.session_state.get(key, None)
+    if key not in st.session_state or not valid(cur):
+        st.session_state[key] = resolve(name, default, valid, coerce)
+    value = widget(key=key, **kwargs)
+    remember(name, value)
+    return value
+
+
+# --- the dataset ----------------------------------------------------------------------------------
+#: The example shown first, when it is shipped (the README's main example).
+PREFERRED_EXAMPLE = "qwen3-30b-a3b"
+
+
+def _default_example(names: list[str]) -> str:
+    return PREFERRED_EXAMPLE if PREFERRED_EXAMPLE in names else names[0]
+
+
+def _chosen_example() -> Example | None:
+    exs = examples()
+    names = [e.name for e in exs]
+    if not names:
+        return None
+    return exs[names.index(resolve("example", _default_example(names), lambda v: v in names))]
+
+
+def sidebar() -> None:
+    """The example chooser (and profile chooser when an example has several), in the sidebar."""
+    exs = examples()
+    names = [e.name for e in exs]
+    if not names:
+        st.sidebar.warning(f"No shipped examples found in {EXAMPLES_DIR}; upload a trace and a "
+                           "profile on the Overview page.")
+        return
+    name = bound("example", st.sidebar.selectbox, default=_default_example(names),
+                 valid=lambda v: v in names, label="Example data", options=names,
+                 help="Shipped SYNTHETIC traces and ANALYTIC profiles under data/examples; "
+                      "uploads on the Overview page replace single files.")
+    ex = exs[names.index(name)]
+    if len(ex.profiles) > 1:
+        files = [Path(p).name for p in ex.profiles]
+        bound("profile", st.sidebar.selectbox, default=files[0], valid=lambda v: v in files,
+              label="Profile", options=files)
+
+
+def _paths() -> tuple[dict[str, str | None], dict[str, str]]:
+    ex = _chosen_example()
+    paths: dict[str, str | None] = dict.fromkeys(("trace", "calibration", "profile",
+                                                  "measurements"))
+    if ex is not None:
+        files = [Path(p).name for p in ex.profiles]
+        prof = resolve("profile", files[0], lambda v: v in files)
+        paths.update(trace=ex.traces[0],
+                     calibration=ex.calibrations[0] if ex.calibrations else None,
+                     profile=ex.profiles[files.index(prof)],
+                     measurements=ex.measurements[0] if ex.measurements else None)
+    origin = {s: f"example {Path(p).name}" for s, p in paths.items() if p}
+    for slot, (name, path) in st.session_state.get(_UPLOADS, {}).items():
+        paths[slot], origin[slot] = path, f"upload {name}"
+    return paths, origin
+
+
+def dataset() -> Dataset:
+    """The inputs in use: the chosen example with any uploaded files in place of its own.
+
+    Raises CopeInputError when there is no trace or profile at all."""
+    paths, origin = _paths()
+    missing = [s for s in ("trace", "profile") if not paths[s]]
+    if missing:
+        raise CopeInputError(f"no {' and no '.join(missing)} loaded; expected a shipped example "
+                             f"in {EXAMPLES_DIR} or an upload on the Overview page")
+    objs = {slot: read(SLOT_KIND[slot], p) if p else None for slot, p in paths.items()}
+    key = "|".join(f"{s}={p}@{_stamp(p)}" for s, p in sorted(paths.items()) if p)
+    return assemble(key, objs["trace"], objs["calibration"], objs["profile"],
+                    objs["measurements"], origin)
+
+
+def banner(ds: Dataset) -> None:
+    """Where the data comes from (SYNTHETIC / ANALYTIC labels) and anything that is off."""
+    st.caption(provenance(ds) + " — " + "; ".join(f"{s}: {o}" for s, o in ds.origin.items()))
+    for note in ds.notes:
+        st.warning(note)
+
+
+def require_predictable(ds: Dataset) -> None:
+    """Stop the page with the reason when the trace and profile cannot be combined."""
+    for problem in ds.problems:
+        st.error(problem)
+    if ds.problems:
+        st.stop()
+
+
+# --- uploads --------------------------------------------------------------------------------------
+def _store_upload(name: str, data: bytes, sha: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", Path(name).name)[:100] or "upload.parquet"
+    folder = UPLOAD_DIR / sha[:24]
+    path = folder / safe
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{safe}.{os.getpid()}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    return path
+
+
+def read_upload(name: str, data: bytes, kind: str) -> tuple[Any, str]:
+    """Store uploaded bytes in a temp file and read them with the library's reader.
+
+    Returns the object and the temp path; a bad file raises CopeInputError naming the upload."""
+    sha = hashlib.sha256(data).hexdigest()
+    try:
+        path = _store_upload(name, data, sha)
+    except OSError as exc:
+        raise CopeInputError(f"cannot store it ({exc.strerror or exc})",
+                             source=f"upload {name}") from None
+    try:
+        return read(kind, path), str(path)
+    except CopeInputError as exc:
+        raise CopeInputError(exc.detail, source=f"upload {name}", field=exc.field) from None
+
+
+def upload_slot(slot: str, label: str, help: str | None = None) -> None:
+    """A file uploader for one input. A good file replaces the slot's file; a bad one shows
+    the reader's one-line error while the previous data stays in use."""
+    # the generation in the key gives fresh, empty uploaders after forget_uploads()
+    gen = st.session_state.get("_cope_upload_gen", 0)
+    f = st.file_uploader(label, type=["parquet"], key=f"_up_{slot}_{gen}", help=help)
+    seen = st.session_state.setdefault(_SEEN, {})
+    errors = st.session_state.setdefault(_ERRORS, {})
+    uploads = st.session_state.setdefault(_UPLOADS, {})
+    if f is None:
+        errors.pop(slot, None)
+        seen.pop(slot, None)
+    else:
+        data = f.getvalue()
+        sha = hashlib.sha256(data).hexdigest()
+        if seen.get(slot) != sha:
+            seen[slot] = sha
+            try:
+                _, path = read_upload(f.name, data, SLOT_KIND[slot])  # validated before use
+                uploads[slot] = (f.name, path)
+                errors.pop(slot, None)
+            except CopeInputError as exc:
+                errors[slot] = str(exc)
+    if slot in errors:
+        st.error(errors[slot])
+    cur = uploads.get(slot)
+    st.caption(f"in use: upload {cur[0]}" if cur else "in use: the example's file, if any")
+
+
+def forget_uploads() -> None:
+    """Use the example's files again and empty the uploaders."""
+    for key in (_UPLOADS, _SEEN, _ERRORS):
+        st.session_state.pop(key, None)
+    st.session_state["_cope_upload_gen"] = st.session_state.get("_cope_upload_gen", 0) + 1
+
+
+# --- shared controls ------------------------------------------------------------------------------
+def current_vram(ds: Dataset) -> float:
+    g = ds.trace.model
+    lo, hi = whatif.budget_range(g)
+    return resolve("vram", whatif.default_budget(g, ds.profile.platform),
+                   lambda v: lo <= v <= hi, lambda v: whatif.snap(float(v)))
+
+
+def vram_widget(ds: Dataset, where: Any = st) -> tuple[float, int]:
+    """The VRAM-budget slider; returns the budget in GiB and the K it buys (shown below it)."""
+    g = ds.trace.model
+    lo, hi = whatif.budget_range(g)
+    gib = bound("vram", where.slider, default=whatif.default_budget(g, ds.profile.platform),
+                valid=lambda v: isinstance(v, float) and lo <= v <= hi,
+                coerce=lambda v: whatif.snap(float(v)), label="VRAM budget (GiB)",
+                min_value=lo, max_value=hi, step=whatif.BUDGET_STEP,
+                help="K = experts per layer that fit after the non-expert weights, a 4096-token "
+                     "KV cache and 0.5 GiB of workspace")
+    k = whatif.k_for_budget(g, gib)
+    where.caption(vram_caption(g, gib, k))
+    return gib, k
+
+
+def vram_caption(g: ModelGeometry, gib: float, k: int) -> str:
+    return (f"{gib:g} GiB buys **K = {k}** of {g.n_experts} experts per layer "
+            f"(K = {k} needs {whatif.budget_gib(g, k):.2f} GiB)")
+
+
+def _ops(profile: Profile) -> list[str]:
+    return [op_key(t, s) for t, s in profile.operating_points()]
+
+
+def current_op(profile: Profile) -> tuple[int, float]:
+    keys = _ops(profile)
+    k = resolve("op", op_key(*profile.choose()), lambda v: v in keys)
+    return profile.operating_points()[keys.index(k)]
+
+
+def op_widget(profile: Profile, where: Any = st) -> tuple[int, float]:
+    """Operating point (CPU threads, GPU share) among those in the profile."""
+    keys = _ops(profile)
+    ops = profile.operating_points()
+    k = bound("op", where.selectbox, default=op_key(*profile.choose()),
+              valid=lambda v: v in keys, label="Operating point", options=keys,
+              format_func=lambda v: op_label(*ops[keys.index(v)]))
+    return ops[keys.index(k)]
+
+
+def current_estimator(profile: Profile) -> str:
+    ests = estimators_for(profile)
+    return resolve("est", "cope", lambda v: v in ests)
+
+
+def estimator_widget(profile: Profile, where: Any = st) -> str:
+    ests = estimators_for(profile)
+    return bound("est", where.radio, default="cope", valid=lambda v: v in ests,
+                 label="Estimator", options=ests, horizontal=True,
+                 help="cope: profiled whole-layer schedules; atomic: isolated operator costs "
+                      "composed; hrm: roofline from peak numbers")

@@ -1,0 +1,106 @@
+"""Settings that live in the URL query string, so that a view can be shared as a link.
+
+Each setting has a codec: ``parse`` turns the query-string text into a value (raising
+ValueError on nonsense, which then falls back to the default) and ``fmt`` writes it back.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..estimate.costs import ESTIMATORS
+from ..matrix import CANDIDATE_IDS, EXECUTIONS, RESIDENCIES
+
+
+@dataclass(frozen=True)
+class Codec:
+    """How one setting is read from and written to the query string."""
+
+    parse: Callable[[str], Any]
+    fmt: Callable[[Any], str]
+
+
+def _float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(text)
+    return v
+
+
+def _choice(options: tuple[str, ...]) -> Codec:
+    def parse(text: str) -> str:
+        if text not in options:
+            raise ValueError(text)
+        return text
+    return Codec(parse, str)
+
+
+def _subset(options: tuple[str, ...]) -> Codec:
+    def parse(text: str) -> list[str]:
+        items = [t for t in text.split(",") if t]
+        if any(t not in options for t in items):
+            raise ValueError(text)
+        return [o for o in options if o in items]  # canonical order, each once
+    return Codec(parse, lambda v: ",".join(v))
+
+
+def _flag(text: str) -> bool:
+    if text not in ("0", "1"):
+        raise ValueError(text)
+    return text == "1"
+
+
+_TEXT = Codec(str, str)
+_FLOAT = Codec(_float, lambda v: f"{float(v):g}")
+_INT = Codec(int, lambda v: str(int(v)))
+_FLAG = Codec(_flag, lambda v: "1" if v else "0")
+
+#: Every setting the app keeps in the URL.
+CODECS: dict[str, Codec] = {
+    "example": _TEXT,          # shipped example (model name)
+    "profile": _TEXT,          # shipped profile file name, when an example has several
+    "vram": _FLOAT,            # VRAM budget in GiB
+    "op": _TEXT,               # operating point "THREADS@SHARE"
+    "est": _choice(ESTIMATORS),
+    "res": _subset(tuple(r.value for r in RESIDENCIES)),
+    "exe": _subset(tuple(e.value for e in EXECUTIONS)),
+    "lp": _FLAG,               # show the layer-partition baseline
+    "cell": _choice(CANDIDATE_IDS),
+    "hits": _INT,
+    "cmp": _TEXT,              # compare timeline with this execution ("none" for none)
+    "prompt": _INT,
+    "compare": _TEXT,          # second profile on the Profiles page
+    "sort": _FLAG,             # sort experts by popularity on the Traces page
+    "cand": _TEXT,             # candidate to export ("best" or an id)
+    "strict": _FLAG,           # Export: a runtime that cannot run the candidate is an error
+}
+
+
+def parse_query(params: dict[str, Any]) -> dict[str, Any]:
+    """Values of the known settings found in a query-string mapping; nonsense is dropped."""
+    out: dict[str, Any] = {}
+    for name, codec in CODECS.items():
+        raw = params.get(name)
+        if isinstance(raw, list):  # a repeated key: the last one wins, as in st.query_params
+            raw = raw[-1] if raw else None
+        if raw is None:
+            continue
+        try:
+            out[name] = codec.parse(str(raw))
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
+def format_setting(name: str, value: Any) -> str:
+    return CODECS[name].fmt(value)
+
+
+def op_key(cpu_threads: int, gpu_share: float) -> str:
+    """Text form of an operating point, e.g. ``"32@100"``."""
+    return f"{int(cpu_threads)}@{float(gpu_share):g}"
+
+
+def op_label(cpu_threads: int, gpu_share: float) -> str:
+    return f"{int(cpu_threads)} CPU threads · GPU share {float(gpu_share):g}%"

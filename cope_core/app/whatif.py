@@ -1,0 +1,180 @@
+"""What-if VRAM budgets: budget <-> K, the candidates on show, winners and break-even budgets.
+
+A sweep frame is the output of :func:`cope_core.estimate.predict.predict` over several ``K``;
+everything here is a pure function of such frames and the model geometry.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..geometry import GIB, ModelGeometry
+from ..matrix import CANDIDATES, LAYER_PARTITION
+from ..platforms import GPUS
+
+#: The slider's resolution in GiB.
+BUDGET_STEP = 0.25
+
+
+def budget_gib(g: ModelGeometry, k: int) -> float:
+    """Smallest VRAM budget (GiB) that buys ``K = k`` experts per layer."""
+    return g.vram_for_experts_per_layer(int(k)) / GIB
+
+
+def k_for_budget(g: ModelGeometry, gib: float) -> int:
+    """Experts per layer a VRAM budget in GiB buys (clamped to ``[0, E]``)."""
+    return g.experts_per_layer_for_vram(float(gib) * GIB)
+
+
+def budget_range(g: ModelGeometry) -> tuple[float, float]:
+    """Slider bounds in GiB: from 0 to a step past the budget that holds every expert."""
+    top = budget_gib(g, g.n_experts)
+    return 0.0, math.ceil((top + 1.0) / BUDGET_STEP) * BUDGET_STEP
+
+
+def snap(gib: float) -> float:
+    """A budget rounded to the slider's step."""
+    return round(round(float(gib) / BUDGET_STEP) * BUDGET_STEP, 6)
+
+
+def default_budget(g: ModelGeometry, platform: dict | None) -> float:
+    """The profiled GPU's memory if the catalog knows it, capped where half the experts of
+    each layer fit (so the default view still has misses to trade off); else that cap."""
+    cap = budget_gib(g, g.n_experts // 2)
+    gpu = GPUS.get(str((platform or {}).get("gpu", "")).lower())
+    value = min(gpu.vram_bytes / GIB, cap) if gpu else cap
+    return snap(math.floor(value / BUDGET_STEP) * BUDGET_STEP)
+
+
+def candidate_ids(residencies: Iterable[str], executions: Iterable[str],
+                  layer_partition: bool) -> list[str]:
+    """Candidate ids of the chosen residency and execution rows, in canonical order."""
+    res, exe = set(residencies), set(executions)
+    out = []
+    for c in CANDIDATES:
+        if c.is_layer_partition:
+            if layer_partition:
+                out.append(c.id)
+        elif c.residency.value in res and c.execution.value in exe:
+            out.append(c.id)
+    return out
+
+
+def k_chunks(n_experts: int, size: int = 17) -> list[tuple[int, ...]]:
+    """``0..E`` split into consecutive chunks, so a sweep can report progress per chunk."""
+    ks = list(range(n_experts + 1))
+    return [tuple(ks[i:i + size]) for i in range(0, len(ks), size)]
+
+
+@dataclass(frozen=True)
+class Winner:
+    """The best candidate at one K and its margin over the runner-up."""
+
+    candidate: str
+    tpot_us: float
+    runner_up: str | None
+    runner_up_us: float | None
+
+    @property
+    def margin_pct(self) -> float | None:
+        if self.runner_up_us is None:
+            return None
+        return (self.runner_up_us - self.tpot_us) / self.tpot_us * 100.0
+
+    def sentence(self) -> str:
+        text = f"{self.candidate} wins at {self.tpot_us / 1e3:.3f} ms/token"
+        if self.runner_up is not None and self.runner_up_us == self.tpot_us:
+            text += f", tied with {self.runner_up} (exact ties go to the earlier candidate id)"
+        elif self.runner_up is not None:
+            text += (f", {self.margin_pct:.1f}% ahead of {self.runner_up} "
+                     f"({self.runner_up_us / 1e3:.3f} ms/token)")
+        return text
+
+
+def winner_of(df: pd.DataFrame) -> Winner:
+    """Winner and runner-up of a one-K prediction frame (ranks from ``predict``)."""
+    s = df.sort_values("rank")
+    w = s.iloc[0]
+    ru = s.iloc[1] if len(s) > 1 else None
+    return Winner(w.candidate, float(w.tpot_us), None if ru is None else ru.candidate,
+                  None if ru is None else float(ru.tpot_us))
+
+
+@dataclass(frozen=True)
+class Region:
+    """A run of consecutive K values with the same winner.
+
+    ``gib_from`` is the budget at which ``k_from`` becomes affordable; ``gib_to`` is where the
+    next region starts (None for the last region).
+    """
+
+    candidate: str
+    k_from: int
+    k_to: int
+    gib_from: float
+    gib_to: float | None
+
+
+def winner_regions(sweep: pd.DataFrame, g: ModelGeometry) -> list[Region]:
+    """Consecutive-K regions of the sweep's winners, in increasing K."""
+    wins = (sweep[sweep["winner"]].sort_values("experts_per_layer")
+            [["experts_per_layer", "candidate"]].to_numpy())
+    regions: list[list] = []
+    for k, cand in wins:
+        if regions and regions[-1][0] == cand and regions[-1][2] == k - 1:
+            regions[-1][2] = int(k)
+        else:
+            regions.append([cand, int(k), int(k)])
+    out = []
+    for i, (cand, a, b) in enumerate(regions):
+        nxt = budget_gib(g, regions[i + 1][1]) if i + 1 < len(regions) else None
+        out.append(Region(cand, a, b, budget_gib(g, a), nxt))
+    return out
+
+
+def break_even_sentences(regions: Sequence[Region]) -> list[str]:
+    """The regions in words, e.g. ``"fixed/parallel wins from 14.50 GiB (K >= 40)"``."""
+    if not regions:
+        return []
+    if len(regions) == 1:
+        r = regions[0]
+        return [f"{r.candidate} wins at every budget (K = {r.k_from} … {r.k_to})"]
+    out = []
+    for i, r in enumerate(regions):
+        span = f"K = {r.k_from}" if r.k_from == r.k_to else f"K = {r.k_from} … {r.k_to}"
+        if i == 0:
+            out.append(f"{r.candidate} wins below {r.gib_to:.2f} GiB ({span})")
+        elif i == len(regions) - 1:
+            out.append(f"{r.candidate} wins from {r.gib_from:.2f} GiB ({span}"
+                       + (", every expert resident)" if r.k_from == r.k_to else ")"))
+        else:
+            out.append(f"{r.candidate} wins from {r.gib_from:.2f} GiB to {r.gib_to:.2f} GiB "
+                       f"({span})")
+    return out
+
+
+def break_even_budgets(regions: Sequence[Region]) -> pd.DataFrame:
+    """One row per change of winner: budget, K, the candidate before and after."""
+    rows = [{"budget_gib": b.gib_from, "experts_per_layer": b.k_from, "from": a.candidate,
+             "to": b.candidate} for a, b in zip(regions, regions[1:])]
+    return pd.DataFrame(rows, columns=["budget_gib", "experts_per_layer", "from", "to"])
+
+
+def sweep_budgets(sweep: pd.DataFrame, g: ModelGeometry) -> np.ndarray:
+    """VRAM budget (GiB) of each row's K."""
+    ks = sweep["experts_per_layer"].to_numpy()
+    per_k = {int(k): budget_gib(g, int(k)) for k in np.unique(ks)}
+    return np.array([per_k[int(k)] for k in ks])
+
+
+def hit_rates(sweep: pd.DataFrame) -> pd.DataFrame:
+    """Hit rate per K for each residency (one execution suffices: hits do not depend on it)
+    and for the layer-partition baseline (the share of layers on the GPU)."""
+    first = sweep.drop_duplicates(["experts_per_layer", "residency"])
+    out = first[["experts_per_layer", "residency", "hit_rate"]].copy()
+    out.loc[out["residency"] == LAYER_PARTITION, "residency"] = "layer_partition (GPU layers)"
+    return out.reset_index(drop=True)

@@ -1,0 +1,72 @@
+"""Export: the chosen or best candidate as a cope.policy/1 JSON file and in the form each runtime
+takes (llama.cpp, KTransformers, SGLang-KT, vLLM), by the same functions as `cope export`."""
+import streamlit as st
+
+from cope_core.app import dataset as dsm
+from cope_core.app import results, session, whatif
+from cope_core.errors import CopeInputError
+from cope_core.export import FORMATS, render
+from cope_core.matrix import CANDIDATE_IDS
+
+#: Per format: tab label, file-name suffix, st.code language, MIME type of the download.
+VIEWS = {
+    "json": ("JSON (cope.policy/1)", ".policy.json", "json", "application/json"),
+    "llama.cpp": ("llama.cpp", ".llama.cpp.sh", "bash", "text/x-shellscript"),
+    "ktransformers": ("KTransformers", ".ktransformers.yaml", "yaml", "application/yaml"),
+    "sglang-kt": ("SGLang-KT", ".sglang-kt.sh", "bash", "text/x-shellscript"),
+    "vllm": ("vLLM", ".vllm.sh", "bash", "text/x-shellscript"),
+}
+
+st.title("Export a policy")
+with session.user_errors():
+    ds = session.dataset()
+session.banner(ds)
+session.require_predictable(ds)
+c1, c2, c3, c4 = st.columns([3, 2, 2, 1])
+with c1:
+    gib, k = session.vram_widget(ds)
+with c2:
+    op = session.op_widget(ds.profile)
+with c3:
+    options = ["best"] + list(CANDIDATE_IDS)
+    cand = session.bound("cand", st.selectbox, default="best", valid=lambda v: v in options,
+                         label="Candidate", options=options,
+                         format_func=lambda v: "best (COPE's predicted winner)" if v == "best"
+                         else v)
+with c4:
+    strict = session.bound("strict", st.toggle, default=False,
+                           valid=lambda v: isinstance(v, bool), label="Strict",
+                           help="A runtime that cannot run exactly the chosen candidate is an "
+                                "error instead of the nearest policy it can run (`cope export "
+                                "--strict`).")
+with session.user_errors():
+    df = results.predict_at(ds, k, op, "cope", CANDIDATE_IDS)
+    policy = results.policy_for(ds, k, op, cand)
+chosen = policy.candidate
+row = df[df["candidate"] == chosen].iloc[0]
+st.markdown(f"**{chosen}** at K = {k} ({gib:g} GiB): predicted {row.tpot_us / 1e3:.3f} ms/token "
+            f"by COPE, rank {int(row['rank'])} of {len(df)} · {dsm.provenance(ds)}")
+
+stem = f"{policy.model.name}-{chosen.replace('/', '-')}-K{policy.experts_per_layer}"
+for fmt, tab in zip(FORMATS, st.tabs([VIEWS[f][0] for f in FORMATS])):
+    label, suffix, language, mime = VIEWS[fmt]
+    with tab:
+        try:
+            out = render(policy, fmt, strict=strict, pt_path=stem + ".pt")
+        except CopeInputError as exc:   # strict, and this runtime cannot run the candidate
+            st.error(str(exc))
+            continue
+        if fmt == "json":
+            st.caption("The policy record: every runtime format renders from it again "
+                       "(`cope export --from-policy FILE --format ...`).")
+        elif out.exact:
+            st.success(f"{label} runs exactly {chosen}.")
+        else:
+            st.warning(out.summary)
+        st.download_button(f"Download {stem + suffix}", data=out.text, file_name=stem + suffix,
+                           mime=mime, key=f"download_{fmt}")
+        for path, data in out.files:
+            st.download_button(f"Download {path} (the tensor the flags name)", data=data,
+                               file_name=path, mime="application/octet-stream",
+                               key=f"download_{fmt}_file")
+        st.code(out.text, language=language)

@@ -1,0 +1,60 @@
+"""Landscape: what-if VRAM budgets. TPOT of every candidate at the chosen budget, and TPOT
+against the budget across every K with the winner's regions and break-even budgets."""
+import streamlit as st
+
+from cope_core.app import dataset as dsm
+from cope_core.app import figures, results, session, whatif
+from cope_core.matrix import EXECUTIONS, RESIDENCIES
+
+st.title("Landscape: what-if VRAM budgets")
+with session.user_errors():
+    ds = session.dataset()
+session.banner(ds)
+session.require_predictable(ds)
+g = ds.trace.model
+
+c1, c2, c3 = st.columns([3, 2, 2])
+with c1:
+    gib, k = session.vram_widget(ds)
+with c2:
+    op = session.op_widget(ds.profile)
+with c3:
+    est = session.estimator_widget(ds.profile)
+res_ids = [r.value for r in RESIDENCIES]
+exe_ids = [e.value for e in EXECUTIONS]
+c4, c5, c6 = st.columns([3, 3, 1])
+with c4:
+    res = session.bound("res", st.multiselect, default=res_ids,
+                        valid=lambda v: isinstance(v, list) and set(v) <= set(res_ids),
+                        label="Residencies", options=res_ids)
+with c5:
+    exe = session.bound("exe", st.multiselect, default=exe_ids,
+                        valid=lambda v: isinstance(v, list) and set(v) <= set(exe_ids),
+                        label="Executions", options=exe_ids)
+with c6:
+    lp = session.bound("lp", st.checkbox, default=True, valid=lambda v: isinstance(v, bool),
+                       label="layer partition")
+cands = whatif.candidate_ids(res, exe, lp)
+if not cands:
+    st.info("No candidate selected: choose at least one residency and execution, or the "
+            "layer-partition baseline.")
+    st.stop()
+
+with session.user_errors():
+    df = results.predict_at(ds, k, op, est, cands)
+w = whatif.winner_of(df)
+st.success(f"At {gib:g} GiB (K = {k}): {w.sentence()}.")
+st.plotly_chart(figures.tpot_bars(df, title=f"TPOT per candidate at K = {k} · {est} · "
+                                            f"{dsm.provenance(ds)}"), key="bars_chart")
+
+st.subheader("TPOT against the VRAM budget")
+with session.user_errors():
+    sw = results.sweep(ds, op, est, cands)
+regions = whatif.winner_regions(sw, g)
+st.plotly_chart(figures.tpot_vs_budget(sw, g, regions, current_gib=gib, current_k=k,
+                                       title=f"Every K = 0 … {g.n_experts} · {est} · "
+                                             f"{dsm.provenance(ds)}"), key="sweep_chart")
+st.markdown("**Break-even budgets**")
+for sentence in whatif.break_even_sentences(regions):
+    st.markdown(f"- {sentence}")
+st.dataframe(whatif.break_even_budgets(regions), hide_index=True)

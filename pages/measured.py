@@ -1,0 +1,46 @@
+"""Predicted vs measured: each estimator's predictions against measured TPOT, the accuracy
+metrics and a per-prompt drill-down."""
+import streamlit as st
+
+from cope_core.app import dataset as dsm
+from cope_core.app import figures_inputs, inputs, results, session
+
+st.title("Predicted vs measured")
+session.upload_slot("measurements", "Measurements (cope.measurements/1)",
+                    help="written by `cope measure`; replaces the example's measurements")
+with session.user_errors():
+    ds = session.dataset()
+session.banner(ds)
+if ds.measurements is None:
+    st.info("No measurements loaded. Upload a `cope.measurements/1` file above (made by "
+            "`cope measure` on the target) for the same model as the trace; predictions are "
+            "then made at every measured K and operating point and compared, per estimator.")
+    st.stop()
+if ds.measurement_problem:
+    st.error(ds.measurement_problem)
+    st.stop()
+session.require_predictable(ds)
+st.caption(f"{dsm.measurements_label(ds.measurements)} · {len(ds.measurements.table)} rows · "
+           f"{ds.measurements.notes}")
+
+with session.user_errors():
+    pairs = results.measurement_pairs(ds)
+    scores = inputs.score(pairs)
+st.plotly_chart(figures_inputs.pvm_scatter(pairs, title=f"Predicted vs measured TPOT · "
+                                                        f"{dsm.provenance(ds)}"),
+                key="pvm_chart")
+st.dataframe(inputs.metrics_table(scores), hide_index=True,
+             column_config={"MAPE %": st.column_config.NumberColumn(format="%.2f"),
+                            "Spearman ρ": st.column_config.NumberColumn(format="%.3f")})
+st.caption("MAPE over (prompt, candidate); Spearman ρ of the candidate order, averaged over "
+           "prompts; top-1: prompts whose predicted winner is the measured one; top-3: measured "
+           "top-3 candidates found in the predicted top 3.")
+
+st.subheader("One prompt")
+prompts = sorted(int(p) for p in next(iter(pairs.values()))["prompt"].unique())
+prompt = session.bound("prompt", st.selectbox, default=prompts[0],
+                       valid=lambda v: v in prompts, coerce=int, label="Prompt", options=prompts)
+drill = inputs.prompt_drilldown(pairs, prompt)
+st.plotly_chart(figures_inputs.drilldown_figure(drill, title=f"Prompt {prompt}"),
+                key="drill_chart")
+st.dataframe(drill, hide_index=True)

@@ -1,0 +1,58 @@
+"""Profiles: atomic-operator costs against the roofline estimate, cost-selected schedule costs
+(h x c), shared cost against context; a second profile side by side."""
+import streamlit as st
+
+from cope_core.errors import CopeInputError
+from cope_core.app import dataset as dsm
+from cope_core.app import figures_inputs, inputs, results, session
+from cope_core.estimate.predict import profile_spec
+from cope_core.platforms import GPUS
+
+st.title("Profiles")
+with session.user_errors():
+    ds = session.dataset()
+session.banner(ds)
+c1, c2 = st.columns(2)
+with c1:
+    op = session.op_widget(ds.profile)
+
+options = ["none"] + [f"analytic:{gpu}" for gpu in sorted(GPUS)] + ["upload"]
+compare = session.bound("compare", c2.selectbox, default="none", valid=lambda v: v in options,
+                        label="Compare with", options=options,
+                        format_func=lambda v: {"none": "no second profile",
+                                               "upload": "an uploaded profile"}.get(v)
+                        or f"ANALYTIC what-if: {v.split(':')[-1]} for this model")
+profiles = [("current", ds.profile)]
+if compare.startswith("analytic:"):
+    profiles.append((compare, results.analytic_what_if(ds.profile.model.to_dict(),
+                                                       compare.split(":")[1])))
+elif compare == "upload":
+    f = st.file_uploader("Second profile (cope.profile/1)", type=["parquet"], key="_up_second")
+    if f is not None:
+        try:
+            profiles.append((f"upload {f.name}", session.read_upload(f.name, f.getvalue(),
+                                                                     "profile")[0]))
+        except CopeInputError as exc:
+            st.error(str(exc))
+
+cols = st.columns(len(profiles))
+for col, (label, prof) in zip(cols, profiles):
+    with col:
+        st.markdown(f"**{label}: {dsm.profile_label(prof)}**")
+        with session.user_errors():
+            threads, share = op if (op in prof.operating_points()) else prof.choose()
+            opp = prof.resolve(threads, share)
+        spec = profile_spec(prof)
+        st.caption(f"{prof.model.name} · {threads} CPU threads · GPU share {share:g}%"
+                   + ("" if spec else " · no platform spec: roofline not drawn"))
+        st.plotly_chart(figures_inputs.atomic_figure(
+            inputs.atomic_frame(opp, prof.model, spec),
+            title="Atomic operators against the roofline"), key=f"atomic_{label}")
+        st.dataframe(inputs.single_ops_frame(opp), hide_index=True)
+        st.plotly_chart(figures_inputs.schedule_heatmap(
+            inputs.schedule_grid(opp), inputs.chosen_split(opp),
+            title="cost_selected schedule (µs); ★ = split COPE picks"), key=f"sched_{label}")
+st.plotly_chart(figures_inputs.shared_figure(
+    {label: inputs.shared_frame(p.resolve(*(op if op in p.operating_points() else p.choose())))
+     for label, p in profiles}, title="Shared per-token cost against context"),
+    key="shared_chart")

@@ -1,0 +1,198 @@
+"""The explorer in a real browser: ``streamlit run app.py`` on a free port, driven by Debian's
+chromium through Playwright. Visits every page, moves the VRAM slider on Landscape and checks
+that the charts changed, and saves the screenshots used in docs/app.md.
+
+Needs ``/usr/bin/chromium`` (``apt-get install chromium``) and the ``playwright`` package (no
+``playwright install``: the system browser is used). Skipped with the reason when either is
+missing.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = ROOT / "docs" / "screenshots"
+#: (URL path and query, screenshot name, heading). The default page lives at the root.
+PAGES = [("", "overview", "COPE Explorer"), ("matrix", "matrix", "Policy Matrix"),
+         ("landscape", "landscape", "Landscape"),
+         ("measured", "measured", "Predicted vs measured"), ("traces", "traces", "Traces"),
+         ("profiles?compare=analytic%3Ah100", "profiles", "Profiles"),
+         ("export", "export", "Export a policy")]
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--headless",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+
+pytestmark = [
+    pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                       reason=f"{CHROMIUM} is missing (apt-get install -y chromium)"),
+    pytest.mark.skipif(importlib.util.find_spec("playwright") is None,
+                       reason="the playwright package is missing (pip install playwright)"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    log = open(ROOT / ".pytest_cache" / "streamlit-browser-test.log", "w") \
+        if (ROOT / ".pytest_cache").is_dir() else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+         "--server.port", str(port), "--server.address", "127.0.0.1",
+         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
+                    if r.read().strip() == b"ok":
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"streamlit did not start (exit {proc.poll()})")
+            time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if log is not subprocess.DEVNULL:
+            log.close()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        # tall enough that a screenshot shows a whole page (Streamlit scrolls inside the app)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1900})
+        pg.set_default_timeout(60_000)
+        yield pg
+        browser.close()
+
+
+def _settle(pg) -> None:
+    """Wait until the script run is over and the page stopped changing."""
+    pg.wait_for_selector('[data-testid="stApp"]')
+    time.sleep(0.3)
+    pg.wait_for_function(
+        "() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
+        " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }")
+    time.sleep(0.5)
+
+
+def _charts(pg) -> list[dict]:
+    """Data and layout of every plotly chart on the page, as plotly holds them."""
+    return pg.evaluate(
+        "() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => ({"
+        " title: (g.layout && g.layout.title && g.layout.title.text) || '',"
+        " shapes: JSON.stringify((g.layout && g.layout.shapes) || []),"
+        " data: JSON.stringify((g.data || []).map(t => [t.x, t.y])) }))")
+
+
+def _wait_charts(pg, n: int) -> list[dict]:
+    """The page's charts once at least ``n`` of them hold data."""
+    pg.wait_for_function(
+        "n => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+        ".filter(g => g.data && g.data.length).length >= n", arg=n)
+    return _charts(pg)
+
+
+def _href(pg) -> str:
+    # page.url misses history.replaceState, which is how Streamlit writes the query string
+    return pg.evaluate("() => window.location.href")
+
+
+def test_every_page_renders(server, page):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for path, shot, heading in PAGES:
+        page.goto(f"{server}/{path}")
+        _settle(page)
+        page.get_by_role("heading", name=heading).first.wait_for()
+        assert page.locator('[data-testid="stException"]').count() == 0, path
+        assert page.locator('[data-testid="stAlertContentError"]').count() == 0, path
+        assert "Page not found" not in page.content(), path
+        if shot in ("matrix", "landscape", "traces", "profiles"):
+            assert _wait_charts(page, 2), path
+        page.screenshot(path=str(SHOTS / f"{shot}.png"), full_page=True)
+
+
+def test_bad_upload_shows_an_error_and_keeps_the_page(server, page, tmp_path):
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"not a parquet file")
+    page.goto(f"{server}/measured")
+    _settle(page)
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').first.set_input_files(
+        str(junk))
+    page.wait_for_selector('[data-testid="stAlertContentError"]')
+    _settle(page)
+    text = page.locator('[data-testid="stAlertContentError"]').first.inner_text()
+    assert text.startswith("upload junk.parquet: not a readable Parquet file")
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert "No measurements loaded" in page.content()          # the page still works
+
+
+def test_vram_slider_changes_the_landscape(server, page):
+    page.goto(f"{server}/landscape")
+    _settle(page)
+    before = _wait_charts(page, 2)      # plotly draws after the script run: wait for both
+    assert "vram=" in _href(page)       # the settings went into the query string
+    thumb = page.locator('[data-testid="stSlider"] input[type="range"]').first
+    old_value = thumb.get_attribute("value")
+    thumb.focus()
+    for _ in range(12):                 # 12 steps of 0.25 GiB: several experts per layer more
+        page.keyboard.press("ArrowRight")
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        _settle(page)
+        after = _wait_charts(page, 2)
+        if after[0] != before[0] and after[1] != before[1]:
+            break
+        time.sleep(0.5)
+    assert thumb.get_attribute("value") != old_value
+    assert after[0]["title"] != before[0]["title"]       # "TPOT per candidate at K = ..."
+    assert after[0]["data"] != before[0]["data"]         # the bars moved
+    assert after[1]["shapes"] != before[1]["shapes"]     # the budget marker moved
+    assert f"vram={float(thumb.get_attribute('value')):g}" in _href(page)
+    page.screenshot(path=str(SHOTS / "landscape-moved.png"), full_page=True)
+
+
+def test_clicking_a_matrix_cell_opens_its_timeline(server, page):
+    page.goto(f"{server}/matrix")
+    _settle(page)
+    _wait_charts(page, 2)
+    # centre of the cell (mutable_per_layer, cost_selected): column 3, row 1 of the heatmap
+    xy = page.evaluate(
+        "() => { const g = document.querySelector('.js-plotly-plot');"
+        " const xa = g._fullLayout.xaxis, ya = g._fullLayout.yaxis;"
+        " const r = g.getBoundingClientRect();"
+        " return [r.left + xa._offset + xa.l2p(3), r.top + ya._offset + ya.l2p(1)]; }")
+    page.mouse.click(*xy)
+    deadline = time.time() + 30
+    while "cell=mutable_per_layer%2Fcost_selected" not in _href(page) and time.time() < deadline:
+        time.sleep(0.5)
+    _settle(page)
+    assert "cell=mutable_per_layer%2Fcost_selected" in _href(page)
+    timeline = _wait_charts(page, 2)[1]
+    assert "cost_selected" in timeline["data"]

@@ -1,0 +1,519 @@
+"""Every page of the explorer through Streamlit's AppTest: its widgets change what it shows
+(checked against the library's numbers and the figures' data), uploads replace the data, and a
+bad upload gives one error line while the previous data stays in use."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import tiny_profile, tiny_trace
+from cope_core import parquet_io, predict
+from cope_core.app import whatif
+from cope_core.app.apptest import open_app_test
+from cope_core.app.timeline import execution_timeline
+from cope_core.errors import CopeInputError
+from cope_core.export import FORMATS, build_policy, policy_json, render
+from cope_core.geometry import get_model
+from cope_core.matrix import CANDIDATE_IDS
+from cope_core.parquet_io import Measurements
+from cope_core.replay.engine import fill_order
+from cope_core.trace.stats import trace_stats
+
+ROOT = Path(__file__).resolve().parents[1]
+EX = ROOT / "data" / "examples"
+TRACE, CALIB = EX / "qwen3-30b-a3b-trace.parquet", EX / "qwen3-30b-a3b-calibration.parquet"
+PROFILE = EX / "qwen3-30b-a3b-rtx4090-analytic.parquet"
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return (parquet_io.read_trace(TRACE), parquet_io.read_trace(CALIB),
+            parquet_io.read_profile(PROFILE))
+
+
+def open_app(page: str | None = None, **query: str) -> AppTest:
+    at = open_app_test(ROOT / "app.py", default_timeout=120)
+    at.query_params.update(query)
+    at.run()
+    if page:
+        at.switch_page(f"pages/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def rerun(at: AppTest) -> AppTest:
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _arr(v):
+    """Plotly's JSON arrays: lists, or typed arrays ``{"dtype", "bdata"[, "shape"]}``."""
+    if isinstance(v, dict) and "bdata" in v:
+        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+        if "shape" in v:
+            a = a.reshape([int(x) for x in str(v["shape"]).split(",")])
+        return a
+    return np.asarray(v)
+
+
+def charts(at: AppTest) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def title(fig: dict) -> str:
+    return fig["layout"]["title"]["text"]
+
+
+def upload(at: AppTest, slot: str, name: str, data: bytes) -> AppTest:
+    """Put a file into a slot's uploader (its key carries a generation number)."""
+    box = next(u for u in at.file_uploader if u.key.startswith(f"_up_{slot}_"))
+    box.set_value((name, data, "application/octet-stream"))
+    return rerun(at)
+
+
+def parquet_bytes(tmp_path: Path, write, obj, name: str) -> bytes:
+    path = tmp_path / name
+    write(obj, path)
+    return path.read_bytes()
+
+
+def expected(trace, cal, prof, k, **kw) -> pd.DataFrame:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return predict(trace, prof, k, calibration=cal, **kw)
+
+
+# --- Overview -------------------------------------------------------------------------------------
+def test_overview_shows_the_model_platform_and_winner(qwen):
+    tr, cal, prof = qwen
+    at = open_app()
+    assert at.subheader[0].value == "Model: qwen3-30b-a3b"
+    assert any("ANALYTIC profile (rtx4090" in m.value for m in at.markdown)
+    assert any("SYNTHETIC trace" in m.value for m in at.markdown)
+    ops = at.dataframe[2].value
+    assert ops["cpu_threads"].tolist() == [1, 2, 4, 8, 16, 32]
+    df = expected(tr, cal, prof, whatif.k_for_budget(tr.model, 24.0))   # default: 24 GiB card
+    w = whatif.winner_of(df)
+    metrics = [m.value for m in at.metric]
+    assert metrics[0] == w.candidate
+    assert metrics[1] == f"{w.tpot_us / 1e3:.3f} ms"
+
+    at.sidebar.selectbox(key="_w_example").set_value("deepseek-v2-lite")
+    rerun(at)
+    assert at.subheader[0].value == "Model: deepseek-v2-lite"
+    assert at.query_params["example"] == "deepseek-v2-lite"
+    ds_tr = parquet_io.read_trace(EX / "deepseek-v2-lite-trace.parquet")
+    ds_df = expected(ds_tr, parquet_io.read_trace(EX / "deepseek-v2-lite-calibration.parquet"),
+                     parquet_io.read_profile(EX / "deepseek-v2-lite-a100-analytic.parquet"),
+                     whatif.k_for_budget(ds_tr.model,
+                                         whatif.default_budget(ds_tr.model, {"gpu": "a100-80gb"})))
+    assert at.metric[1].value == f"{whatif.winner_of(ds_df).tpot_us / 1e3:.3f} ms"
+
+
+def test_bad_upload_shows_one_error_line_and_keeps_the_data(tmp_path):
+    at = open_app()
+    before = [m.value for m in at.metric]
+    upload(at, "trace", "bad.parquet", b"this is not parquet")
+    assert len(at.error) == 1
+    msg = at.error[0].value
+    assert msg.startswith("upload bad.parquet: not a readable Parquet file")
+    assert "\n" not in msg
+    assert at.subheader[0].value == "Model: qwen3-30b-a3b"          # previous data in use
+    assert [m.value for m in at.metric] == before
+    # a valid file of the wrong kind: the reader's schema message
+    trace_bytes = parquet_bytes(tmp_path, parquet_io.write_trace, tiny_trace(), "t.parquet")
+    upload(at, "profile", "t.parquet", trace_bytes)
+    assert any(e.value == "upload t.parquet: field 'schema': this is a cope.trace/1 file, "
+                          "expected cope.profile/1" for e in at.error)
+    assert at.subheader[0].value == "Model: qwen3-30b-a3b"
+
+
+def test_uploads_replace_the_data(tmp_path):
+    tr, prof = tiny_trace(), tiny_profile()
+    at = open_app()
+    upload(at, "trace", "tiny-trace.parquet",
+           parquet_bytes(tmp_path, parquet_io.write_trace, tr, "a.parquet"))
+    # the example's profile does not fit the tiny model: said once, nothing is predicted
+    assert at.subheader[0].value == "Model: tiny"
+    assert any("load a profile for the trace's model" in e.value for e in at.error)
+    assert not at.metric
+    assert any("calibration trace not used" in w.value for w in at.warning)
+    upload(at, "profile", "tiny-profile.parquet",
+           parquet_bytes(tmp_path, parquet_io.write_profile, prof, "b.parquet"))
+    assert not at.error
+    k = whatif.k_for_budget(tr.model, whatif.default_budget(tr.model, prof.platform))
+    w = whatif.winner_of(expected(tr, None, prof, k))
+    assert [m.value for m in at.metric][:2] == [w.candidate, f"{w.tpot_us / 1e3:.3f} ms"]
+    assert any("optimistic" in x.value for x in at.warning)   # no calibration for it
+    at.button[0].click()                                        # back to the example's files
+    rerun(at)
+    assert at.subheader[0].value == "Model: qwen3-30b-a3b"
+    assert all(u.value is None for u in at.file_uploader)      # emptied, and stays so
+    rerun(at)
+    assert at.subheader[0].value == "Model: qwen3-30b-a3b"
+
+
+def test_without_shipped_examples_uploads_still_work(tmp_path, monkeypatch):
+    from cope_core.app import session
+    monkeypatch.setattr(session, "EXAMPLES_DIR", tmp_path / "empty")
+    at = open_app()
+    assert "No shipped examples found" in at.sidebar.warning[0].value
+    assert at.error[0].value.startswith("no trace and no profile loaded")
+    upload(at, "trace", "t.parquet",
+           parquet_bytes(tmp_path, parquet_io.write_trace, tiny_trace(), "t.parquet"))
+    upload(at, "profile", "p.parquet",
+           parquet_bytes(tmp_path, parquet_io.write_profile, tiny_profile(), "p.parquet"))
+    assert not at.error and at.subheader[0].value == "Model: tiny"
+    at.switch_page("pages/landscape.py")
+    rerun(at)
+    assert len([t for t in charts(at)[1]["data"] if t.get("mode") == "lines"]) == 13
+    assert at.slider(key="_w_vram").max == whatif.budget_range(tiny_trace().model)[1]
+
+
+# --- Policy Matrix --------------------------------------------------------------------------------
+def test_matrix_cells_and_timeline(qwen):
+    tr, cal, prof = qwen
+    at = open_app("matrix", vram="20")
+    k = whatif.k_for_budget(tr.model, 20.0)
+    df = expected(tr, cal, prof, k).set_index("candidate")
+    heat = charts(at)[0]
+    z = _arr(heat["data"][0]["z"]).astype(float).reshape(3, 4)
+    assert z[1, 3] == pytest.approx(df.loc["mutable_per_layer/cost_selected", "tpot_us"] / 1e3)
+    assert z[0, 2] == pytest.approx(df.loc["fixed/ready_first", "tpot_us"] / 1e3)
+    assert f"K = {k}" in title(heat)
+
+    op = prof.resolve(32, 100.0)
+    def ends():
+        tl = charts(at)[1]
+        return [_arr(t["x"])[0] for t in tl["data"] if t.get("name", "").count("composed end")]
+    assert ends() == pytest.approx([execution_timeline(op, "ready_first", 4).total_us,
+                                    execution_timeline(op, "wait_then_gpu", 4).total_us])
+    at.slider(key="_w_hits").set_value(7)
+    rerun(at)
+    assert ends() == pytest.approx([execution_timeline(op, "ready_first", 7).total_us,
+                                    execution_timeline(op, "wait_then_gpu", 7).total_us])
+    assert at.query_params["hits"] == "7"
+    at.selectbox(key="_w_cell").set_value("layer_partition")
+    at.selectbox(key="_w_cmp").set_value("none")
+    rerun(at)
+    names = [t.get("name", "") for t in charts(at)[1]["data"]]
+    assert sum("composed end" in n for n in names) == 2
+    assert any(n.startswith("layer_partition · CPU layer") for n in names)
+
+
+# --- Landscape ------------------------------------------------------------------------------------
+def _bars(at) -> dict[str, float]:
+    fig = charts(at)[0]
+    parts = [t for t in fig["data"] if t.get("type") == "bar"]
+    labels = [y.lstrip("★ ") for y in parts[0]["y"]]
+    total = sum(_arr(p["x"]) for p in parts)
+    return dict(zip(labels, total))
+
+
+def test_landscape_slider_estimator_filters_and_sweep(qwen):
+    tr, cal, prof = qwen
+    at = open_app("landscape", vram="20", est="atomic")
+    assert at.slider(key="_w_vram").value == 20.0
+    assert at.radio(key="_w_est").value == "atomic"
+    k = whatif.k_for_budget(tr.model, 20.0)
+    df = expected(tr, cal, prof, k, estimator="atomic")
+    bars = _bars(at)
+    for cand, tpot in zip(df.candidate, df.tpot_us):
+        assert bars[cand] == pytest.approx(tpot / 1e3)
+
+    sweep = charts(at)[1]
+    assert len([t for t in sweep["data"] if t.get("mode") == "lines"]) == 13
+    full = expected(tr, cal, prof, range(129), estimator="atomic")
+    words = whatif.break_even_sentences(whatif.winner_regions(full, tr.model))
+    shown = [m.value for m in at.markdown if m.value.startswith("- ")]
+    assert shown == [f"- {w}" for w in words]
+
+    at.slider(key="_w_vram").set_value(30.0)
+    rerun(at)
+    k2 = whatif.k_for_budget(tr.model, 30.0)
+    assert k2 != k and f"K = {k2}" in title(charts(at)[0])
+    df2 = expected(tr, cal, prof, k2, estimator="atomic")
+    assert _bars(at)["fixed/parallel"] == pytest.approx(
+        df2.set_index("candidate").loc["fixed/parallel", "tpot_us"] / 1e3)
+    assert at.query_params["vram"] == "30"
+    assert at.success[0].value.startswith(f"At 30 GiB (K = {k2}): "
+                                          f"{whatif.winner_of(df2).candidate} wins")
+
+    at.multiselect(key="_w_res").set_value(["fixed"])
+    at.checkbox(key="_w_lp").uncheck()
+    rerun(at)
+    assert sorted(_bars(at)) == ["fixed/cost_selected", "fixed/parallel", "fixed/ready_first",
+                                 "fixed/wait_then_gpu"]
+    assert at.query_params["res"] == "fixed" and at.query_params["lp"] == "0"
+    at.multiselect(key="_w_exe").set_value([])
+    rerun(at)
+    assert not charts(at) and "No candidate selected" in at.info[0].value
+
+
+# --- Predicted vs measured ------------------------------------------------------------------------
+def _qwen_measurements(k: int) -> Measurements:
+    rows = [{"candidate": c, "prompt": p, "trial": t, "tpot_us": 10000.0 + 500 * i + 100 * p
+             + 10 * t, "K": k, "cpu_threads": 32, "gpu_share": 100.0}
+            for i, c in enumerate(CANDIDATE_IDS) for p in (0, 1) for t in (0, 1)]
+    df = pd.DataFrame(rows).astype({"prompt": "int32", "trial": "int32", "K": "int32",
+                                    "cpu_threads": "int16", "gpu_share": "float32"})
+    return Measurements(table=df, model=get_model("qwen3-30b-a3b"),
+                        platform={"gpu": "hand-made", "accelerator": "emulated"},
+                        notes="hand-made numbers for a test")
+
+
+def test_measured_page_empty_state_upload_metrics_and_drilldown(qwen, tmp_path):
+    tr, cal, prof = qwen
+    at = open_app("measured")
+    assert "No measurements loaded" in at.info[0].value and not charts(at)
+    upload(at, "measurements", "junk.parquet", b"PAR1 nonsense")
+    assert at.error[0].value.startswith("upload junk.parquet: not a readable Parquet file")
+    assert "No measurements loaded" in at.info[0].value
+
+    data = parquet_bytes(tmp_path, parquet_io.write_measurements, _qwen_measurements(40),
+                         "m.parquet")
+    upload(at, "measurements", "m.parquet", data)
+    assert not at.error
+    table = at.dataframe[0].value
+    assert table["estimator"].tolist() == ["cope", "atomic", "hrm"]
+    ref = expected(tr, cal, prof, 40, cpu_threads=32, gpu_share=100.0)
+    err = [abs(v - (10000.0 + 500 * i + 100 * p + 5)) / (10000.0 + 500 * i + 100 * p + 5)
+           for i, tp in enumerate(ref.prompt_tpot_us) for p, v in zip((0, 1), tp)]
+    assert table.loc[0, "MAPE %"] == pytest.approx(100 * np.mean(err))
+    assert table.loc[0, "pairs"] == 26
+    scatter = charts(at)[0]
+    points = [t for t in scatter["data"] if t.get("mode") == "markers"]
+    assert sum(len(_arr(t["x"])) for t in points) == 3 * 26
+    drill = at.dataframe[1].value
+    assert drill["measured_us"].tolist() == [10000.0 + 500 * i + 5 for i in range(13)]
+    at.selectbox(key="_w_prompt").set_value(1)
+    rerun(at)
+    assert at.dataframe[1].value["measured_us"].tolist() == [10105.0 + 500 * i
+                                                             for i in range(13)]
+    assert at.dataframe[1].value["cope_us"].tolist() == pytest.approx(
+        [tp[1] for tp in ref.prompt_tpot_us])
+
+
+# --- Traces ---------------------------------------------------------------------------------------
+def test_traces_page_popularity_sort_and_hit_rates(qwen):
+    tr, cal, _ = qwen
+    at = open_app("traces")
+    figs = charts(at)
+    z = _arr(figs[0]["data"][0]["z"]).reshape(tr.model.n_layers, tr.model.n_experts)
+    np.testing.assert_allclose(z, tr.popularity / tr.n_tokens)
+    hit = next(f for f in figs if "Hit rate" in title(f))
+    assert len(hit["data"]) == 4
+    fixed = next(t for t in hit["data"] if t["name"] == "fixed")
+    from cope_core.replay.engine import replay
+    rc = replay(tr, fill_order(cal), "fixed", [0, 64, 128])
+    want = rc.hits().sum(axis=1) / (tr.n_tokens * tr.model.n_layers * tr.model.top_k)
+    np.testing.assert_allclose(_arr(fixed["y"])[[0, 64, 128]], want)
+
+    at.toggle(key="_w_sort").set_value(True)
+    at.radio(key="trace_choice").set_value("calibration trace")
+    rerun(at)
+    z = _arr(charts(at)[0]["data"][0]["z"]).reshape(tr.model.n_layers, tr.model.n_experts)
+    np.testing.assert_allclose(z, -np.sort(-cal.popularity, axis=1) / cal.n_tokens)
+
+
+def test_traces_page_shows_the_trace_stats_module_numbers(qwen):
+    tr, cal, _ = qwen
+    ref = trace_stats(tr, cal)
+    at = open_app("traces")
+    figs = charts(at)
+    assert f"take {np.mean(ref.skew) * 100:.1f}% of routing" in title(figs[0])
+    reuse = next(f for f in figs if "reuse" in title(f))
+    np.testing.assert_allclose(_arr(reuse["data"][0]["y"]), ref.reuse)
+    recall = next(f for f in figs if "recall" in title(f))
+    lines = {t["name"]: _arr(t["y"]) for t in recall["data"]}
+    assert list(lines) == ["predictor", "previous token", "popularity"]
+    for name, col in zip(lines, (ref.recall, ref.recall_previous_token, ref.recall_popularity)):
+        assert len(col) == tr.model.n_layers - 1
+        np.testing.assert_allclose(lines[name], col)
+    table = at.dataframe[0].value
+    assert table.columns.tolist() == ["predictor", "previous token", "popularity"]
+    np.testing.assert_allclose(table.iloc[0].to_numpy(float),
+                               [ref.to_dict()["mean"][m] for m in
+                                ("recall", "recall_previous_token", "recall_popularity")])
+    # the calibration trace's own statistics when it is the one shown
+    at.radio(key="trace_choice").set_value("calibration trace")
+    rerun(at)
+    reuse = next(f for f in charts(at) if "reuse" in title(f))
+    np.testing.assert_allclose(_arr(reuse["data"][0]["y"]), trace_stats(cal).reuse)
+
+
+# --- Profiles -------------------------------------------------------------------------------------
+def test_profiles_page_operating_point_and_comparison(qwen):
+    _, _, prof = qwen
+    at = open_app("profiles")
+    figs = charts(at)
+    assert len(figs) == 3
+    atomic = figs[0]
+    cpu = next(t for t in atomic["data"] if t["name"].startswith("C: experts on CPU"))
+    np.testing.assert_allclose(_arr(cpu["y"]), prof.resolve(32, 100.0).atomic["cpu_expert"])
+    at.selectbox(key="_w_op").set_value("4@100")
+    rerun(at)
+    cpu = next(t for t in charts(at)[0]["data"] if t["name"].startswith("C: experts on CPU"))
+    np.testing.assert_allclose(_arr(cpu["y"]), prof.resolve(4, 100.0).atomic["cpu_expert"])
+    at.selectbox(key="_w_compare").set_value("analytic:h100")
+    rerun(at)
+    figs = charts(at)
+    assert len(figs) == 5                         # two columns of two, and the shared costs
+    assert [t["name"] for t in figs[-1]["data"]] == ["current", "analytic:h100"]
+    assert any("ANALYTIC profile (h100" in m.value for m in at.markdown)
+
+
+# --- Export ---------------------------------------------------------------------------------------
+@pytest.fixture
+def downloads(monkeypatch) -> dict[str, bytes]:
+    """The bytes every download button of a run hands to Streamlit, by file name."""
+    from streamlit.runtime.media_file_manager import MediaFileManager
+    seen: dict[str, bytes] = {}
+    add = MediaFileManager.add
+
+    def record(self, data, mimetype, coordinates, file_name=None, is_for_static_download=False):
+        seen[file_name] = data
+        return add(self, data, mimetype, coordinates, file_name, is_for_static_download)
+
+    monkeypatch.setattr(MediaFileManager, "add", record)
+    return seen
+
+
+def _policy(tr, cal, prof, k, candidate):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return build_policy(tr, prof, cal, experts_per_layer=k, cpu_threads=32,
+                            candidate=candidate)
+
+
+def _shown(at) -> dict[str, str]:
+    """The rendered text of each format whose tab shows one (a strict error shows none)."""
+    tabs = {t.label: t for t in at.tabs}
+    labels = dict(zip(FORMATS, ("JSON (cope.policy/1)", "llama.cpp", "KTransformers",
+                                "SGLang-KT", "vLLM")))
+    return {f: tabs[labels[f]].code[0].value for f in FORMATS if len(tabs[labels[f]].code)}
+
+
+def _without_time(text: str) -> dict:
+    out = json.loads(text)
+    out["provenance"].pop("created")
+    return out
+
+
+def test_export_page_renders_every_runtime_format(qwen, downloads):
+    import torch
+    tr, cal, prof = qwen
+    at = open_app("export", vram="20")
+    k = whatif.k_for_budget(tr.model, 20.0)
+    w = whatif.winner_of(expected(tr, cal, prof, k))
+    assert any(m.value.startswith(f"**{w.candidate}** at K = {k}") for m in at.markdown)
+    pol = _policy(tr, cal, prof, k, "best")
+    assert pol.candidate == w.candidate
+    stem = f"qwen3-30b-a3b-{w.candidate.replace('/', '-')}-K{k}"
+    shown = _shown(at)
+    assert list(shown) == list(FORMATS)
+    assert _without_time(shown["json"]) == _without_time(policy_json(pol))
+    lib = {f: render(pol, f) for f in ("llama.cpp", "ktransformers", "vllm")}
+    lib["sglang-kt"] = render(pol, "sglang-kt", pt_path=stem + ".pt")
+    for fmt, r in lib.items():
+        assert shown[fmt] == r.text.rstrip("\n")      # st.code drops the final newline
+    assert downloads[stem + ".llama.cpp.sh"] == lib["llama.cpp"].text.encode()
+    assert downloads[stem + ".ktransformers.yaml"] == lib["ktransformers"].text.encode()
+    assert downloads[stem + ".vllm.sh"] == lib["vllm"].text.encode()
+    assert downloads[stem + ".sglang-kt.sh"] == lib["sglang-kt"].text.encode()
+    assert _without_time(downloads[stem + ".policy.json"].decode()) == \
+        _without_time(policy_json(pol))
+    assert f"--init-expert-location {stem}.pt" in shown["sglang-kt"]
+    # exact or not, as the renderer says, with its summary (nearest policy and the TPOT gap)
+    assert not at.error
+    assert [x.value for x in at.warning] == [r.summary for r in lib.values() if not r.exact]
+    assert [x.value for x in at.success] == [f"{lbl} runs exactly {w.candidate}." for lbl, r in
+                                             zip(("llama.cpp", "KTransformers", "vLLM",
+                                                  "SGLang-KT"), lib.values()) if r.exact]
+    assert any("layer_partition is predicted at" in x.value for x in at.warning)
+
+    # the expert-location tensor: [dense + L, E], ones exactly at each layer's K fill experts
+    t = torch.load(io.BytesIO(downloads[stem + ".pt"]), weights_only=True)
+    g = tr.model
+    assert t.dtype == torch.float32 and tuple(t.shape) == (g.dense_layers + g.n_layers,
+                                                           g.n_experts)
+    want = np.zeros((g.n_layers, g.n_experts), np.float32)
+    np.put_along_axis(want, fill_order(cal)[:, :k].astype(np.int64), 1.0, axis=1)
+    np.testing.assert_array_equal(t.numpy()[g.dense_layers:], want)
+
+    at.selectbox(key="_w_cand").set_value("fixed/ready_first")
+    rerun(at)
+    assert at.query_params["cand"] == "fixed/ready_first"
+    pol = _policy(tr, cal, prof, k, "fixed/ready_first")
+    shown = _shown(at)
+    assert _without_time(shown["json"]) == _without_time(policy_json(pol))
+    for fmt in ("llama.cpp", "ktransformers", "vllm"):
+        assert shown[fmt] == render(pol, fmt).text.rstrip("\n")
+    sg = render(pol, "sglang-kt", pt_path=f"qwen3-30b-a3b-fixed-ready_first-K{k}.pt")
+    assert shown["sglang-kt"] == sg.text.rstrip("\n") and not sg.exact
+    assert sg.summary in [x.value for x in at.warning]
+    assert "fixed/parallel is predicted at" in sg.summary
+
+
+def test_export_page_strict_makes_an_inexpressible_candidate_an_error(qwen):
+    tr, cal, prof = qwen
+    at = open_app("export", vram="20", cand="fixed/ready_first", strict="1")
+    assert at.toggle(key="_w_strict").value is True
+    k = whatif.k_for_budget(tr.model, 20.0)
+    pol = _policy(tr, cal, prof, k, "fixed/ready_first")
+    messages = []
+    for fmt in ("llama.cpp", "ktransformers", "sglang-kt", "vllm"):
+        with pytest.raises(CopeInputError) as exc:
+            render(pol, fmt, strict=True)
+        messages.append(str(exc.value))
+    assert [e.value for e in at.error] == messages          # one line each, nothing rendered
+    assert all("\n" not in m for m in messages)
+    assert list(_shown(at)) == ["json"] and not at.warning
+    # layer_partition runs exactly on the layer-granular runtimes and SGLang-KT; vLLM never
+    at.selectbox(key="_w_cand").set_value("layer_partition")
+    rerun(at)
+    assert len(at.error) == 1 and at.error[0].value.startswith("field 'format': vLLM cannot")
+    assert list(_shown(at)) == ["json", "llama.cpp", "ktransformers", "sglang-kt"]
+    at.toggle(key="_w_strict").set_value(False)
+    rerun(at)
+    assert not at.error and list(_shown(at)) == list(FORMATS)
+    assert at.query_params["strict"] == "0"
+
+
+def test_export_page_policy_follows_the_chosen_gpu_share(tmp_path):
+    tr, prof = tiny_trace(), tiny_profile(operating_points=((4, 50.0), (4, 100.0)))
+    at = open_app()
+    upload(at, "trace", "t.parquet",
+           parquet_bytes(tmp_path, parquet_io.write_trace, tr, "t.parquet"))
+    upload(at, "profile", "p.parquet",
+           parquet_bytes(tmp_path, parquet_io.write_profile, prof, "p.parquet"))
+    at.switch_page("pages/export.py")
+    rerun(at)
+    policy = json.loads(at.code[0].value)
+    assert policy["operating_point"]["gpu_share"] == 100.0
+    at.selectbox(key="_w_op").set_value("4@50")
+    rerun(at)
+    policy = json.loads(at.code[0].value)
+    assert policy["operating_point"]["gpu_share"] == 50.0
+
+
+# --- cope app -------------------------------------------------------------------------------------
+def test_cope_app_runs_streamlit_on_this_app(capsys):
+    from cope_core.cli.main import main
+    assert main(["app", "--print-command", "--port", "8600", "--headless"]) == 0
+    cmd = capsys.readouterr().out.split()
+    assert cmd[1:4] == ["-m", "streamlit", "run"]
+    assert Path(cmd[4]) == ROOT / "app.py"
+    assert cmd[5:] == ["--server.port", "8600", "--server.headless", "true"]
+    assert main(["app", "--port", "70000"]) == 2
+    assert "expected a port in 1..65535" in capsys.readouterr().err
+    assert main(["app", "--examples", str(ROOT / "no-such-folder")]) == 2
