@@ -12,7 +12,7 @@ import pandas as pd
 
 from .. import parquet_io
 from ..errors import CopeInputError
-from ..estimate.metrics import accuracy, pair_up
+from ..estimate.metrics import accuracy, pair_up, winners_by_k
 from ..estimate.predict import predict, profile_spec
 from ..geometry import CATALOG, GIB, get_model
 from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
@@ -95,30 +95,65 @@ def cmd_vram(args: argparse.Namespace) -> int:
 # --- producing files ----------------------------------------------------------------------------
 def cmd_synth(args: argparse.Namespace) -> int:
     from ..trace.synth import synthesize
-    g = get_model(args.model)
+    fit = None
+    if args.fit:
+        from ..trace.fit import check_fit_input, fit_synth
+        real = parquet_io.read_trace(args.fit)
+        check_fit_input(real)
+        g = get_model(args.model) if args.model else real.model
+        if (g.n_experts, g.top_k) != (real.model.n_experts, real.model.top_k):
+            raise CopeInputError(f"model {g.name} routes top-{g.top_k} of {g.n_experts}, the "
+                                 f"fitted trace top-{real.model.top_k} of {real.model.n_experts}",
+                                 field="--model")
+        fit = fit_synth(real, seed=args.seed)
+    elif not args.model or args.prompts is None or args.tokens is None:
+        raise CopeInputError("--model, --prompts and --tokens are required without --fit",
+                             field="synth")
+    else:
+        g = get_model(args.model)
     if args.layers is not None:
         if not 1 <= args.layers:
             raise CopeInputError(f"expected at least 1 layer, got {args.layers}", field="--layers")
         g = g.with_layers(args.layers)
-    acc_text = str(args.predictor_accuracy).lower()
+    if args.predictor_accuracy is not None:
+        acc_text = str(args.predictor_accuracy).lower()
+    elif fit is not None:  # a trace without predictions fits to none
+        acc_text = "none" if fit.predictor_accuracy is None else str(fit.predictor_accuracy)
+    else:
+        acc_text = "0.7"
     try:
         acc = None if acc_text == "none" else float(acc_text)
     except ValueError:
         raise CopeInputError(f"expected a number in [0, 1] or 'none', got {acc_text!r}",
                              field="--predictor-accuracy") from None
-    tr = synthesize(g, prompts=args.prompts, tokens=args.tokens, seed=args.seed, skew=args.skew,
-                    reuse=args.reuse, predictor_accuracy=acc, description=args.description)
+    skew = args.skew if args.skew is not None else (fit.skew if fit else 1.0)
+    reuse = args.reuse if args.reuse is not None else (fit.reuse if fit else 0.5)
+    prompts = args.prompts if args.prompts is not None else fit.prompts
+    tokens = args.tokens if args.tokens is not None else fit.tokens
+    desc = args.description
+    if fit is not None:
+        desc = f"{desc.strip()}; fitted to {args.fit}: {fit.describe()}".lstrip("; ")
+    tr = synthesize(g, prompts=prompts, tokens=tokens, seed=args.seed, skew=skew,
+                    reuse=reuse, predictor_accuracy=acc, description=desc)
     parquet_io.write_trace(tr, args.output, overwrite=args.force)
     print(f"wrote {args.output}: SYNTHETIC trace, {g.name} geometry ({g.n_layers} MoE layers, "
-          f"top-{g.top_k} of {g.n_experts}), {tr.n_prompts} prompts x {args.tokens} tokens, "
+          f"top-{g.top_k} of {g.n_experts}), {tr.n_prompts} prompts x {tokens} tokens, "
           f"seed {args.seed}")
+    if fit is not None:
+        print(f"  {fit.describe()}")
+        print("  K         " + " ".join(f"{k:>6d}" for k in fit.ks))
+        print("  real hit  " + " ".join(f"{h:6.3f}" for h in fit.real_hit_rate))
+        print("  synth hit " + " ".join(f"{h:6.3f}" for h in fit.synth_hit_rate))
     return 0
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    if args.analytic is None:  # measured on this machine (cope_core.profile.measure)
+        from .measure_cmd import run_profile
+        return run_profile(args)
     from ..profile.analytic import DEFAULT_CONTEXTS, analytic_profile
     g = parquet_io.read_trace(args.trace).model if args.trace else get_model(args.model)
-    spec = resolve_platform(args.analytic, link=args.link, cpu=args.cpu)
+    spec = resolve_platform(args.analytic, link=args.link, cpu=args.cpu or "xeon-gold-6430")
     prof = analytic_profile(g, spec, cpu_threads=args.cpu_threads,
                             contexts=args.contexts or DEFAULT_CONTEXTS)
     parquet_io.write_profile(prof, args.output, overwrite=args.force)
@@ -251,8 +286,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 warnings.warn(f"{missing} measured (prompt, candidate) pairs at K={k}, "
                               f"cpu_threads={threads}, gpu_share={share:g} have no prompt of that "
                               "id in the trace and were left out")
-        acc = accuracy(pd.concat(pairs, ignore_index=True), est)
+        joined = pd.concat(pairs, ignore_index=True)
+        acc = accuracy(joined, est)
         result[est] = acc.to_dict() | {"pairs": acc.pairs}
+        if getattr(args, "per_k", False):
+            result[est]["per_k"] = winners_by_k(joined, est)
     if spec is None:
         result["hrm"] = None
         print("cope: warning: no platform spec in the profile and no --spec: HRM not evaluated",
@@ -266,4 +304,25 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             continue
         print(f"{est:<10}{r['mape_pct']:>9.2f}{r['spearman']:>10.3f}"
               f"{r['top1'][0]:>6}/{r['top1'][1]:<3}{r['top3'][0]:>6}/{r['top3'][1]:<3}{r['pairs']:>8}")
+    if getattr(args, "per_k", False):
+        print(format_per_k(result))
     return 0
+
+
+def format_per_k(result: dict[str, Any]) -> str:
+    """Per cache size: the measured winner and each estimator's predicted winner (TPOT averaged
+    over prompts) and the MAPE of those averages."""
+    ests = [e for e, r in result.items() if r is not None]
+    lines = ["", "per K (TPOT averaged over prompts): measured winner; per estimator its "
+                 "predicted winner (= when it agrees) and MAPE %"]
+    first = result[ests[0]]["per_k"]
+    for i, row in enumerate(first):
+        where = " ".join(f"{k}={row[k]:g}" for k in ("K", "cpu_threads", "gpu_share") if k in row)
+        parts = []
+        for e in ests:
+            r = result[e]["per_k"][i]
+            parts.append(f"{e}: {'=' if r['agree'] else r['predicted']} {r['mape_pct']:.1f}%")
+        lines.append(f"  {where}: measured {row['measured']} | " + " | ".join(parts))
+    agree = {e: sum(r["agree"] for r in result[e]["per_k"]) for e in ests}
+    lines.append("  winner agreement: " + ", ".join(f"{e} {agree[e]}/{len(first)}" for e in ests))
+    return "\n".join(lines)

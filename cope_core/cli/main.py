@@ -18,7 +18,7 @@ from . import commands
 #: Modules of this package that add sub-commands: each has ``register(subparsers)``, and every
 #: parser it adds sets ``func`` (``parser.set_defaults(func=...)``) to a function of ``args``
 #: that returns the exit status.
-PLUGINS: tuple[str, ...] = ()
+PLUGINS: tuple[str, ...] = ("export_cmd", "trace_cmd", "app_cmd", "measure_cmd")
 
 
 def _ints(text: str) -> list[int]:
@@ -62,31 +62,37 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("synth", help="write a synthetic routing trace")
-    s.add_argument("--model", required=True)
+    s.add_argument("--model", help="catalog model (required unless --fit gives the geometry)")
     s.add_argument("--layers", type=int, help="keep only the first N MoE layers")
-    s.add_argument("--prompts", type=int, required=True)
-    s.add_argument("--tokens", type=int, required=True, help="decode tokens per prompt")
+    s.add_argument("--prompts", type=int, help="required unless --fit (default: the trace's)")
+    s.add_argument("--tokens", type=int,
+                   help="decode tokens per prompt; required unless --fit (default: its mean)")
     s.add_argument("--seed", type=int, required=True)
-    s.add_argument("--skew", type=float, default=1.0, help="power-law exponent of popularity")
-    s.add_argument("--reuse", type=float, default=0.5, help="token-to-token reuse probability")
-    s.add_argument("--predictor-accuracy", default="0.7",
-                   help="next-layer prediction recall in [0, 1], or 'none'")
+    s.add_argument("--skew", type=float, help="power-law exponent of popularity (default 1.0)")
+    s.add_argument("--reuse", type=float, help="token-to-token reuse probability (default 0.5)")
+    s.add_argument("--predictor-accuracy",
+                   help="next-layer prediction recall in [0, 1], or 'none' (default 0.7)")
+    s.add_argument("--fit", metavar="TRACE",
+                   help="estimate skew, reuse (and predictor accuracy) from this real trace")
     s.add_argument("--description", default="")
     s.add_argument("-o", "--output", required=True)
     s.add_argument("--force", action="store_true", help="overwrite an existing file")
 
-    s = sub.add_parser("profile", help="write a profile (analytic what-if from published specs)")
-    s.add_argument("--analytic", required=True, metavar="PLATFORM",
-                   help="GPU name (a100-80gb, h100, h200, rtx4090, rtx5090, l40s) or a JSON spec file")
+    s = sub.add_parser("profile", help="write a profile: measured on this machine, or "
+                                       "--analytic (what-if from published specs)")
+    s.add_argument("--analytic", metavar="PLATFORM",
+                   help="GPU name (a100-80gb, h100, h200, rtx4090, rtx5090, l40s) or a JSON spec "
+                        "file; without it the profile is measured on this machine")
     src = s.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help="catalog model name")
     src.add_argument("--trace", help="take the model geometry from this trace")
-    s.add_argument("--link", help="pcie4 or pcie5 (default: the GPU's usual link)")
-    s.add_argument("--cpu", default="xeon-gold-6430", help="catalog CPU for the host side")
+    s.add_argument("--link", help="analytic: pcie4 or pcie5 (default: the GPU's usual link)")
+    s.add_argument("--cpu", help="analytic: catalog CPU for the host side (default xeon-gold-6430)")
     s.add_argument("--cpu-threads", type=_ints, help="operating points, e.g. 1,4,16")
     s.add_argument("--contexts", type=_ints, default=None, help="shared-cost contexts")
     s.add_argument("-o", "--output", required=True)
     s.add_argument("--force", action="store_true")
+    importlib.import_module(f"{__package__}.measure_cmd").add_profile_arguments(s)
 
     s = sub.add_parser("predict", help="predict every candidate's TPOT")
     _inputs(s)
@@ -102,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("evaluate", help="compare predictions with measurements")
     _inputs(s)
     s.add_argument("--measurements", required=True)
+    s.add_argument("--per-k", action="store_true",
+                   help="also compare winners per cache size (TPOT averaged over prompts)")
     s.add_argument("--json", action="store_true")
 
     for name in PLUGINS:

@@ -56,7 +56,7 @@ def accuracy(pairs: pd.DataFrame, estimator: str = "cope") -> Accuracy:
     Parameters
     ----------
     pairs : DataFrame
-        Columns ``prompt, candidate, predicted_us, measured_us`` (measured = mean over trials).
+        Columns ``prompt, candidate, predicted_us, measured_us`` (measured = median over trials).
     """
     from ..matrix import CANDIDATE_IDS
     if pairs.empty:
@@ -83,11 +83,52 @@ def accuracy(pairs: pd.DataFrame, estimator: str = "cope") -> Accuracy:
 
 
 def pair_up(prediction: pd.DataFrame, measurements: pd.DataFrame, prompt_ids: list[int]) -> pd.DataFrame:
-    """Join per-prompt predictions (one K) with measured TPOT averaged over trials."""
+    """Join per-prompt predictions (one K) with measured TPOT, the median over trials.
+
+    The median rather than the mean: a trial that another job on the machine slowed down (the
+    usual error of a timing, and always upwards) does not move it; with one or two trials, or
+    equal trials, it is the mean."""
     rows = [(int(pid), cand, float(v))
             for cand, values in zip(prediction["candidate"], prediction["prompt_tpot_us"])
             for pid, v in zip(prompt_ids, values)]
     pred = pd.DataFrame(rows, columns=["prompt", "candidate", "predicted_us"])
-    meas = (measurements.groupby(["prompt", "candidate"], as_index=False)["tpot_us"].mean()
+    meas = (measurements.groupby(["prompt", "candidate"], as_index=False)["tpot_us"].median()
             .rename(columns={"tpot_us": "measured_us"}))
     return pred.merge(meas, on=["prompt", "candidate"], how="inner")
+
+
+def winners_by_k(pairs: pd.DataFrame, estimator: str = "cope") -> list[dict]:
+    """Predicted vs measured winner per cache size (and operating point), on TPOT averaged over
+    the prompts, which is how a candidate's TPOT over a trace is defined (DESIGN §6).
+
+    Parameters
+    ----------
+    pairs : DataFrame
+        As for :func:`accuracy`; rows are grouped by whichever of ``K, cpu_threads, gpu_share``
+        it has.
+
+    Returns
+    -------
+    list of dict
+        Per group: the group's keys, ``predicted`` and ``measured`` winner (exact ties to the
+        earlier candidate id), ``agree``, and ``mape_pct`` of the prompt-mean TPOTs.
+    """
+    from ..matrix import CANDIDATE_IDS
+    if pairs.empty:
+        raise CopeInputError("no (prompt, candidate) pairs in common between prediction and "
+                             "measurement", field="candidate")
+    tie_order = {c: i for i, c in enumerate(CANDIDATE_IDS)}
+    keys = [c for c in ("K", "cpu_threads", "gpu_share") if c in pairs.columns]
+    groups = pairs.groupby(keys, sort=True) if keys else [((), pairs)]
+    out = []
+    for key, g in groups:
+        means = g.groupby("candidate", sort=False)[["predicted_us", "measured_us"]].mean()
+        cands = means.index.tolist()
+        pred = _order(means["predicted_us"].to_numpy(), cands, tie_order)[0]
+        meas = _order(means["measured_us"].to_numpy(), cands, tie_order)[0]
+        key = key if isinstance(key, tuple) else (key,)
+        row = {k: (float(v) if k == "gpu_share" else int(v)) for k, v in zip(keys, key)}
+        row.update(estimator=estimator, predicted=pred, measured=meas, agree=pred == meas,
+                   mape_pct=mape(means["predicted_us"], means["measured_us"]))
+        out.append(row)
+    return out

@@ -1,0 +1,185 @@
+"""The reference executor's measurement loop: every candidate, prompt and trial at each cache
+size and CPU-thread count, written as ``cope.measurements/1`` (DESIGN §8)."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..errors import CopeInputError
+from ..estimate.costs import cost_selected_split
+from ..estimate.predict import check_compatible
+from ..matrix import CANDIDATES, Candidate, Execution, get_candidate
+from ..mechanisms.accelerator import Accelerator
+from ..mechanisms.rig import Rig
+from ..mechanisms.threads import host_threads
+from ..mechanisms.weights import model_dtype
+from ..parquet_io import Measurements
+from ..profile.data import Profile
+from ..replay.engine import check_ks, fill_order
+from ..trace.data import Trace
+from .decode import CandidateDecoder
+
+
+@dataclass(frozen=True)
+class ExecutorSettings:
+    """How the reference executor runs.
+
+    Attributes
+    ----------
+    device : {"cpu", "cuda"}
+        ``cpu`` runs the emulated accelerator.
+    accel_threads : int
+        Torch threads of the emulated accelerator's compute worker.
+    trials : int
+        Runs of every (candidate, prompt); candidates are interleaved within a trial so slow
+        drift of the machine spreads over all of them.
+    warmup_tokens : int
+        Tokens decoded (and discarded) per candidate before its first measured prompt.
+    dtype : str, optional
+        Weight dtype name (default from the geometry's ``dtype_bytes``).
+    seed : int
+        Seed of the synthetic weights.
+    """
+
+    device: str = "cpu"
+    accel_threads: int = 1
+    trials: int = 3
+    warmup_tokens: int = 2
+    dtype: str | None = None
+    seed: int = 0
+
+
+def select_candidates(ids: Sequence[str] | None) -> list[Candidate]:
+    """Candidates in canonical order, each once (default: all 13)."""
+    if not ids:
+        return list(CANDIDATES)
+    wanted = {get_candidate(c).id for c in ids}
+    return [c for c in CANDIDATES if c.id in wanted]
+
+
+def splits_for(profile: Profile | None, rig: Rig, threads: int, progress: bool) -> np.ndarray:
+    """cost_selected's CPU share per hit count: from the profile at this thread count when
+    given (what the estimators use), else measured now with the profiler's schedule code."""
+    if profile is not None:
+        return cost_selected_split(profile.resolve(threads))[0]
+    from ..profile.measure import measure_cost_selected_split
+    if progress:
+        print(f"cope: measuring cost_selected splits at {threads} CPU threads (no --profile)",
+              file=sys.stderr)
+    return measure_cost_selected_split(rig, threads)
+
+
+def measure(trace: Trace, experts_per_layer: int | Sequence[int], *,
+            calibration: Trace | None = None, cpu_threads: Sequence[int] = (1,),
+            candidates: Sequence[str] | None = None, profile: Profile | None = None,
+            settings: ExecutorSettings = ExecutorSettings(), progress: bool = True,
+            fill_by_id: bool = False) -> Measurements:
+    """Run every candidate for real and return measured TPOT per (candidate, prompt, trial).
+
+    Parameters
+    ----------
+    trace : Trace
+        Routing to replay; its geometry sets every tensor shape.
+    experts_per_layer : int or sequence of int
+        Cache sizes ``K``.
+    calibration : Trace, optional
+        Popularity for the initial fill (default: the trace itself).
+    cpu_threads : sequence of int
+        Host threads for CPU experts (operating points).
+    candidates : sequence of str, optional
+    profile : Profile, optional
+        Supplies cost_selected's split (else it is measured first).
+    settings : ExecutorSettings
+    progress : bool
+        Show a progress bar on stderr.
+    """
+    g = trace.model
+    check_compatible(trace, None, calibration)
+    if profile is not None:
+        check_compatible(trace, profile)
+    ks = [int(k) for k in check_ks(experts_per_layer, g.n_experts)]
+    threads_list = _threads(cpu_threads)
+    cands = select_candidates(candidates)
+    dtype = model_dtype(g, settings.dtype)
+    order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
+    rows = []
+    total = len(threads_list) * len(ks) * settings.trials * trace.n_prompts * len(cands)
+    bar = _bar(total, progress)
+    load_before = _load()
+    with Accelerator(settings.device, settings.accel_threads) as acc:
+        rig = Rig.build(acc, g, dtype, pool_slots=max(ks) * g.n_layers,
+                        max_context=int(trace.context.max()), seed=settings.seed)
+        for threads in threads_list:
+            with host_threads(threads):
+                split = (splits_for(profile, rig, threads, progress)
+                         if any(c.execution is Execution.COST_SELECTED for c in cands) else None)
+                for K in ks:
+                    decoders = [CandidateDecoder(rig, c, K, order, split) for c in cands]
+                    for d in decoders:
+                        if settings.warmup_tokens:
+                            d.run_prompt(trace, 0, tokens=settings.warmup_tokens)
+                    for trial in range(settings.trials):
+                        # alternate the order so no candidate always runs right after another
+                        ordered = decoders if trial % 2 == 0 else decoders[::-1]
+                        for p in range(trace.n_prompts):
+                            for d in ordered:
+                                run = d.run_prompt(trace, p)
+                                rows.append((d.candidate.id, int(trace.prompt_ids[p]), trial,
+                                             run.tpot_us, K, threads, 100.0))
+                                bar.update(1)
+        platform = acc.describe()
+    bar.close()
+    table = pd.DataFrame(rows, columns=["candidate", "prompt", "trial", "tpot_us", "K",
+                                        "cpu_threads", "gpu_share"])
+    platform["dtype"] = str(dtype).replace("torch.", "")
+    # other jobs on the machine inflate timings; say how busy it was
+    platform["load_average"] = [load_before, _load()]
+    platform["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "default")
+    notes = (f"reference executor on the {platform['accelerator']} accelerator "
+             f"({platform['gpu']}); {settings.trials} trials, {settings.warmup_tokens} warm-up "
+             f"tokens per candidate; synthetic weights, routing replayed from "
+             f"{trace.path or 'the trace'}")
+    return Measurements(table=table, model=g, platform=platform,
+                        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                        notes=notes)
+
+
+def _threads(values: Sequence[int]) -> list[int]:
+    out = []
+    for t in values:
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
+            raise CopeInputError(f"expected whole numbers >= 1, got {t!r}", field="--cpu-threads")
+        if int(t) not in out:
+            out.append(int(t))
+    if not out:
+        raise CopeInputError("no CPU thread count given", field="--cpu-threads")
+    return out
+
+
+def _load() -> float | None:
+    """The 1-minute load average (None where the OS has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _bar(total: int, progress: bool):
+    if not progress:
+        return _NoBar()
+    from tqdm import tqdm
+    return tqdm(total=total, desc="cope measure", unit="run", file=sys.stderr)

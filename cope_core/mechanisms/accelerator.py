@@ -1,0 +1,278 @@
+"""The accelerator: CUDA when present, otherwise an emulated one in the same process.
+
+Both offer the same small surface the mechanisms are written against: a ``compute`` and a
+``copy`` stream (work submitted to a stream runs asynchronously, in submission order), events
+(``stream.record()``; ``event.synchronize()`` blocks the host; ``stream.wait(event)`` orders a
+stream after an event), device memory (:meth:`Accelerator.alloc`) and host staging memory
+(:meth:`Accelerator.host_alloc`, pinned on CUDA so copies can run without the host).
+
+The emulated accelerator gives each stream a dedicated worker thread: the compute worker has its
+own torch thread budget (``threads``), the copy worker a budget of one (it plays the copy
+engine), and "device" memory is ordinary preallocated, pre-touched host memory that only those
+workers touch. Host-side CPU-expert work therefore really overlaps, and really contends, with
+accelerator work. Why threads and not a process: see :mod:`cope_core.mechanisms.threads`.
+"""
+from __future__ import annotations
+
+import os
+import platform as _platform
+import queue
+import threading
+from typing import Any, Callable
+
+import torch
+
+from ..errors import CopeInputError
+from .threads import pin_thread_budget, short_switch_interval
+
+DEVICES = ("cpu", "cuda")
+
+
+# --- emulated ----------------------------------------------------------------------------------
+class EmulatedEvent:
+    """Set by a stream's worker when it reaches the point where the event was recorded."""
+
+    def __init__(self, stream: "EmulatedStream"):
+        self._flag = threading.Event()
+        self._stream = stream
+
+    def _set(self) -> None:
+        self._flag.set()
+
+    def query(self) -> bool:
+        return self._flag.is_set()
+
+    def synchronize(self) -> None:
+        self._flag.wait()
+        self._stream.raise_error()
+
+
+class EmulatedStream:
+    """A FIFO of callables run by one worker thread with its own torch thread budget."""
+
+    def __init__(self, name: str, threads: int):
+        self.name = name
+        self.threads = threads
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(ready,), name=f"cope-{name}",
+                                        daemon=True)
+        self._thread.start()
+        ready.wait()
+
+    def _run(self, ready: threading.Event) -> None:
+        pin_thread_budget(self.threads)
+        ready.set()
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            fn, args = item
+            if self._error is not None and fn.__name__ not in ("_set", "synchronize"):
+                continue  # after a failure only events still fire, so nobody waits forever
+            try:
+                fn(*args)
+            except BaseException as exc:  # surfaced on the host at the next synchronize
+                self._error = exc
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._q.put((fn, args))
+
+    def record(self) -> EmulatedEvent:
+        ev = EmulatedEvent(self)
+        self._q.put((ev._set, ()))
+        return ev
+
+    def wait(self, event: Any) -> None:
+        """Later work on this stream starts only after ``event``."""
+        if event is not None and not event.query():
+            self._q.put((event.synchronize, ()))
+
+    def synchronize(self) -> None:
+        self.record().synchronize()
+
+    def raise_error(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"emulated accelerator stream {self.name!r} failed: "
+                               f"{self._error!r}") from self._error
+
+    def close(self) -> None:
+        self._q.put(None)
+        self._thread.join()
+
+
+# --- CUDA ----------------------------------------------------------------------------------------
+class CudaEvent:
+    def __init__(self, stream: torch.cuda.Stream):
+        self.event = torch.cuda.Event()
+        self.event.record(stream)
+
+    def query(self) -> bool:
+        return bool(self.event.query())
+
+    def synchronize(self) -> None:
+        self.event.synchronize()
+
+
+class CudaStream:
+    """A CUDA stream; submitted callables issue their kernels and copies on it, asynchronously.
+
+    Callables must not synchronise (no ``.item()``, no pageable copies) and must write results
+    into preallocated tensors when another stream or the host reads them, so the caching
+    allocator never recycles memory another stream still uses."""
+
+    def __init__(self, device: torch.device, name: str):
+        self.name = name
+        self.stream = torch.cuda.Stream(device=device)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        with torch.cuda.stream(self.stream):
+            fn(*args)
+
+    def record(self) -> CudaEvent:
+        return CudaEvent(self.stream)
+
+    def wait(self, event: Any) -> None:
+        if event is not None:
+            self.stream.wait_event(event.event)
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+    def raise_error(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.stream.synchronize()
+
+
+# --- the accelerator ---------------------------------------------------------------------------
+class Accelerator:
+    """Streams, events and memory of one accelerator (see the module docstring).
+
+    Parameters
+    ----------
+    device : {"cpu", "cuda"}
+        ``cpu`` emulates the accelerator with worker threads; ``cuda`` uses the current GPU.
+    threads : int
+        Torch thread budget of the emulated compute worker (ignored on CUDA).
+    """
+
+    def __init__(self, device: str = "cpu", threads: int = 1):
+        if device not in DEVICES:
+            raise CopeInputError(f"expected one of {list(DEVICES)}, got {device!r}",
+                                 field="--device")
+        self.kind = "cuda" if device == "cuda" else "emulated"
+        self._registered: list[int] = []
+        self._switch = None
+        if self.kind == "cuda":
+            if not torch.cuda.is_available():
+                raise CopeInputError("no CUDA device is available to this torch build "
+                                     f"({torch.__version__}); use --device cpu for the emulated "
+                                     "accelerator", field="--device")
+            self.device = torch.device("cuda", torch.cuda.current_device())
+            self.name = torch.cuda.get_device_name(self.device)
+            self.threads = None
+            self.compute: Any = CudaStream(self.device, "compute")
+            self.copy: Any = CudaStream(self.device, "copy")
+        else:
+            self.device = torch.device("cpu")
+            self.name = "emulated"
+            if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+                raise CopeInputError(f"expected a whole number >= 1, got {threads!r}",
+                                     field="--accel-threads")
+            self.threads = threads
+            self._switch = short_switch_interval()
+            self._switch.__enter__()
+            self.compute = EmulatedStream("compute", self.threads)
+            self.copy = EmulatedStream("copy", 1)
+
+    # memory
+    def alloc(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """Device memory, zero-filled (so its pages are touched before anything is timed)."""
+        return torch.zeros(shape, dtype=dtype, device=self.device)
+
+    def host_alloc(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """Host memory that copies to and from the device read without the host's help.
+
+        On CUDA, large buffers are pinned with ``cudaHostRegister`` at their exact size (the
+        pinned caching allocator rounds every request up to a power of two); small ones and any
+        that cannot be registered use ``pin_memory``."""
+        if self.kind != "cuda":
+            return torch.zeros(shape, dtype=dtype)
+        t = torch.zeros(shape, dtype=dtype)
+        nbytes = t.numel() * t.element_size()
+        if nbytes >= 1 << 26:
+            err = int(torch.cuda.cudart().cudaHostRegister(t.data_ptr(), nbytes, 0))
+            if err == 0 and t.is_pinned():
+                self._registered.append(t.data_ptr())
+                return t
+        return t.pin_memory()
+
+    def synchronize(self) -> None:
+        """Wait for all outstanding work (on CUDA also the default stream, where setup runs)."""
+        self.copy.synchronize()
+        self.compute.synchronize()
+        if self.kind == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def close(self) -> None:
+        """Finish outstanding work, stop the emulated workers, unpin registered memory."""
+        self.compute.close()
+        self.copy.close()
+        if self.kind == "cuda":
+            for ptr in self._registered:
+                torch.cuda.cudart().cudaHostUnregister(ptr)
+            self._registered.clear()
+        if self._switch is not None:
+            self._switch.__exit__(None, None, None)
+            self._switch = None
+
+    def __enter__(self) -> "Accelerator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def describe(self) -> dict[str, Any]:
+        """Platform metadata: which machine and accelerator produced a result."""
+        out: dict[str, Any] = {
+            "accelerator": self.kind,
+            "gpu": self.name,
+            "cpu": cpu_name(),
+            "cpu_cores": cpu_cores(),
+            "torch": torch.__version__,
+            "host": _platform.node(),
+            "os": _platform.platform(),
+        }
+        if self.kind == "cuda":
+            props = torch.cuda.get_device_properties(self.device)
+            out.update(link="PCIe/NVLink (measured)", cuda=torch.version.cuda,
+                       gpu_memory_bytes=int(props.total_memory),
+                       gpu_multiprocessors=int(props.multi_processor_count))
+        else:
+            out.update(link="host memcpy (emulated)", accel_threads=self.threads,
+                       emulation="compute worker thread with its own torch thread budget, "
+                                 "copy worker thread, preallocated slot memory")
+        return out
+
+
+def cpu_name() -> str:
+    """The host CPU's model name."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return _platform.processor() or _platform.machine()
+
+
+def cpu_cores() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

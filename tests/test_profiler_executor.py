@@ -1,0 +1,253 @@
+"""The reference executor (exactness against a dense reference, the replay's cache states), the
+measured profiler (a profile that predict accepts) and the CLI around them, plus evaluate's
+per-K winner metric on hand-made numbers. Tiny geometries keep all of it fast."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from conftest import tiny_geometry, tiny_trace
+from cope_core import parquet_io
+from cope_core.cli.main import main
+from cope_core.estimate.metrics import winners_by_k
+from cope_core.estimate.predict import predict, profile_spec
+from cope_core.executor.decode import CandidateDecoder
+from cope_core.executor.run import ExecutorSettings, measure
+from cope_core.geometry import ModelGeometry
+from cope_core.matrix import CANDIDATE_IDS, CANDIDATES, Residency, get_candidate
+from cope_core.mechanisms import Accelerator, Rig, StopRule, host_threads
+from cope_core.mechanisms.experts import close_to_reference, dense_reference
+from cope_core.platforms import PlatformSpec
+from cope_core.profile.data import required_keys
+from cope_core.profile.measure import ProfilerSettings, measure_cost_selected_split, measure_profile
+from cope_core.replay.engine import fill_order, replay
+from cope_core.trace.synth import synthesize
+
+G = tiny_geometry()
+QUICK = StopRule(warmup=1, min_samples=3, max_samples=5, batch=2, max_seconds=0.5)
+SHARED_QUICK = StopRule(warmup=1, min_samples=3, max_samples=4, batch=1, max_seconds=0.5)
+
+
+@pytest.fixture(scope="module")
+def acc():
+    with host_threads(1), Accelerator("cpu", 1) as a:
+        yield a
+
+
+def _decoders(rig, order, K, split):
+    return [CandidateDecoder(rig, c, K, order, split) for c in CANDIDATES]
+
+
+# --- exactness --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_candidate_equals_the_dense_reference(acc, dtype):
+    tr = tiny_trace()
+    order = fill_order(tr)
+    rig = Rig.build(acc, G, dtype, pool_slots=G.n_layers * G.n_experts, max_context=32)
+    split = np.array([1, 1, 0])          # h=0: 1 CPU + 1 staged; h=1: the miss on the CPU
+    checked = 0
+    for K in (0, 2, G.n_experts):
+        for d in _decoders(rig, order, K, split):
+            for p in range(tr.n_prompts):
+                run = d.run_prompt(tr, p, record=True)
+                assert len(run.records) == tr.tokens_per_prompt[p] * G.n_layers
+                for r in run.records:
+                    ref = dense_reference(r.x, r.w, [rig.store.expert(r.layer, e)
+                                                     for e in r.routed],
+                                          G.hidden, G.expert_intermediate)
+                    assert close_to_reference(r.out, ref, dtype), (d.candidate.id, K, r.layer)
+                    if dtype is torch.float32:
+                        assert torch.allclose(r.out, ref, rtol=1e-5, atol=1e-6)
+                    checked += 1
+    assert checked == 3 * len(CANDIDATES) * tr.n_tokens * G.n_layers
+
+
+def test_candidates_agree_with_each_other_token_by_token(acc):
+    """Same routing, same weights: every candidate computes the same layer outputs."""
+    tr = tiny_trace()
+    order = fill_order(tr)
+    rig = Rig.build(acc, G, torch.float32, pool_slots=G.n_layers * G.n_experts, max_context=32)
+    outs = {}
+    for d in _decoders(rig, order, 2, np.array([2, 0, 0])):
+        outs[d.candidate.id] = torch.cat([r.out for r in d.run_prompt(tr, 0, record=True).records])
+    ref = outs["layer_partition"]
+    for cid, out in outs.items():
+        assert torch.allclose(out, ref, rtol=1e-5, atol=1e-6), cid
+
+
+# --- the executor follows the replay --------------------------------------------------------------
+SMALL = ModelGeometry(name="small", n_layers=4, n_experts=8, top_k=2, hidden=32,
+                      expert_intermediate=16, dtype_bytes=2, n_shared_experts=1, dense_layers=1,
+                      n_heads=2, n_kv_heads=1, head_dim=16, vocab=64, non_expert_bytes=10_000)
+
+
+def test_executor_hit_counts_equal_the_replay(acc):
+    trace = synthesize(SMALL, prompts=2, tokens=12, seed=7, predictor_accuracy=0.6)
+    cal = synthesize(SMALL, prompts=2, tokens=12, seed=8)
+    order = fill_order(cal)
+    rig = Rig.build(acc, SMALL, torch.float32, pool_slots=SMALL.n_layers * SMALL.n_experts,
+                    max_context=int(trace.context.max()))
+    inserted = 0
+    for K in (0, 1, 3, SMALL.n_experts):
+        for r in Residency:
+            d = CandidateDecoder(rig, get_candidate(f"{r.value}/ready_first"), K, order)
+            rc = replay(trace, order, r, K)
+            for p in range(trace.n_prompts):
+                run = d.run_prompt(trace, p)
+                assert np.array_equal(run.hist, rc.hist[0, p]), (r, K, p)
+                assert np.array_equal(run.ins, rc.ins[0, p]), (r, K, p)
+                inserted += int(run.ins.sum())
+                # the slots really hold what the residency says after the prompt
+                for s, (l, e) in d.state.assignment().items():
+                    assert torch.equal(rig.pool.slot(s), rig.store.expert(l, e))
+    assert inserted > 0   # the comparison covered real prefetches
+
+
+# --- the measurement loop and `cope measure` ------------------------------------------------------
+def test_measure_writes_every_candidate_prompt_trial(tmp_path):
+    tr = tiny_trace()
+    m = measure(tr, [2, 6], cpu_threads=[1], candidates=["fixed/parallel", "layer_partition",
+                                                         "mutable_cross_layer/cost_selected"],
+                settings=ExecutorSettings(trials=2, warmup_tokens=1), progress=False)
+    t = m.table
+    assert len(t) == 2 * 2 * 2 * 3
+    assert list(t["candidate"].unique()) == ["layer_partition", "fixed/parallel",
+                                             "mutable_cross_layer/cost_selected"]
+    assert set(t["prompt"]) == {3, 7} and set(t["K"]) == {2, 6} and set(t["trial"]) == {0, 1}
+    assert (t["tpot_us"] > 0).all() and (t["gpu_share"] == 100.0).all()
+    assert m.platform["accelerator"] == "emulated" and m.platform["dtype"] == "bfloat16"
+    parquet_io.write_measurements(m, tmp_path / "m.parquet")
+    back = parquet_io.read_measurements(tmp_path / "m.parquet")
+    assert back.platform["accelerator"] == "emulated" and len(back.table) == len(t)
+
+
+def test_measured_cost_selected_split_is_a_valid_share(acc):
+    rig = Rig.build(acc, G, torch.bfloat16, pool_slots=4, max_context=8)
+    split = measure_cost_selected_split(rig, 1)
+    assert split.shape == (G.top_k + 1,)
+    assert all(0 <= split[h] <= G.top_k - h for h in range(G.top_k + 1))
+
+
+# --- the profiler ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    settings = ProfilerSettings(cpu_threads=(1,), contexts=(16, 64), rule=QUICK,
+                                shared_rule=SHARED_QUICK)
+    prof, raw, seconds = measure_profile(G, settings, progress=False)
+    path = tmp_path_factory.mktemp("prof") / "p.parquet"
+    parquet_io.write_profile(prof, path)
+    return prof, raw, seconds, path
+
+
+def test_profile_has_every_row_with_sane_statistics(measured):
+    prof, raw, seconds, path = measured
+    back = parquet_io.read_profile(path)
+    assert back.analytic is False and seconds > 0
+    t = back.table
+    keys = {tuple(r) for r in t[["kind", "name", "hits", "cpu", "staged", "count"]]
+            .itertuples(index=False)}
+    assert set(required_keys(G.top_k)) <= keys
+    assert sorted(t[t.kind == "shared"]["context"]) == [16, 64]
+    assert (t["p25_us"] <= t["median_us"]).all() and (t["median_us"] <= t["p75_us"]).all()
+    assert (t["samples"] >= 3).all() and len(raw) == len(t)
+    assert all(len(v) == n for v, n in zip(raw.values(), t["samples"]))
+
+
+def test_profile_platform_metadata(measured):
+    prof = parquet_io.read_profile(measured[3])
+    pl = prof.platform
+    assert pl["accelerator"] == "emulated" and pl["gpu"] == "emulated"
+    assert pl["torch"] == torch.__version__ and pl["dtype"] == "bfloat16"
+    spec = PlatformSpec.from_dict(pl["spec"])
+    assert spec == profile_spec(prof) and spec.source == "measured"
+    assert spec.cpu_cores >= 1 and spec.link_bandwidth > 0 and spec.gpu_flops > 0
+
+
+@pytest.mark.parametrize("estimator", ["cope", "atomic", "hrm"])
+def test_predict_accepts_the_measured_profile(measured, estimator):
+    prof = parquet_io.read_profile(measured[3])
+    tr = tiny_trace()
+    df = predict(tr, prof, [0, 2, 6], calibration=tr, estimator=estimator)
+    assert len(df) == 3 * len(CANDIDATE_IDS)
+    assert np.isfinite(df["tpot_us"]).all() and (df["tpot_us"] > 0).all()
+    assert df.attrs["cpu_threads"] == 1 and df.attrs["gpu_share"] == 100.0
+
+
+# --- CLI ----------------------------------------------------------------------------------------------
+@pytest.fixture
+def tiny_files(tmp_path):
+    t = tmp_path / "t.parquet"
+    parquet_io.write_trace(tiny_trace(), t)
+    return tmp_path, t
+
+
+def test_cli_profile_measure_predict_evaluate(capsys, tiny_files):
+    d, t = tiny_files
+    p, m = d / "p.parquet", d / "m.parquet"
+    assert main(["profile", "--trace", str(t), "--cpu-threads", "1", "--contexts", "16,64",
+                 "--max-samples", "4", "--no-progress", "--raw-samples", str(d / "raw.json"),
+                 "-o", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "MEASURED profile" in out and "profiling took" in out
+    raw = json.loads((d / "raw.json").read_text())
+    assert len(raw["samples_us"]) == len(parquet_io.read_profile(p).table)
+    assert main(["predict", "--trace", str(t), "--profile", str(p), "-K", "2", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 13
+    assert main(["measure", "--trace", str(t), "-K", "2", "--cpu-threads", "1", "--trials", "1",
+                 "--warmup-tokens", "0", "--profile", str(p), "--candidates",
+                 "fixed/parallel,mutable_per_layer/cost_selected,layer_partition",
+                 "--no-progress", "-o", str(m)]) == 0
+    assert "measured winner" in capsys.readouterr().out
+    assert len(parquet_io.read_measurements(m).table) == 3 * 2
+    assert main(["evaluate", "--trace", str(t), "--profile", str(p), "--measurements", str(m),
+                 "--calibration", str(t), "--per-k", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert set(res) == {"cope", "atomic", "hrm"}
+    for r in res.values():
+        assert r["pairs"] == 6 and r["top1"][1] == 2 and len(r["per_k"]) == 1
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["profile", "--link", "pcie4"], "--link only applies to --analytic"),
+    (["profile", "--accel-threads", "0"], "--accel-threads"),
+    (["measure", "-K", "9"], "out of range"),
+    (["measure", "-K", "2", "--trials", "0"], "--trials"),
+])
+def test_cli_errors_are_one_line(capsys, tiny_files, args, needle):
+    d, t = tiny_files
+    code = main([*args, "--trace", str(t), "-o", str(d / "x.parquet")])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_refuses_to_overwrite(capsys, tiny_files):
+    d, t = tiny_files
+    (d / "x.parquet").write_text("keep me")
+    code = main(["measure", "--trace", str(t), "-K", "2", "-o", str(d / "x.parquet")])
+    assert code == 2 and "--force" in capsys.readouterr().err
+    assert (d / "x.parquet").read_text() == "keep me"
+
+
+# --- evaluate's per-K winners on hand-made numbers --------------------------------------------------
+def test_winners_by_k_by_hand():
+    rows = [
+        # K=1: prompt means predicted fp 15, lp 15 (tie -> layer_partition), measured fp 10, lp 20
+        (1, 0, "fixed/parallel", 10.0, 8.0), (1, 1, "fixed/parallel", 20.0, 12.0),
+        (1, 0, "layer_partition", 15.0, 20.0), (1, 1, "layer_partition", 15.0, 20.0),
+        # K=2: predicted and measured both pick fixed/parallel; per-prompt winners differ
+        (2, 0, "fixed/parallel", 10.0, 30.0), (2, 1, "fixed/parallel", 10.0, 10.0),
+        (2, 0, "layer_partition", 30.0, 25.0), (2, 1, "layer_partition", 30.0, 30.0),
+    ]
+    pairs = pd.DataFrame(rows, columns=["K", "prompt", "candidate", "predicted_us",
+                                        "measured_us"])
+    w = winners_by_k(pairs, "cope")
+    assert [(r["K"], r["predicted"], r["measured"], r["agree"]) for r in w] == [
+        (1, "layer_partition", "fixed/parallel", False), (2, "fixed/parallel", "fixed/parallel", True)]
+    # K=1 means: fp 15 vs 10 (50 %), lp 15 vs 20 (25 %) -> 37.5 %
+    assert w[0]["mape_pct"] == pytest.approx(37.5)
+    # K=2 means: fp 10 vs 20 (50 %), lp 30 vs 27.5 (1/11) -> (50 + 100/11) / 2
+    assert w[1]["mape_pct"] == pytest.approx((50 + 100 / 11) / 2)
