@@ -329,3 +329,83 @@ def test_round_robin_min_seconds_and_budget():
     noisy = iter(range(1, 10_000))
     t, = round_robin([lambda: float(next(noisy)) ** 2], [rule], budget_seconds=0.0)
     assert len(t.samples_us) == 3                   # over budget: stop at 3 samples
+
+
+class _Recorder:
+    """Stands in for ExpertRunner and records the effective steps a strategy takes."""
+
+    def __init__(self):
+        self.calls = []
+
+    def _rec(self, name, *args):
+        self.calls.append((name, *args))
+        return name
+
+    def begin(self):
+        self._rec("begin")
+
+    def to_host(self):
+        return self._rec("to_host")
+
+    def stage(self, layer, staged):
+        if staged:
+            self._rec("stage", layer, tuple(staged))
+        return [f"ev{i}" for i in range(len(staged))]
+
+    def resident(self, hits):
+        self._rec("resident", tuple(hits))
+
+    def staged(self, staged, events, each):
+        if staged:
+            self._rec("staged", tuple(staged), tuple(events), each)
+
+    def side(self):
+        self._rec("side")
+
+    def host(self, layer, cpu, ready):
+        self._rec("host", layer, tuple(cpu), ready)
+
+    def finish(self):
+        self._rec("finish")
+
+    class acc:  # noqa: N801 - mimics runner.acc.compute.wait
+        class compute:  # noqa: N801
+            @staticmethod
+            def wait(event):
+                pass
+
+
+def _steps(fn, *args):
+    r = _Recorder()
+    fn(r, *args)
+    return r.calls
+
+
+def test_identical_schedules_are_the_same_steps():
+    """What the profiler's same_schedule relies on: cost_selected at c = m is parallel, at
+    c = 0 ready_first, and with no misses every strategy is parallel."""
+    from cope_core.mechanisms.execution import (run_cost_selected, run_parallel,
+                                                run_ready_first, run_wait_then_gpu)
+    from cope_core.profile.measure import same_schedule
+    hits, misses = [(0, 4)], [(1, 7), (2, 9)]
+    assert _steps(run_cost_selected, 0, hits, misses, 2) == _steps(run_parallel, 0, hits, misses)
+    assert _steps(run_cost_selected, 0, hits, misses, 0) == _steps(run_ready_first, 0, hits,
+                                                                    misses)
+    assert _steps(run_cost_selected, 0, hits, misses, 1) != _steps(run_parallel, 0, hits, misses)
+    full = [(0, 4), (1, 5), (2, 6)]
+    ref = _steps(run_parallel, 0, full, [])
+    for fn in (run_wait_then_gpu, run_ready_first):
+        assert _steps(fn, 0, full, []) == ref
+    assert _steps(run_cost_selected, 0, full, [], 0) == ref
+    assert _steps(run_wait_then_gpu, 0, hits, misses) != _steps(run_ready_first, 0, hits, misses)
+    k = 3
+    assert same_schedule(("schedule", "cost_selected", 1, 2, 0, -1, -1), k) == \
+        ("schedule", "parallel", 1, 2, 0, -1, -1)
+    assert same_schedule(("schedule", "cost_selected", 1, 0, 2, -1, -1), k) == \
+        ("schedule", "ready_first", 1, 0, 2, -1, -1)
+    assert same_schedule(("schedule", "wait_then_gpu", 3, 0, 0, -1, -1), k) == \
+        ("schedule", "parallel", 3, 0, 0, -1, -1)
+    for row in (("schedule", "wait_then_gpu", 1, 0, 2, -1, -1),
+                ("schedule", "cost_selected", 1, 1, 1, -1, -1), ("layer", "cpu_layer", -1, -1,
+                                                                 -1, -1, -1)):
+        assert same_schedule(row, k) == row

@@ -155,6 +155,13 @@ def test_profile_has_every_row_with_sane_statistics(measured):
     assert (t["p25_us"] <= t["median_us"]).all() and (t["median_us"] <= t["p75_us"]).all()
     assert (t["samples"] >= 3).all() and len(raw) == len(t)
     assert all(len(v) == n for v, n in zip(raw.values(), t["samples"]))
+    # the same code path is timed once: cost_selected with every miss on the CPU is parallel
+    sched = t[t.kind == "schedule"].set_index(["name", "hits", "cpu", "staged"])["median_us"]
+    for h in range(G.top_k + 1):
+        m = G.top_k - h
+        assert sched[("cost_selected", h, m, 0)] == sched[("parallel", h, m, 0)]
+        assert sched[("cost_selected", h, 0, m)] == sched[("ready_first", h, 0, m)]
+    assert sched[("wait_then_gpu", G.top_k, 0, 0)] == sched[("parallel", G.top_k, 0, 0)]
 
 
 def test_profile_platform_metadata(measured):

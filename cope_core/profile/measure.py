@@ -256,9 +256,10 @@ def operating_point_rows(bench: Bench, contexts: Sequence[int], settings: "Profi
         keys.append(("shared", "decode", -1, -1, -1, -1, int(ctx)))
         samplers.append(bench.shared(int(ctx)))
         rules.append(settings.shared_rule)
-    for key in required_keys(bench.g.top_k):
-        kind, name, h, c, u, n = key
-        keys.append((*key, -1))
+    rows = [(*key, -1) for key in required_keys(bench.g.top_k)]
+    for row in dict.fromkeys(same_schedule(r, bench.g.top_k) for r in rows):
+        kind, name, h, c, u, n, _ = row
+        keys.append(row)
         if kind == "schedule":
             samplers.append(bench.schedule(Execution(name), h, c, u))
         elif kind == "prefetch":
@@ -271,8 +272,26 @@ def operating_point_rows(bench: Bench, contexts: Sequence[int], settings: "Profi
     timings = round_robin(samplers, rules, budget_seconds=settings.budget_seconds,
                           min_seconds=settings.min_seconds, done=done)
     # prefetch and merge are differences of two timings: noise may make a sample negative
-    return [(k, t.clamped() if k[0] == "prefetch" or k[1] == "merge" else t)
-            for k, t in zip(keys, timings)]
+    by_key = {k: (t.clamped() if k[0] == "prefetch" or k[1] == "merge" else t)
+              for k, t in zip(keys, timings)}
+    return [(k, by_key[k]) for k in keys[:len(contexts)]] + \
+        [(r, by_key[same_schedule(r, bench.g.top_k)]) for r in rows]
+
+
+def same_schedule(row: tuple, top_k: int) -> tuple:
+    """The row whose measurement also stands for ``row``: schedules that are the same code path
+    are timed once. ``cost_selected`` with every miss on the CPU runs exactly ``parallel``'s
+    steps and with none exactly ``ready_first``'s; with no misses at all every strategy runs the
+    same steps as ``parallel``. Timing them once keeps noise from ordering identical work."""
+    kind, name, h, c, u, n, ctx = row
+    if kind != "schedule":
+        return row
+    m = top_k - h
+    if m == 0 or (name == Execution.COST_SELECTED.value and c == m):
+        return ("schedule", Execution.PARALLEL.value, h, m, 0, -1, -1)
+    if name == Execution.COST_SELECTED.value and c == 0:
+        return ("schedule", Execution.READY_FIRST.value, h, 0, m, -1, -1)
+    return row
 
 
 def measure_profile(g: ModelGeometry, settings: ProfilerSettings = ProfilerSettings(),
@@ -295,7 +314,9 @@ def measure_profile(g: ModelGeometry, settings: ProfilerSettings = ProfilerSetti
         raise CopeInputError(f"expected whole numbers >= 1, got {threads_list}",
                              field="--cpu-threads")
     dtype = model_dtype(g, settings.dtype)
-    n_rows = len(threads_list) * (len(contexts) + len(required_keys(g.top_k)))
+    rows_per_point = len(contexts) + len({same_schedule((*k, -1), g.top_k)
+                                          for k in required_keys(g.top_k)})
+    n_rows = len(threads_list) * rows_per_point
     bar = _bar(n_rows, progress)
     rows, raw = [], {}
     load_before = _load()
