@@ -18,6 +18,7 @@ from ..matrix import CANDIDATES, Candidate, Execution, get_candidate
 from ..mechanisms.accelerator import Accelerator
 from ..mechanisms.rig import Rig
 from ..mechanisms.threads import host_threads
+from ..mechanisms.timing import load_average, progress_bar
 from ..mechanisms.weights import model_dtype
 from ..parquet_io import Measurements
 from ..profile.data import Profile
@@ -110,8 +111,8 @@ def measure(trace: Trace, experts_per_layer: int | Sequence[int], *,
     order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
     rows = []
     total = len(threads_list) * len(ks) * settings.trials * trace.n_prompts * len(cands)
-    bar = _bar(total, progress)
-    load_before = _load()
+    bar = progress_bar(total, progress, "cope measure", "run")
+    load_before = load_average()
     with Accelerator(settings.device, settings.accel_threads) as acc:
         rig = Rig.build(acc, g, dtype, pool_slots=max(ks) * g.n_layers,
                         max_context=int(trace.context.max()), seed=settings.seed)
@@ -139,7 +140,7 @@ def measure(trace: Trace, experts_per_layer: int | Sequence[int], *,
                                         "cpu_threads", "gpu_share"])
     platform["dtype"] = str(dtype).replace("torch.", "")
     # other jobs on the machine inflate timings; say how busy it was
-    platform["load_average"] = [load_before, _load()]
+    platform["load_average"] = [load_before, load_average()]
     platform["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "default")
     notes = (f"reference executor on the {platform['accelerator']} accelerator "
              f"({platform['gpu']}); {settings.trials} trials, {settings.warmup_tokens} warm-up "
@@ -160,26 +161,3 @@ def _threads(values: Sequence[int]) -> list[int]:
     if not out:
         raise CopeInputError("no CPU thread count given", field="--cpu-threads")
     return out
-
-
-def _load() -> float | None:
-    """The 1-minute load average (None where the OS has none)."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _bar(total: int, progress: bool):
-    if not progress:
-        return _NoBar()
-    from tqdm import tqdm
-    return tqdm(total=total, desc="cope measure", unit="run", file=sys.stderr)

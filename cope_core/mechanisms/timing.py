@@ -2,11 +2,14 @@
 reached; raw samples are kept, median and interquartile range reported."""
 from __future__ import annotations
 
+import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 
 @dataclass(frozen=True)
@@ -114,3 +117,17 @@ def round_robin(samplers: Sequence[Callable[[], float]], rules: Sequence[StopRul
                 if done is not None:
                     done(i)
     return [Timing(tuple(o)) for o in out]
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the OS has none), kept with measured files because
+    other jobs on the machine inflate timings."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def progress_bar(total: int, progress: bool, desc: str, unit: str):
+    """A tqdm bar on stderr, or a silent one when ``progress`` is off."""
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=not progress)

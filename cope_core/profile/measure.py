@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -35,7 +34,8 @@ from ..mechanisms.probe import probe_platform
 from ..mechanisms.residency import make_state, prefetch_step
 from ..mechanisms.rig import Rig
 from ..mechanisms.threads import host_threads
-from ..mechanisms.timing import StopRule, Timing, round_robin, timed, until_stable
+from ..mechanisms.timing import (StopRule, Timing, load_average, progress_bar, round_robin,
+                                 timed, until_stable)
 from ..mechanisms.weights import model_dtype
 from .data import COLUMNS, Profile, required_keys
 
@@ -317,9 +317,9 @@ def measure_profile(g: ModelGeometry, settings: ProfilerSettings = ProfilerSetti
     rows_per_point = len(contexts) + len({same_schedule((*k, -1), g.top_k)
                                           for k in required_keys(g.top_k)})
     n_rows = len(threads_list) * rows_per_point
-    bar = _bar(n_rows, progress)
+    bar = progress_bar(n_rows, progress, "cope profile", "row")
     rows, raw = [], {}
-    load_before = _load()
+    load_before = load_average()
     with Accelerator(settings.device, settings.accel_threads) as acc:
         rig = profiler_rig(acc, g, dtype, max(contexts), settings.seed)
         spec = probe_platform(acc, dtype)
@@ -335,7 +335,7 @@ def measure_profile(g: ModelGeometry, settings: ProfilerSettings = ProfilerSetti
     bar.close()
     platform["spec"] = spec.to_dict()
     platform["dtype"] = str(dtype).replace("torch.", "")
-    platform["load_average"] = [load_before, _load()]
+    platform["load_average"] = [load_before, load_average()]
     platform["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "default")
     table = pd.DataFrame(rows, columns=list(COLUMNS)).astype(
         {c: t for c, t in COLUMNS.items() if t != "string"})
@@ -361,28 +361,6 @@ def measure_cost_selected_split(rig: Rig, threads: int) -> np.ndarray:
                 for c in range(m + 1)]
         split[h] = int(np.flatnonzero(np.asarray(cost) == min(cost)).max())
     return split
-
-
-def _load() -> float | None:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _bar(total: int, progress: bool):
-    if not progress:
-        return _NoBar()
-    from tqdm import tqdm
-    return tqdm(total=total, desc="cope profile", unit="row", file=sys.stderr)
 
 
 __all__ = ["Bench", "DEFAULT_CONTEXTS", "ProfilerSettings", "measure_cost_selected_split",
