@@ -198,8 +198,11 @@ def _columns(table: pa.Table, spec: dict[str, str], schema: str, src: str) -> di
         if want == "string":
             ok = pa.types.is_string(t) or pa.types.is_large_string(t) or str(t) == "string_view"
         elif want.startswith("list"):
+            # pandas infers list<null> for a column of empty lists: no ids, so nothing to cast;
+            # a non-empty one fails below as a null id
             ok = ((pa.types.is_list(t) or pa.types.is_large_list(t)
-                   or pa.types.is_fixed_size_list(t)) and pa.types.is_integer(t.value_type))
+                   or pa.types.is_fixed_size_list(t))
+                  and (pa.types.is_integer(t.value_type) or pa.types.is_null(t.value_type)))
         elif want.startswith("float"):  # integers are exact numbers too; strings are not
             ok = pa.types.is_floating(t) or pa.types.is_integer(t)
         else:  # floats are refused even when whole: a float id means the writer got it wrong

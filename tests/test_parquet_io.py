@@ -340,6 +340,32 @@ def test_wrong_column_type(trace_file, name, array):
                  "expected")
 
 
+def test_all_empty_predicted_of_null_item_type_reads_as_no_predictions(trace_file, tmp_path):
+    table, meta = raw(trace_file)
+    empty = pa.Table.from_pandas(pd.DataFrame({"p": [[]] * table.num_rows})).column("p")
+    assert str(empty.type) == "list<item: null>"          # what pandas infers for [[], [], ...]
+    back = read_trace(put(tmp_path / "n.parquet", set_col(table, "predicted", empty), meta))
+    ints = pa.array([[]] * table.num_rows, pa.list_(pa.int16()))
+    ref = read_trace(put(tmp_path / "i.parquet", set_col(table, "predicted", ints), meta))
+    assert back.predicted.shape == ref.predicted.shape == (5, 3, 0)
+    assert back.predicted.dtype == np.int16
+    assert np.array_equal(back.routed, tiny_trace().routed)
+
+
+@pytest.mark.parametrize("lists,item,says", [
+    ([[None]] + [[]] * 14, pa.null(), "row 0: null id inside the list, expected int16"),
+    ([[]] * 15, pa.string(), "column type list<element: string>, expected list<int16>"),
+    ([[]] * 14 + [["a"]], pa.string(), "column type list<element: string>, expected list<int16>"),
+    ([[2.0]] + [[]] * 14, pa.float64(), "column type list<element: double>, expected list<int16>"),
+])
+def test_predicted_of_other_item_types_is_refused(trace_file, lists, item, says):
+    table, meta = raw(trace_file)
+    arr = pa.array(lists, pa.list_(item))
+    msg = expect_error(read_trace, put(trace_file, set_col(table, "predicted", arr), meta),
+                       "predicted")
+    assert msg == f"{trace_file}: field 'predicted': {says}"
+
+
 def test_wider_integer_types_are_accepted(trace_file, tmp_path):
     table, meta = raw(trace_file)
     table = set_col(table, "layer", table.column("layer").cast(pa.int64()))

@@ -11,9 +11,10 @@ from conftest import tiny_trace
 from cope_core import parquet_io
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
-from cope_core.trace.predictor import (HiddenStateWriter, _split, baseline_predictions,
-                                       load_predictor, popularity_lists, predict_trace,
-                                       read_hidden_states, recall_at_k, train_predictor)
+from cope_core.trace.predictor import (HiddenStateWriter, Predictor, _build_module, _split,
+                                       baseline_predictions, load_predictor, popularity_lists,
+                                       predict_trace, read_hidden_states, recall_at_k,
+                                       train_predictor)
 
 
 # --- numpy parts, by hand -----------------------------------------------------------------------
@@ -132,6 +133,63 @@ def test_bad_hidden_states_are_one_line_errors(tmp_path):
     with HiddenStateWriter(tmp_path / "c", tiny_geometry()) as w:
         with pytest.raises(CopeInputError, match="float32"):
             w.add(0, 0, np.full((3, 4), 1e6), np.tile([0, 1], (3, 1)))
+
+
+def _hand_predictor(seed: int) -> Predictor:
+    """An untrained predictor for tiny_geometry (3 layers, top-2 of 6), hidden 4, 5 units."""
+    import torch
+    from conftest import tiny_geometry
+    torch.manual_seed(seed)
+    return Predictor(_build_module(2, 4, 5, 6), tiny_geometry(), {"width": 2, "seed": seed})
+
+
+def test_predictor_save_creates_missing_parent_folders_and_writes_atomically(tmp_path):
+    pred = _hand_predictor(0)
+    path = tmp_path / "new" / "sub" / "p.safetensors"
+    pred.save(path)
+    back = load_predictor(path)
+    x = np.random.default_rng(0).normal(size=(7, 3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(back.predict(x), pred.predict(x))
+    assert back.meta["format"] == "cope.predictor/1" and back.meta["seed"] == 0
+    assert sorted(q.name for q in path.parent.iterdir()) == ["p.safetensors"]  # no temp left
+    with pytest.raises(CopeInputError, match="already exists"):
+        pred.save(path)
+    _hand_predictor(1).save(path, overwrite=True)
+    assert load_predictor(path).meta["seed"] == 1
+    assert sorted(q.name for q in path.parent.iterdir()) == ["p.safetensors"]
+
+
+def test_predictor_save_refuses_a_folder_and_an_unwritable_parent(tmp_path):
+    pred = _hand_predictor(0)
+    (tmp_path / "d").mkdir()
+    with pytest.raises(CopeInputError) as e:
+        pred.save(tmp_path / "d", overwrite=True)
+    assert str(e.value) == f"{tmp_path / 'd'}: is a directory, expected a file path to write"
+    (tmp_path / "f").write_text("a file, not a folder")
+    with pytest.raises(CopeInputError) as e:
+        pred.save(tmp_path / "f" / "p.safetensors")
+    assert str(e.value).startswith(f"{tmp_path / 'f' / 'p.safetensors'}: cannot write (")
+    assert "\n" not in str(e.value)
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["d", "f"]
+    assert list((tmp_path / "d").iterdir()) == []
+
+
+def test_predictor_save_that_fails_keeps_the_old_file(tmp_path, monkeypatch):
+    import safetensors.torch
+    path = tmp_path / "p.safetensors"
+    _hand_predictor(0).save(path)
+    old = path.read_bytes()
+
+    def half_written(tensors, filename, metadata=None):
+        with open(filename, "wb") as fh:
+            fh.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", half_written)
+    with pytest.raises(CopeInputError) as e:
+        _hand_predictor(1).save(path, overwrite=True)
+    assert str(e.value) == f"{path}: cannot write ([Errno 28] No space left on device)"
+    assert path.read_bytes() == old and [q.name for q in tmp_path.iterdir()] == ["p.safetensors"]
 
 
 # --- training on a tiny real model --------------------------------------------------------------

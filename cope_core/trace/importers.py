@@ -24,6 +24,7 @@ Without recorded context lengths the KV-cache length is unknown; it is set to
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -155,6 +156,15 @@ def _int(v: Any, src: str, line: int, name: str, lo: int, hi: int | None = None)
     return v
 
 
+def _id(v: Any, src: str, line: int, name: str) -> str | int | float:
+    # it becomes part of a dict key: a list or object would not hash, a bool or null names nothing
+    if not isinstance(v, (str, int, float)) or isinstance(v, bool) or (
+            isinstance(v, float) and not math.isfinite(v)):
+        raise CopeInputError(f"line {line}: got {v!r:.60}, expected a string or a number",
+                             source=src, field=name)
+    return v
+
+
 def import_jsonl(paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
                  context_start: int = 0) -> tuple[Trace, ImportReport]:
     """Import JSON-lines routing records (format in the module docstring)."""
@@ -177,8 +187,10 @@ def import_jsonl(paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
                     raise CopeInputError(f"line {i} is not valid JSON", source=src) from None
                 if not isinstance(obj, dict):
                     raise CopeInputError(f"line {i}: expected a JSON object", source=src)
-                pid = _field(obj, ("prompt", "problem_id"), src, i)
-                key = (obj.get("dataset"), pid)
+                pid = _id(_field(obj, ("prompt", "problem_id"), src, i), src, i,
+                          "prompt" if "prompt" in obj else "problem_id")
+                ds = obj.get("dataset")   # null is the same as no dataset
+                key = (None if ds is None else _id(ds, src, i, "dataset"), pid)
                 layer = _int(_field(obj, ("layer",), src, i), src, i, "layer", 0, L - 1)
                 tok = _int(_field(obj, ("token_idx", "token"), src, i), src, i, "token_idx", 0)
                 ex = _field(obj, ("experts",), src, i)

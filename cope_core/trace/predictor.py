@@ -335,15 +335,38 @@ class Predictor:
         return out
 
     def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> None:
+        """Write the predictor as ``cope.predictor/1`` safetensors.
+
+        Parameters
+        ----------
+        path : str or PathLike
+            A file path; missing parent folders are created, as by the other writers.
+        overwrite : bool
+            Replace an existing file. The file is written through a temporary file and a
+            rename, so readers never see half of one and a failed write keeps the old one.
+        """
+        from safetensors import SafetensorError
         from safetensors.torch import save_file
         p = Path(path)
+        if p.is_dir():
+            raise CopeInputError("is a directory, expected a file path to write", source=str(p))
         if p.exists() and not overwrite:
             raise CopeInputError("already exists; use --force to overwrite", source=str(p))
-        tmp = p.with_name(f".{p.name}.tmp-{uuid.uuid4().hex[:8]}")
+        # same folder, so os.replace is an atomic rename and a failed write keeps the old file
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
         tensors = {k: v.detach().contiguous() for k, v in self.module.state_dict().items()}
         meta = dict(self.meta, format=PREDICTOR_FORMAT, model=self.model.to_dict())
-        save_file(tensors, str(tmp), metadata={"cope": json.dumps(meta)})
-        os.replace(tmp, p)
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            save_file(tensors, str(tmp), metadata={"cope": json.dumps(meta)})
+            os.replace(tmp, p)
+        except (OSError, SafetensorError) as exc:
+            text = " ".join(str(exc).split())
+            raise CopeInputError(f"cannot write ({text[:200]}{'...' if len(text) > 200 else ''})",
+                                 source=str(p)) from None
+        finally:
+            if tmp.exists():
+                tmp.unlink()
 
 
 def load_predictor(path: str | os.PathLike) -> Predictor:
