@@ -12,7 +12,7 @@ from cope_core import parquet_io
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.geometry import get_model
-from cope_core.trace.fit import fit_synth
+from cope_core.trace.fit import coverage_curve, fit_skew_to_counts, fit_synth, transfer_curve
 from cope_core.trace.importers import import_trace
 from cope_core.trace.stats import fixed_hit_rate, reuse, skew, trace_stats
 from cope_core.trace.synth import synthesize
@@ -92,6 +92,38 @@ def test_jsonl_conflicting_duplicate_and_invalid_json(tmp_path):
     (tmp_path / "b.jsonl").write_text('{"problem_id": 0,\n')
     with pytest.raises(CopeInputError, match="line 1 is not valid JSON"):
         import_trace("jsonl", [tmp_path / "b.jsonl"], tiny_geometry())
+
+
+@pytest.mark.parametrize("name, value, shown", [
+    ("prompt", [1, 2], "[1, 2]"),
+    ("problem_id", {"id": 3}, "{'id': 3}"),
+    ("prompt", True, "True"),
+    ("prompt", None, "None"),
+    ("dataset", ["gsm8k"], "['gsm8k']"),
+])
+def test_jsonl_prompt_id_that_is_not_a_string_or_number(tmp_path, capsys, name, value, shown):
+    bad = {"problem_id": 0, "layer": 0, "token_idx": 1, "experts": [0, 1], name: value}
+    path = _jsonl(tmp_path / "bad.jsonl", _records(0, 1)[:1] + [bad])
+    with pytest.raises(CopeInputError) as e:
+        import_trace("jsonl", [path], tiny_geometry())
+    assert str(e.value) == (f"{path}: field '{name}': line 2: got {shown}, expected a string "
+                            f"or a number")
+    assert main(["trace", "import", "--format", "jsonl", str(path), "--model", "mixtral-8x7b",
+                 "--layers", "3", "-o", str(tmp_path / "out.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"field '{name}': line 2: got {shown}, expected a string or a number" in err
+    assert not (tmp_path / "out.parquet").exists()
+
+
+def test_jsonl_prompt_ids_may_be_strings_or_numbers(tmp_path):
+    recs = [{"prompt": p, "layer": 0, "token_idx": 0, "experts": [0, 1], "dataset": d}
+            for p, d in (("q7", None), (7, None), (7, "x"), (2.5, 4))]
+    tr, rep = import_trace("jsonl", [_jsonl(tmp_path / "a.jsonl", recs)],
+                           tiny_geometry().with_layers(1))
+    assert tr.prompt_ids.tolist() == [0, 1, 2, 3]
+    assert [p.source for p in rep.prompts] == ["a.jsonl: q7", "a.jsonl: 7", "a.jsonl: x/7",
+                                               "a.jsonl: 4/2.5"]
 
 
 # --- numpy --------------------------------------------------------------------------------------
@@ -174,6 +206,46 @@ def test_fit_recovers_the_generator_parameters():
     assert f.reuse == pytest.approx(0.35, abs=0.08)
     assert f.predictor_accuracy == pytest.approx(0.6, abs=0.03)
     assert f.max_gap < 0.02
+
+
+def test_fit_with_a_fixed_skew_fits_only_reuse():
+    g = get_model("qwen1.5-moe-a2.7b").with_layers(4)
+    real = synthesize(g, prompts=6, tokens=80, seed=11, skew=1.2, reuse=0.35,
+                      predictor_accuracy=None)
+    f = fit_synth(real, seed=2, skew=0.9)
+    assert f.skew == 0.9
+    assert f.reuse == pytest.approx(0.35, abs=0.1)
+    with pytest.raises(CopeInputError, match="skew"):
+        fit_synth(real, skew=-1.0)
+
+
+def test_coverage_curve_by_hand():
+    # rows normalised on their own: [3, 1] -> .75, .25 ; [0, 2] -> 1, 0 (sorted)
+    assert coverage_curve([[3, 1], [0, 2]]).tolist() == [0.0, 0.875, 1.0]
+    assert coverage_curve([1, 1, 2]).tolist() == pytest.approx([0.0, 0.5, 0.75, 1.0])
+    for bad in ([[0, 0]], [[1, -1]], [[1, np.nan]]):
+        with pytest.raises(CopeInputError, match="counts"):
+            coverage_curve(bad)
+
+
+def test_transfer_curve_keeps_the_fraction_of_experts():
+    c = np.array([0.0, 0.5, 0.75, 0.9, 1.0])           # 4 experts
+    t = transfer_curve(c, 8)
+    assert t[[0, 2, 4, 6, 8]].tolist() == c.tolist()    # same fractions, same share
+    assert t[1] == pytest.approx(0.25) and t[3] == pytest.approx(0.625)
+
+
+def test_skew_fit_recovers_the_generator_skew():
+    g = get_model("olmoe-1b-7b")
+    probe = synthesize(g.with_layers(4), prompts=1, tokens=4000, seed=5, skew=0.8, reuse=0.0,
+                       predictor_accuracy=None)
+    counts = np.stack([np.bincount(probe.routed[:, l].ravel(), minlength=g.n_experts)
+                       for l in range(4)])
+    f = fit_skew_to_counts(coverage_curve(counts), g, seed=1)
+    assert f.skew == pytest.approx(0.8, abs=0.05)
+    assert f.max_gap < 0.02
+    with pytest.raises(CopeInputError, match="65 points"):
+        fit_skew_to_counts(np.zeros(9), g)
 
 
 # --- the real Mixtral decode trace --------------------------------------------------------------

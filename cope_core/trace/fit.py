@@ -26,10 +26,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import CopeInputError
+from ..geometry import ModelGeometry
 from .data import Trace
 from .predictor import recall_at_k
 from .stats import fixed_hit_rate, reuse as measured_reuse
-from .synth import synthesize
+from .synth import _check_skew, synthesize
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,8 @@ def _mean_reuse(tr: Trace) -> float:
     return float(np.nanmean(r)) if np.isfinite(r).any() else float("nan")
 
 
-def fit_synth(trace: Trace, *, seed: int = 0, rounds: int = 3, max_skew: float = 4.0) -> FitResult:
+def fit_synth(trace: Trace, *, seed: int = 0, rounds: int = 3, max_skew: float = 4.0,
+              skew: float | None = None) -> FitResult:
     """Fit ``skew`` and ``reuse`` of :func:`~cope_core.trace.synth.synthesize` to ``trace``.
 
     Parameters
@@ -85,6 +87,9 @@ def fit_synth(trace: Trace, *, seed: int = 0, rounds: int = 3, max_skew: float =
         Alternations of the reuse and skew steps.
     max_skew : float
         Upper end of the skew search.
+    skew : float, optional
+        Keep this skew (e.g. one calibrated on published popularity counts, which rank experts
+        far better than a short trace) and fit only ``reuse``.
 
     Returns
     -------
@@ -133,12 +138,16 @@ def fit_synth(trace: Trace, *, seed: int = 0, rounds: int = 3, max_skew: float =
         fine = np.clip(best + np.linspace(-grid[1] + grid[0], grid[1] - grid[0], 11), 0, max_skew)
         return float(min(fine, key=lambda s: loss(float(s), r)))
 
-    s, r = 1.0, 0.5
-    center = None
-    for _ in range(max(1, rounds)):
-        r = fit_reuse(s)
-        s = fit_skew(r, center)
-        center = s
+    if skew is not None:
+        _check_skew(skew)
+        s = float(skew)
+    else:
+        s, r = 1.0, 0.5
+        center = None
+        for _ in range(max(1, rounds)):
+            r = fit_reuse(s)
+            s = fit_skew(r, center)
+            center = s
     s = round(s, 4)
     r = round(fit_reuse(s), 4)
 
@@ -159,3 +168,101 @@ def check_fit_input(trace: Trace) -> None:
     if trace.n_tokens < 2:
         raise CopeInputError("a fit needs at least 2 decode tokens", source=trace.path,
                              field="routed")
+
+
+# --- popularity skew from published per-expert counts ---------------------------------------------
+def coverage_curve(counts: np.ndarray) -> np.ndarray:
+    """Share of routed selections that the ``K`` most popular experts receive, ``K = 0..E``.
+
+    Parameters
+    ----------
+    counts : array_like, shape (rows, E) or (E,)
+        Per-expert selection counts (or frequencies), one row per layer (or per layer and text
+        domain). Each row is normalised on its own, so rows of different token counts weigh
+        the same.
+
+    Returns
+    -------
+    ndarray of float64, shape (E + 1,)
+        The mean over rows of the sorted cumulative share; index ``K`` is what a fixed cache of
+        the ``K`` most popular experts would hit, with popularity known exactly.
+    """
+    c = np.atleast_2d(np.asarray(counts, dtype=np.float64))
+    if c.ndim != 2 or c.shape[1] < 1 or not np.isfinite(c).all() or (c < 0).any() \
+            or (c.sum(axis=1) <= 0).any():
+        raise CopeInputError("expected per-expert counts: finite, >= 0, every row with a "
+                             f"positive total; got shape {c.shape}", field="counts")
+    share = -np.sort(-c / c.sum(axis=1, keepdims=True), axis=1)
+    cum = np.concatenate([np.zeros((c.shape[0], 1)), np.cumsum(share, axis=1)], axis=1)
+    return np.minimum(cum.mean(axis=0), 1.0)
+
+
+def transfer_curve(curve: np.ndarray, n_experts: int) -> np.ndarray:
+    """Carry a coverage curve to a model with ``n_experts`` experts by the fraction ``K / E``.
+
+    The assumption (stated wherever the result is used): the share of selections that the most
+    popular fraction ``f`` of experts receives is the same in both models. Linear interpolation
+    between the source's points.
+    """
+    src = np.linspace(0.0, 1.0, len(curve))
+    return np.interp(np.linspace(0.0, 1.0, n_experts + 1), src, curve)
+
+
+@dataclass(frozen=True)
+class SkewFit:
+    """A popularity skew fitted to a target coverage curve."""
+
+    skew: float
+    target: list[float]
+    synth: list[float]
+    max_gap: float
+
+
+def fit_skew_to_counts(target: np.ndarray, model: ModelGeometry, *, tokens: int = 4000,
+                       layers: int = 4, seed: int = 0, max_skew: float = 3.0) -> SkewFit:
+    """Generator skew whose coverage curve is closest (largest gap) to ``target``.
+
+    Parameters
+    ----------
+    target : ndarray, shape (E + 1,)
+        Coverage curve for ``model``'s ``E`` (from :func:`coverage_curve`, possibly through
+        :func:`transfer_curve`).
+    model : ModelGeometry
+        Sets ``E`` and ``top_k`` (sampling ``top_k`` distinct experts caps every expert's share
+        at ``1 / top_k``, so the same skew covers differently at different ``top_k``).
+    tokens, layers : int
+        Size of each synthetic probe (reuse 0, so tokens are independent draws).
+    seed : int
+        One seed for every probe (common random numbers: the objective is smooth in ``skew``).
+    max_skew : float
+        Upper end of the search.
+
+    Returns
+    -------
+    SkewFit
+    """
+    target = np.asarray(target, dtype=np.float64)
+    E = model.n_experts
+    if target.shape != (E + 1,):
+        raise CopeInputError(f"expected a coverage curve of {E + 1} points for {model.name}, "
+                             f"got shape {target.shape}", field="target")
+    g = model.with_layers(layers)
+
+    def curve(s: float) -> np.ndarray:
+        tr = synthesize(g, prompts=1, tokens=tokens, seed=seed, skew=float(s), reuse=0.0,
+                        predictor_accuracy=None)
+        counts = np.stack([np.bincount(tr.routed[:, l].ravel(), minlength=E)
+                           for l in range(layers)])
+        return coverage_curve(counts)
+
+    def gap(s: float) -> float:
+        return float(np.abs(curve(s) - target).max())
+
+    grid = np.linspace(0.0, max_skew, 31)
+    best = float(min(grid, key=gap))
+    step = grid[1] - grid[0]
+    fine = np.clip(best + np.linspace(-step, step, 21), 0.0, max_skew)
+    best = round(float(min(fine, key=gap)), 3)
+    syn = curve(best)
+    return SkewFit(skew=best, target=target.tolist(), synth=syn.tolist(),
+                   max_gap=float(np.abs(syn - target).max()))
