@@ -21,6 +21,7 @@ from cope_core.matrix import CANDIDATE_IDS, EXECUTIONS, Execution, matrix_table
 from cope_core.platforms import platform_spec
 from cope_core.profile.analytic import analytic_profile
 from cope_core.trace.stats import trace_stats
+from cope_core.trace.synth import synthesize
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "data" / "examples"
@@ -293,6 +294,21 @@ def test_scan_examples_groups_by_model_and_skips_junk(tmp_path):
     assert [Path(p).name for p in e.profiles] == ["tiny-prof.parquet"]
     assert [Path(p).name for p in e.measurements] == ["tiny-meas.parquet"]
     assert dataset.scan_examples(tmp_path / "missing") == []
+
+
+def test_a_cut_catalog_model_is_its_own_example(tmp_path):
+    full = get_model("olmoe-1b-7b")
+    for name, g in (("full", full), ("cut", full.with_layers(2))):
+        parquet_io.write_trace(synthesize(g, prompts=1, tokens=2, seed=1),
+                               tmp_path / f"{name}-trace.parquet")
+        parquet_io.write_profile(analytic_profile(g, platform_spec("rtx4090"), cpu_threads=[1]),
+                                 tmp_path / f"{name}-prof.parquet")
+    exs = {e.name: e for e in dataset.scan_examples(tmp_path)}
+    assert sorted(exs) == ["olmoe-1b-7b", "olmoe-1b-7b · 2 MoE layers"]
+    assert [Path(p).name for p in exs["olmoe-1b-7b · 2 MoE layers"].traces] == ["cut-trace.parquet"]
+    assert [Path(p).name for p in exs["olmoe-1b-7b"].profiles] == ["full-prof.parquet"]
+    assert dataset.example_name({"name": "tiny", "n_layers": 3}) == "tiny"
+    assert dataset.example_name({"n_layers": 3}) is None
 
 
 def test_shipped_examples_are_found_and_labelled():

@@ -1,7 +1,8 @@
 """What the app shows: shipped examples found on disk, the loaded dataset and its provenance.
 
 Shipped files are grouped by the model named in their ``cope`` metadata, so new files under
-``data/examples/`` appear without code changes. A trace whose file name contains ``calib`` is a
+``data/examples/`` appear without code changes; a model cut to fewer MoE layers than the
+catalog's (e.g. a small measured example) is its own group, named with its layer count. A trace whose file name contains ``calib`` is a
 calibration trace (it sets the popularity fill); others are evaluation traces.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from .. import parquet_io
 from ..errors import CopeInputError
 from ..estimate.predict import check_compatible
+from ..geometry import CATALOG
 from ..parquet_io import Measurements
 from ..profile.data import Profile
 from ..trace.data import Trace
@@ -49,6 +51,19 @@ class Example:
         return bool(self.traces and self.profiles)
 
 
+def example_name(model: Any) -> str | None:
+    """Group name of a file's ``model`` metadata: the model name, plus its MoE layer count when
+    that differs from the catalog's (files of a cut model cannot be combined with full ones)."""
+    name = model.get("name") if isinstance(model, dict) else None
+    if not isinstance(name, str):
+        return None
+    layers = model.get("n_layers")
+    full = CATALOG.get(name)
+    if full is not None and isinstance(layers, int) and layers != full.n_layers:
+        return f"{name} · {layers} MoE layers"
+    return name
+
+
 def scan_examples(folder: str | os.PathLike) -> list[Example]:
     """Group the COPE Parquet files of ``folder`` by model; unreadable files are skipped.
 
@@ -63,9 +78,8 @@ def scan_examples(folder: str | os.PathLike) -> list[Example]:
             meta = parquet_io.read_metadata(path)
         except CopeInputError:
             continue
-        model = meta.get("model")
-        name = model.get("name") if isinstance(model, dict) else None
-        if not isinstance(name, str):
+        name = example_name(meta.get("model"))
+        if name is None:
             continue
         g = groups.setdefault(name, {"traces": [], "calibrations": [], "profiles": [],
                                      "measurements": []})

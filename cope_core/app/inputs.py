@@ -111,7 +111,7 @@ def estimators_for(profile: Profile) -> list[str]:
 
 def measured_pairs(trace: Trace, profile: Profile, calibration: Trace | None,
                    measurements: Measurements, estimator: str) -> pd.DataFrame:
-    """Predictions of one estimator joined with measured TPOT (mean over trials).
+    """Predictions of one estimator joined with measured TPOT (median over trials, as evaluate).
 
     Predicts at every measured (K, cpu_threads, gpu_share) for the measured candidates, like
     ``cope evaluate``.
