@@ -303,6 +303,33 @@ def test_measured_page_empty_state_upload_metrics_and_drilldown(qwen, tmp_path):
         [tp[1] for tp in ref.prompt_tpot_us])
 
 
+def test_every_shipped_example_opens_and_the_measured_one_scores_as_evaluate(capsys):
+    from cope_core.app.dataset import scan_examples
+    from cope_core.cli.main import main
+
+    exs = scan_examples(EX)
+    assert len(exs) >= 6
+    for ex in exs:
+        at = open_app(example=ex.name)
+        assert not at.error, (ex.name, [e.value for e in at.error])
+        assert at.title[0].value == "COPE Explorer"
+    measured = [e for e in exs if e.measurements]
+    assert [e.name for e in measured] == ["deepseek-v2-lite · 4 MoE layers"]
+    ex = measured[0]
+    at = open_app("measured", example=ex.name)
+    assert not at.error and not at.info
+    caption = " ".join(c.value for c in at.caption)
+    assert "SYNTHETIC trace" in caption and "MEASURED" in caption.upper()
+    table = at.dataframe[0].value.set_index("estimator")
+    assert main(["evaluate", "--trace", ex.traces[0], "--calibration", ex.calibrations[0],
+                 "--profile", ex.profiles[0], "--measurements", ex.measurements[0],
+                 "--json"]) == 0
+    ref = json.loads(capsys.readouterr().out)
+    for est in ("cope", "atomic", "hrm"):
+        assert table.loc[est, "MAPE %"] == pytest.approx(ref[est]["mape_pct"])
+        assert table.loc[est, "pairs"] == ref[est]["pairs"]
+
+
 # --- Traces ---------------------------------------------------------------------------------------
 def test_traces_page_popularity_sort_and_hit_rates(qwen):
     tr, cal, _ = qwen

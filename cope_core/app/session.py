@@ -158,7 +158,8 @@ def sidebar() -> None:
         return
     name = bound("example", st.sidebar.selectbox, default=_default_example(names),
                  valid=lambda v: v in names, label="Example data", options=names,
-                 help="Shipped SYNTHETIC traces and ANALYTIC profiles under data/examples; "
+                 help="Shipped examples under data/examples: SYNTHETIC traces with ANALYTIC "
+                      "profiles, and one with a MEASURED profile and measurements; "
                       "uploads on the Overview page replace single files.")
     ex = exs[names.index(name)]
     if len(ex.profiles) > 1:
