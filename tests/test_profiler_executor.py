@@ -125,6 +125,30 @@ def test_measure_writes_every_candidate_prompt_trial(tmp_path):
     assert back.platform["accelerator"] == "emulated" and len(back.table) == len(t)
 
 
+@pytest.mark.parametrize("warm", [True, False])
+def test_every_prompt_is_decoded_once_untimed_before_measuring(monkeypatch, warm):
+    calls = []
+    real = CandidateDecoder.run_prompt
+
+    def spy(self, trace, p, **kw):
+        calls.append((self.candidate.id, self.K, p, kw.get("tokens")))
+        return real(self, trace, p, **kw)
+
+    monkeypatch.setattr(CandidateDecoder, "run_prompt", spy)
+    tr = tiny_trace()
+    m = measure(tr, [2, 6], cpu_threads=[1, 2], candidates=["fixed/parallel", "layer_partition"],
+                settings=ExecutorSettings(trials=1, warmup_tokens=1, warmup_prompts=warm),
+                progress=False)
+    full = [(c, K, p) for c, K, p, tokens in calls if tokens is None]
+    timed = len(m.table)
+    assert timed == 2 * 2 * 2 * 2                      # threads x K x candidates x prompts
+    # per thread count: one untimed pass over both prompts with the first candidate at the first K
+    assert len(full) == timed + (2 * 2 if warm else 0)
+    if warm:
+        assert full[:2] == [("layer_partition", 2, 0), ("layer_partition", 2, 1)]
+    assert ("every prompt decoded once untimed" in m.notes) is warm
+
+
 def test_measured_cost_selected_split_is_a_valid_share(acc):
     rig = Rig.build(acc, G, torch.bfloat16, pool_slots=4, max_context=8)
     split = measure_cost_selected_split(rig, 1)

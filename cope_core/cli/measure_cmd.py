@@ -52,6 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="torch threads of the emulated accelerator (default 1)")
     s.add_argument("--trials", type=int, default=3, help="runs per (candidate, prompt)")
     s.add_argument("--warmup-tokens", type=int, default=2)
+    s.add_argument("--no-warmup-prompts", action="store_true",
+                   help="skip the untimed first pass over every prompt (it keeps one-time "
+                        "kernel preparation for new shapes out of the measurements)")
     s.add_argument("--candidates", help="comma list of candidate ids (default: all 13)")
     s.add_argument("--profile", help="profile whose cost_selected split to use (default: "
                                      "measure the split first)")
@@ -82,7 +85,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     cands = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
     settings = ExecutorSettings(device=args.device, accel_threads=args.accel_threads,
                                 trials=args.trials, warmup_tokens=args.warmup_tokens,
-                                dtype=args.dtype, seed=args.seed)
+                                warmup_prompts=not args.no_warmup_prompts, dtype=args.dtype, seed=args.seed)
     m = measure(trace, args.k, calibration=cal, cpu_threads=args.cpu_threads or [cpu_cores()],
                 candidates=cands, profile=profile, settings=settings,
                 progress=not args.no_progress, fill_by_id=args.fill_by_id)

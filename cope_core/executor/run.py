@@ -42,6 +42,12 @@ class ExecutorSettings:
         drift of the machine spreads over all of them.
     warmup_tokens : int
         Tokens decoded (and discarded) per candidate before its first measured prompt.
+    warmup_prompts : bool
+        Decode every prompt once, untimed, per CPU-thread count before the first measured run.
+        The first time a token meets a new context length (attention shapes) or expert count,
+        the CPU math libraries prepare kernels for the new shapes; on the 2-core development
+        machine that made the first full pass over a prompt 15-25 % slower, a cost that would
+        otherwise fall on whichever candidate runs that prompt first.
     dtype : str, optional
         Weight dtype name (default from the geometry's ``dtype_bytes``).
     seed : int
@@ -52,6 +58,7 @@ class ExecutorSettings:
     accel_threads: int = 1
     trials: int = 3
     warmup_tokens: int = 2
+    warmup_prompts: bool = True
     dtype: str | None = None
     seed: int = 0
 
@@ -120,6 +127,10 @@ def measure(trace: Trace, experts_per_layer: int | Sequence[int], *,
             with host_threads(threads):
                 split = (splits_for(profile, rig, threads, progress)
                          if any(c.execution is Execution.COST_SELECTED for c in cands) else None)
+                if settings.warmup_prompts:
+                    warm = CandidateDecoder(rig, cands[0], ks[0], order, split)
+                    for p in range(trace.n_prompts):
+                        warm.run_prompt(trace, p)
                 for K in ks:
                     decoders = [CandidateDecoder(rig, c, K, order, split) for c in cands]
                     for d in decoders:
@@ -144,7 +155,9 @@ def measure(trace: Trace, experts_per_layer: int | Sequence[int], *,
     platform["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "default")
     notes = (f"reference executor on the {platform['accelerator']} accelerator "
              f"({platform['gpu']}); {settings.trials} trials, {settings.warmup_tokens} warm-up "
-             f"tokens per candidate; synthetic weights, routing replayed from "
+             f"tokens per candidate"
+             f"{', every prompt decoded once untimed first' if settings.warmup_prompts else ''}"
+             f"; synthetic weights, routing replayed from "
              f"{trace.path or 'the trace'}")
     return Measurements(table=table, model=g, platform=platform,
                         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
