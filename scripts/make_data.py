@@ -79,7 +79,8 @@ class Manifest:
     """``data/manifest.json``: file -> what it is, exact commands, platform, provenance."""
 
     def __init__(self) -> None:
-        self.entries: dict[str, dict] = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
+        self.entries: dict[str, dict] = (json.loads(MANIFEST.read_text())
+                                         if MANIFEST.exists() else {})
 
     def add(self, path: Path, **info) -> None:
         self.entries[str(path.relative_to(DATA))] = info
@@ -369,5 +370,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.exit(main())

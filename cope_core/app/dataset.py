@@ -2,8 +2,9 @@
 
 Shipped files are grouped by the model named in their ``cope`` metadata, so new files under
 ``data/examples/`` appear without code changes; a model cut to fewer MoE layers than the
-catalog's (e.g. a small measured example) is its own group, named with its layer count. A trace whose file name contains ``calib`` is a
-calibration trace (it sets the popularity fill); others are evaluation traces.
+catalog's (e.g. a small measured example) is its own group, named with its layer count. A trace
+whose file name contains ``calib`` is a calibration trace (it sets the popularity fill); others
+are evaluation traces.
 """
 from __future__ import annotations
 

@@ -85,7 +85,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
     cands = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
     settings = ExecutorSettings(device=args.device, accel_threads=args.accel_threads,
                                 trials=args.trials, warmup_tokens=args.warmup_tokens,
-                                warmup_prompts=not args.no_warmup_prompts, dtype=args.dtype, seed=args.seed)
+                                warmup_prompts=not args.no_warmup_prompts, dtype=args.dtype,
+                                seed=args.seed)
     m = measure(trace, args.k, calibration=cal, cpu_threads=args.cpu_threads or [cpu_cores()],
                 candidates=cands, profile=profile, settings=settings,
                 progress=not args.no_progress, fill_by_id=args.fill_by_id)
