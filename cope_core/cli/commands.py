@@ -191,8 +191,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         _print_json(prediction_json(df))
         return 0
     g = trace.model
-    kind = "ANALYTIC (roofline from published specs, not measured)" if profile.analytic else "measured"
-    print(f"trace {args.trace}: {trace.source} {g.name}, {trace.n_prompts} prompts, "
+    kind = ("ANALYTIC (roofline from published specs, not measured)" if profile.analytic
+            else "MEASURED")
+    print(f"trace {args.trace}: {trace.source.upper()} {g.name}, {trace.n_prompts} prompts, "
           f"{trace.n_tokens} tokens | profile: {kind}, {profile.platform.get('gpu', '?')} | "
           f"cpu_threads={df.attrs['cpu_threads']} gpu_share={df.attrs['gpu_share']:g} | "
           f"estimator {args.estimator}")
