@@ -313,6 +313,10 @@ def test_every_shipped_example_opens_and_the_measured_one_scores_as_evaluate(cap
         at = open_app(example=ex.name)
         assert not at.error, (ex.name, [e.value for e in at.error])
         assert at.title[0].value == "COPE Explorer"
+        for page in ("matrix", "landscape", "traces", "profiles", "export"):
+            at = open_app(page, example=ex.name)
+            assert not at.error, (ex.name, page, [e.value for e in at.error])
+            assert charts(at) or page == "export", (ex.name, page)
     measured = [e for e in exs if e.measurements]
     assert [e.name for e in measured] == ["deepseek-v2-lite · 4 MoE layers"]
     ex = measured[0]
