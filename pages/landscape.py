@@ -13,13 +13,7 @@ session.banner(ds)
 session.require_predictable(ds)
 g = ds.trace.model
 
-c1, c2, c3 = st.columns([3, 2, 2])
-with c1:
-    gib, k = session.vram_widget(ds)
-with c2:
-    op = session.op_widget(ds.profile)
-with c3:
-    est = session.estimator_widget(ds.profile)
+gib, k, op, est = session.settings_row(ds, [3, 2, 2])
 res_ids = [r.value for r in RESIDENCIES]
 exe_ids = [e.value for e in EXECUTIONS]
 c4, c5, c6 = st.columns([3, 3, 1])

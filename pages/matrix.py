@@ -14,13 +14,7 @@ session.banner(ds)
 session.require_predictable(ds)
 table = matrix_table()
 
-c1, c2, c3 = st.columns([2, 2, 2])
-with c1:
-    gib, k = session.vram_widget(ds)
-with c2:
-    op = session.op_widget(ds.profile)
-with c3:
-    est = session.estimator_widget(ds.profile)
+gib, k, op, est = session.settings_row(ds, [2, 2, 2])
 
 with session.user_errors():
     df = results.predict_at(ds, k, op, est, CANDIDATE_IDS)

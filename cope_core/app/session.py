@@ -14,7 +14,7 @@ import re
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import streamlit as st
 
@@ -326,6 +326,20 @@ def op_widget(profile: Profile, where: Any = st) -> tuple[int, float]:
               valid=lambda v: v in keys, label="Operating point", options=keys,
               format_func=lambda v: op_label(*ops[keys.index(v)]))
     return ops[keys.index(k)]
+
+
+def settings_row(ds: Dataset, widths: Sequence[float]
+                 ) -> tuple[float, int, tuple[int, float], str]:
+    """The budget slider, operating point and estimator side by side (the header of the pages
+    that predict); returns ``(gib, K, operating point, estimator)``."""
+    c1, c2, c3 = st.columns(list(widths))
+    with c1:
+        gib, k = vram_widget(ds)
+    with c2:
+        op = op_widget(ds.profile)
+    with c3:
+        est = estimator_widget(ds.profile)
+    return gib, k, op, est
 
 
 def current_estimator(profile: Profile) -> str:
