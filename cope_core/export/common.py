@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..matrix import Execution, Residency, get_candidate
+from ..matrix import LAYER_PARTITION, Execution, Residency, get_candidate
 from .policy import Policy
 
 
@@ -89,6 +89,18 @@ def gap_line(policy: Policy, nearest: str) -> str:
     pct = (near - mine) / mine * 100 if mine > 0 else 0.0
     return (f"# predicted TPOT (cope): chosen {policy.candidate} {ms(mine)}/token; "
             f"{nearest} {ms(near)}/token; gap {(near - mine) / 1e3:+.3f} ms ({pct:+.1f}%)")
+
+
+def layer_partition_summary(policy: Policy, runtime_cannot: str) -> str:
+    """One line for a runtime that places whole MoE layers only: why it cannot express the
+    chosen candidate, the layer partition it falls back to, and that partition's cost.
+
+    ``runtime_cannot`` is the first clause, with ``{candidate}`` where the candidate id goes,
+    e.g. ``"llama.cpp cannot express {candidate}: it places whole MoE layers only"``."""
+    plan, L = policy.layer_plan, policy.model.n_layers
+    return (f"{runtime_cannot.format(candidate=policy.candidate)}; the nearest expressible "
+            f"policy is {LAYER_PARTITION} at the same VRAM ({plan.n_gpu} of {L} MoE layers on "
+            f"the GPU); " + gap_summary(policy, LAYER_PARTITION))
 
 
 def gap_summary(policy: Policy, nearest: str) -> str:

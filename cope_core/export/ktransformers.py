@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from ..errors import CopeInputError
 from ..matrix import LAYER_PARTITION
-from .common import Rendered, gap_line, gap_summary, header, whole_layer_equivalent
+from .common import (Rendered, gap_line, header, layer_partition_summary,
+                     whole_layer_equivalent)
 from .layers import describe_blocks, int_set_regex
 from .policy import Policy
 
@@ -64,10 +65,9 @@ def render_ktransformers(policy: Policy) -> Rendered:
     lines = header(policy, "KTransformers")
     summary = ""
     if not exact:
-        summary = (f"KTransformers optimize rules cannot express {policy.candidate}: a rule "
-                   f"places a whole layer's experts module; the nearest expressible policy is "
-                   f"{LAYER_PARTITION} at the same VRAM ({plan.n_gpu} of {L} MoE layers on the "
-                   f"GPU); " + gap_summary(policy, LAYER_PARTITION))
+        summary = layer_partition_summary(
+            policy, "KTransformers optimize rules cannot express {candidate}: a rule places a "
+                    "whole layer's experts module")
         lines += [
             f"# These rules CANNOT express {policy.candidate}: a rule replaces a whole "
             f"model.layers.N.{experts_module(policy.model.name)} module,",

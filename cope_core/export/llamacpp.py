@@ -14,7 +14,8 @@ fit device memory on its own.
 from __future__ import annotations
 
 from ..matrix import LAYER_PARTITION
-from .common import Rendered, gap_line, gap_summary, header, whole_layer_equivalent
+from .common import (Rendered, gap_line, header, layer_partition_summary,
+                     whole_layer_equivalent)
 from .layers import LayerPlan, describe_blocks, int_set_regex
 from .policy import Policy
 
@@ -44,10 +45,8 @@ def render_llamacpp(policy: Policy) -> Rendered:
     lines = header(policy, "llama.cpp")
     summary = ""
     if not exact:
-        summary = (f"llama.cpp cannot express {policy.candidate}: it places whole MoE layers "
-                   f"only; the nearest expressible policy is {LAYER_PARTITION} at the same VRAM "
-                   f"({plan.n_gpu} of {L} MoE layers on the GPU); "
-                   + gap_summary(policy, LAYER_PARTITION))
+        summary = layer_partition_summary(
+            policy, "llama.cpp cannot express {candidate}: it places whole MoE layers only")
         lines += [
             f"# llama.cpp CANNOT express {policy.candidate}: GGUF keeps all experts of a layer in "
             "one tensor per projection",
