@@ -300,7 +300,7 @@ def _trace_from_columns(c: dict[str, Any], g: ModelGeometry, src: str) -> dict[s
            layer[i]) + f": layer {pos[i] if layer[i] != pos[i] else layer[i] + 1} is missing, "
            f"expected layers 0..{L - 1} for every token")
     N = n // L
-    tp, tt = prompt[::L], token[::L]
+    tp = prompt[::L]
     pstarts = np.flatnonzero(np.r_[True, np.diff(tp) != 0])
     psizes = np.diff(np.r_[pstarts, N])
     tpos = np.repeat(np.arange(N) - np.repeat(pstarts, psizes), L)

@@ -3,7 +3,7 @@ takes (llama.cpp, KTransformers, SGLang-KT, vLLM), by the same functions as `cop
 import streamlit as st
 
 from cope_core.app import dataset as dsm
-from cope_core.app import results, session, whatif
+from cope_core.app import results, session
 from cope_core.errors import CopeInputError
 from cope_core.export import FORMATS, render
 from cope_core.matrix import CANDIDATE_IDS
