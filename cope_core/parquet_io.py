@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -22,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import CopeInputError
+from .files import atomic_path, check_writable, short_error as _short
 from .geometry import ModelGeometry
 from .matrix import CANDIDATE_IDS, EXECUTIONS
 from .profile.data import (ATOMIC_PER_N, ATOMIC_SINGLE, COLUMNS as PROFILE_COLUMNS, KEY_COLUMNS,
@@ -74,11 +74,6 @@ class Measurements:
 
 
 # --- opening and metadata -----------------------------------------------------------------------
-def _short(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:200] + ("..." if len(text) > 200 else "")
-
-
 def _open(path: str | os.PathLike) -> tuple[pq.ParquetFile, str]:
     src = str(path)
     if not os.path.exists(src):
@@ -552,34 +547,19 @@ def write_measurements(m: Measurements, path: str | os.PathLike, *,
                  MEASUREMENT_COLUMNS, m.metadata(), path, overwrite)
 
 
-# --- atomic writing -----------------------------------------------------------------------------
+# --- writing -----------------------------------------------------------------------------------
 def _write(table: pa.Table, meta: dict[str, Any], path: str | os.PathLike, overwrite: bool) -> None:
-    """Write ``table`` with ``meta`` under the ``cope`` key, creating parent directories.
+    """Write ``table`` with ``meta`` under the ``cope`` key, atomically (:mod:`cope_core.files`).
 
-    An existing file is an error unless ``overwrite``; the file is replaced atomically.
+    An existing file is an error unless ``overwrite``; parent directories are created.
     """
-    dest = Path(path)
-    src = str(dest)
-    if dest.is_dir():
-        raise CopeInputError("is a directory, expected a file path to write", source=src)
-    if dest.exists() and not overwrite:
-        raise CopeInputError("already exists; refusing to overwrite it, use --force "
-                             "(overwrite=True) to replace it", source=src)
+    src = str(path)
+    check_writable(path, overwrite=overwrite)
     try:
         text = json.dumps(meta, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise CopeInputError(f"metadata is not plain JSON ({_short(exc)})", source=src,
                              field="cope") from None
     table = table.replace_schema_metadata({META_KEY: text.encode()})
-    # A temp file in the same directory makes os.replace an atomic rename: readers see the old
-    # file or the new one, never half of one, and a failed write leaves the old file intact.
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path, overwrite=overwrite, errors=(pa.ArrowException,)) as tmp:
         pq.write_table(table, tmp)
-        os.replace(tmp, dest)
-    except (OSError, pa.ArrowException) as exc:
-        raise CopeInputError(f"cannot write ({_short(exc)})", source=src) from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()

@@ -2,6 +2,7 @@
 good paths (matrix, synth -> profile -> predict, evaluate) print what DESIGN §9 promises."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -916,3 +917,24 @@ def test_evaluate_text_table(capsys, pipeline, tmp_path):
     assert cope_line.split()[1] == "50.00"
     assert any(line.startswith("atomic") for line in lines)
     assert any(line.startswith("hrm") for line in lines)
+
+
+def test_evaluate_json_writes_null_for_an_undefined_spearman(capsys, files):
+    # one measured candidate per prompt: no order to correlate, Spearman is undefined. The
+    # output must still be strict JSON (null, not NaN), which json.loads with a strict
+    # parse_constant checks.
+    m = tiny_measurements()
+    m = dataclasses.replace(m, table=m.table[m.table["candidate"] == "fixed/parallel"])
+    parquet_io.write_measurements(m, files["measurements"], overwrite=True)
+    code, out, err = run(capsys, "evaluate", "--trace", files["trace"], "--profile",
+                         files["profile"], "--measurements", files["measurements"], "--spec",
+                         "h100", "--json")
+    assert code == 0, err
+    assert "NaN" not in out
+
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+
+    res = json.loads(out, parse_constant=refuse)
+    assert res["cope"]["spearman"] is None
+    assert res["cope"]["top1"] == [2, 2]

@@ -282,3 +282,19 @@ def test_winners_by_k_by_hand():
     assert w[0]["mape_pct"] == pytest.approx(37.5)
     # K=2 means: fp 10 vs 20 (50 %), lp 30 vs 27.5 (1/11) -> (50 + 100/11) / 2
     assert w[1]["mape_pct"] == pytest.approx((50 + 100 / 11) / 2)
+
+
+def test_raw_samples_leave_a_users_tmp_file_alone(capsys, tiny_files):
+    # the raw-samples JSON was written through X.tmp and silently replaced a user's file of
+    # that name; now the temporary name is unique and hidden, and X.tmp is untouched
+    d, t = tiny_files
+    mine = d / "raw.tmp"
+    mine.write_text("the user's own notes")
+    assert main(["profile", "--trace", str(t), "--cpu-threads", "1", "--contexts", "16",
+                 "--max-samples", "3", "--min-time", "0", "--no-progress", "--raw-samples",
+                 str(d / "raw.json"), "-o", str(d / "p.parquet")]) == 0
+    capsys.readouterr()
+    assert mine.read_text() == "the user's own notes"
+    assert json.loads((d / "raw.json").read_text())["samples_us"]
+    assert sorted(p.name for p in d.iterdir()) == ["p.parquet", "raw.json", "raw.tmp",
+                                                   "t.parquet"]

@@ -20,6 +20,7 @@ import streamlit as st
 
 from .. import parquet_io
 from ..errors import CopeInputError
+from ..files import write_atomic
 from ..geometry import ModelGeometry
 from ..profile.data import Profile
 from . import whatif
@@ -220,11 +221,8 @@ def _store_upload(name: str, data: bytes, sha: str) -> Path:
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", Path(name).name)[:100] or "upload.parquet"
     folder = UPLOAD_DIR / sha[:24]
     path = folder / safe
-    if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{safe}.{os.getpid()}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+    if not path.exists():  # the folder is named by the content's hash: same name, same bytes
+        write_atomic(path, data)
     return path
 
 
@@ -235,8 +233,8 @@ def read_upload(name: str, data: bytes, kind: str) -> tuple[Any, str]:
     sha = hashlib.sha256(data).hexdigest()
     try:
         path = _store_upload(name, data, sha)
-    except OSError as exc:
-        raise CopeInputError(f"cannot store it ({exc.strerror or exc})",
+    except CopeInputError as exc:   # says the server's temp path: name the upload instead
+        raise CopeInputError(exc.detail.replace("cannot write", "cannot store it"),
                              source=f"upload {name}") from None
     try:
         return read(kind, path), str(path)

@@ -12,6 +12,7 @@ import pandas as pd
 
 from .. import parquet_io
 from ..errors import CopeInputError
+from ..files import print_json
 from ..estimate.metrics import accuracy, pair_up, winners_by_k
 from ..estimate.predict import predict, profile_spec
 from ..geometry import CATALOG, GIB, get_model
@@ -19,16 +20,11 @@ from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
 from ..platforms import resolve_platform
 
 
-def _print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2)
-    sys.stdout.write("\n")
-
-
 # --- matrix / models / vram ---------------------------------------------------------------------
 def cmd_matrix(args: argparse.Namespace) -> int:
     table = matrix_table()
     if args.json:
-        _print_json(table)
+        print_json(table)
         return 0
     by_cell = {(c["residency"], c["execution"]): c for c in table["candidates"]}
     width = 30
@@ -58,7 +54,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 def cmd_models(args: argparse.Namespace) -> int:
     rows = [dict(g.to_dict(), expert_mib=g.expert_bytes / 2**20) for g in CATALOG.values()]
     if args.json:
-        _print_json(rows)
+        print_json(rows)
         return 0
     df = pd.DataFrame(rows)[["name", "n_layers", "dense_layers", "n_experts", "top_k",
                              "n_shared_experts", "hidden", "expert_intermediate", "expert_mib"]]
@@ -83,7 +79,7 @@ def cmd_vram(args: argparse.Namespace) -> int:
            "vram_needed_gib": need, "expert_mib": g.expert_bytes / 2**20,
            "context": args.context, "workspace_gib": args.workspace_gib}
     if args.json:
-        _print_json(out)
+        print_json(out)
     else:
         print(f"{g.name}: {gib:.2f} GiB of VRAM holds K = {k} of {g.n_experts} experts per layer "
               f"(K = {k} needs {need:.2f} GiB: non-expert weights {g.non_expert_bytes / GIB:.2f}, "
@@ -188,7 +184,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     df = predict(trace, profile, ks, calibration=cal, cpu_threads=args.cpu_threads,
                  estimator=args.estimator, candidates=cands, fill_by_id=args.fill_by_id, spec=spec)
     if args.json:
-        _print_json(prediction_json(df))
+        print_json(prediction_json(df))
         return 0
     g = trace.model
     kind = ("ANALYTIC (roofline from published specs, not measured)" if profile.analytic
@@ -297,7 +293,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print("cope: warning: no platform spec in the profile and no --spec: HRM not evaluated",
               file=sys.stderr)
     if args.json:
-        _print_json(result)
+        print_json(result)
         return 0
     print(f"{'estimator':<10}{'MAPE %':>9}{'Spearman':>10}{'top-1':>10}{'top-3':>10}{'pairs':>8}")
     for est, r in result.items():

@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import parquet_io
 from ..errors import CopeInputError
 from ..export import DEFAULT_PT, FORMATS, build_policy, read_policy, render
-from ..export.files import check_writable, write_atomic
+from ..files import check_writable, write_atomic
 from ..platforms import resolve_platform
 
 #: Options that describe how to build a policy; --from-policy takes none of them.

@@ -14,24 +14,12 @@ from typing import Sequence
 
 from ..errors import CopeInputError
 from . import commands
+from .args import ints, k_arg
 
 #: Modules of this package that add sub-commands: each has ``register(subparsers)``, and every
 #: parser it adds sets ``func`` (``parser.set_defaults(func=...)``) to a function of ``args``
 #: that returns the exit status.
 PLUGINS: tuple[str, ...] = ("export_cmd", "trace_cmd", "app_cmd", "measure_cmd")
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {text!r}")
-
-
-def _k_arg(text: str) -> str:
-    if text != "all":
-        _ints(text)
-    return text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,8 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--trace", help="take the model geometry from this trace")
     s.add_argument("--link", help="analytic: pcie4 or pcie5 (default: the GPU's usual link)")
     s.add_argument("--cpu", help="analytic: catalog CPU for the host side (default xeon-gold-6430)")
-    s.add_argument("--cpu-threads", type=_ints, help="operating points, e.g. 1,4,16")
-    s.add_argument("--contexts", type=_ints, default=None, help="shared-cost contexts")
+    s.add_argument("--cpu-threads", type=ints, help="operating points, e.g. 1,4,16")
+    s.add_argument("--contexts", type=ints, default=None, help="shared-cost contexts")
     s.add_argument("-o", "--output", required=True)
     s.add_argument("--force", action="store_true")
     importlib.import_module(f"{__package__}.measure_cmd").add_profile_arguments(s)
@@ -97,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("predict", help="predict every candidate's TPOT")
     _inputs(s)
     g = s.add_mutually_exclusive_group(required=True)
-    g.add_argument("--experts-per-layer", "-K", type=_k_arg, dest="k",
+    g.add_argument("--experts-per-layer", "-K", type=k_arg, dest="k",
                    help="an int, a comma list or 'all'")
     g.add_argument("--vram-gib", type=float, help="VRAM budget; K follows from the memory model")
     s.add_argument("--estimator", default="cope", choices=["cope", "atomic", "hrm"])

@@ -17,17 +17,9 @@ from pathlib import Path
 
 from .. import parquet_io
 from ..errors import CopeInputError
+from ..files import json_text, write_atomic
 from ..geometry import get_model
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {text!r}")
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected at least one whole number, got {text!r}")
-    return values
+from .args import check_output, ints
 
 
 def prepare_threads(device: str) -> None:
@@ -42,9 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--trace", required=True, help="routing trace to replay (sets the geometry)")
     s.add_argument("--calibration", help="trace whose popularity fills the cache (default: "
                                          "the trace itself)")
-    s.add_argument("--experts-per-layer", "-K", type=_ints, required=True, dest="k",
+    s.add_argument("--experts-per-layer", "-K", type=ints, required=True, dest="k",
                    help="cache size(s) K, e.g. 8 or 8,16,32")
-    s.add_argument("--cpu-threads", type=_ints, help="host threads for CPU experts, e.g. 1,2 "
+    s.add_argument("--cpu-threads", type=ints, help="host threads for CPU experts, e.g. 1,2 "
                                                      "(default: every core)")
     s.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda, or cpu for the emulated accelerator (default)")
@@ -72,7 +64,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     prepare_threads(args.device)
     from ..executor.run import ExecutorSettings, measure
     from ..mechanisms.accelerator import cpu_cores
-    _check_output(args.output, args.force)
+    check_output(args.output, args.force)
     for name in ("trials", "accel_threads"):
         if getattr(args, name) < 1:
             raise CopeInputError(f"expected >= 1, got {getattr(args, name)}",
@@ -113,9 +105,9 @@ def run_profile(args: argparse.Namespace) -> int:
             raise CopeInputError(f"--{opt} only applies to --analytic profiles", field=f"--{opt}")
     prepare_threads(args.device)
     from ..profile.measure import DEFAULT_CONTEXTS, ProfilerSettings, measure_profile
-    _check_output(args.output, args.force)
+    check_output(args.output, args.force)
     if args.raw_samples:
-        _check_output(args.raw_samples, args.force)
+        check_output(args.raw_samples, args.force)
     g = parquet_io.read_trace(args.trace).model if args.trace else get_model(args.model)
     if args.accel_threads < 1:
         raise CopeInputError(f"expected >= 1, got {args.accel_threads}", field="--accel-threads")
@@ -139,10 +131,10 @@ def run_profile(args: argparse.Namespace) -> int:
     prof, raw, seconds = measure_profile(g, settings, progress=not args.no_progress)
     parquet_io.write_profile(prof, args.output, overwrite=args.force)
     if args.raw_samples:
-        tmp = Path(args.raw_samples).with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": "kind|name|hits|cpu|staged|count|context|cpu_threads|"
-                                          "gpu_share", "samples_us": raw}))
-        os.replace(tmp, args.raw_samples)
+        write_atomic(args.raw_samples, json_text({"key": "kind|name|hits|cpu|staged|count|"
+                                                           "context|cpu_threads|gpu_share",
+                                                    "samples_us": raw}, indent=None),
+                     overwrite=args.force)
     threads = sorted({t for t, _ in prof.operating_points()})
     print(f"wrote {args.output}: MEASURED profile of {g.name} on the "
           f"{prof.platform['accelerator']} accelerator ({prof.platform['gpu']}), CPU threads "
@@ -173,10 +165,3 @@ def add_profile_arguments(s: argparse.ArgumentParser) -> None:
                                                          "raw sample to this JSON file")
     s.add_argument("--no-progress", action="store_true")
 
-
-def _check_output(path: str, force: bool) -> None:
-    p = Path(path)
-    if p.exists() and not force:
-        raise CopeInputError("already exists; refusing to overwrite it, use --force", source=path)
-    if p.is_dir():
-        raise CopeInputError("is a directory, expected a file path to write", source=path)

@@ -8,12 +8,9 @@ from typing import Any
 
 from .. import parquet_io
 from ..errors import CopeInputError
+from ..files import print_json
 from ..geometry import get_model
-
-
-def _print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, allow_nan=False)
-    sys.stdout.write("\n")
+from .args import check_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,18 +78,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=cmd_predictor_train)
 
 
-def _check_new(path: str, force: bool) -> None:
-    import os
-    if os.path.exists(path) and not force:
-        raise CopeInputError("already exists; use --force to overwrite", source=path)
-
-
 def cmd_collect(args: argparse.Namespace) -> int:
     from ..trace.collect import collect, load_model, read_prompts
     from ..trace.predictor import HiddenStateWriter, load_predictor
-    _check_new(args.output, args.force)
+    check_output(args.output, args.force)
     if args.hidden_states:
-        _check_new(args.hidden_states, args.force)
+        check_output(args.hidden_states, args.force, folder=True)
     prompts = read_prompts(args.prompts)
     if args.max_new_tokens < 2:
         raise CopeInputError(f"expected >= 2 (the first new token comes from the prefill), got "
@@ -123,11 +114,11 @@ def cmd_import(args: argparse.Namespace) -> int:
         if args.layers < 1:
             raise CopeInputError(f"expected at least 1 layer, got {args.layers}", field="--layers")
         g = g.with_layers(args.layers)
-    _check_new(args.output, args.force)
+    check_output(args.output, args.force)
     tr, rep = import_trace(args.format, args.files, g, context_start=args.context_start)
     parquet_io.write_trace(tr, args.output, overwrite=args.force)
     if args.json:
-        _print_json(dict(rep.to_dict(), output=args.output, prompts_kept=tr.n_prompts,
+        print_json(dict(rep.to_dict(), output=args.output, prompts_kept=tr.n_prompts,
                          tokens=tr.n_tokens))
         return 0
     print(f"wrote {args.output}: IMPORTED trace, {g.name} geometry, {tr.n_prompts} prompts, "
@@ -139,7 +130,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_predict_trace(args: argparse.Namespace) -> int:
     from ..trace.predictor import predict_trace
-    _check_new(args.output, args.force)
+    check_output(args.output, args.force)
     tr = parquet_io.read_trace(args.trace)
     cal = parquet_io.read_trace(args.calibration) if args.calibration else None
     out = predict_trace(tr, args.method, cal)
@@ -155,7 +146,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     cal = parquet_io.read_trace(args.calibration) if args.calibration else None
     st = trace_stats(tr, cal)
     if args.json:
-        _print_json(st.to_dict())
+        print_json(st.to_dict())
     else:
         print(st.format())
     return 0
@@ -163,7 +154,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def cmd_predictor_train(args: argparse.Namespace) -> int:
     from ..trace.predictor import read_hidden_states, train_predictor
-    _check_new(args.output, args.force)
+    check_output(args.output, args.force)
     for name, v in (("--epochs", args.epochs), ("--hidden-units", args.hidden_units)):
         if v < 1:
             raise CopeInputError(f"expected at least 1, got {v}", field=name)
@@ -173,7 +164,7 @@ def cmd_predictor_train(args: argparse.Namespace) -> int:
                                 width=args.width, progress=not args.json)
     pred.save(args.output, overwrite=args.force)
     if args.json:
-        _print_json(dict(res.to_dict(), output=args.output))
+        print_json(dict(res.to_dict(), output=args.output))
         return 0
     k = pred.model.top_k
     print(f"wrote {args.output}: next-layer predictor, {pred.model.n_layers - 1} layer pairs, "

@@ -14,7 +14,7 @@ from ..platforms import PlatformSpec
 from ..profile.data import Profile
 from ..replay.engine import check_ks, fill_order
 from ..trace.data import Trace
-from .files import sha256_file
+from ..files import sha256_file
 from .policy import Policy
 
 TOOL = "cope-explorer"

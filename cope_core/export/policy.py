@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from ..errors import CopeInputError
 from ..geometry import ModelGeometry
 from ..matrix import CANDIDATE_IDS, get_candidate
-from .files import write_atomic
+from ..files import write_atomic
 from .layers import LayerPlan, layer_plan
 
 SCHEMA = "cope.policy/1"

@@ -23,10 +23,9 @@ Hidden-state folder (``cope.hidden/1``, written by ``cope trace collect --hidden
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -34,12 +33,17 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..errors import CopeInputError
+from ..files import atomic_folder, atomic_path
 from ..geometry import ModelGeometry
 from .data import Trace
 
 HIDDEN_FORMAT = "cope.hidden/1"
 PREDICTOR_FORMAT = "cope.predictor/1"
 METHODS = ("previous-token", "popularity")
+
+
+class _Aborted(Exception):
+    """Passed to the folder's context on :meth:`HiddenStateWriter.abort`."""
 
 
 # --- hidden-state folders -----------------------------------------------------------------------
@@ -54,13 +58,11 @@ class HiddenStateWriter:
     def __init__(self, path: str | os.PathLike, model: ModelGeometry, *, overwrite: bool = False,
                  chunk: int = 256, dtype: str = "float16"):
         self.path = Path(path)
-        if self.path.exists() and not overwrite:
-            raise CopeInputError("already exists; use --force to overwrite", source=str(path))
         if dtype not in ("float16", "float32"):
             raise CopeInputError(f"expected float16 or float32, got {dtype!r}", field="dtype")
         self.model, self.chunk, self.dtype, self.overwrite = model, int(chunk), dtype, overwrite
-        self.tmp = self.path.with_name(f".{self.path.name}.partial-{uuid.uuid4().hex[:8]}")
-        self.tmp.mkdir(parents=True)
+        self._folder = contextlib.ExitStack()
+        self.tmp = self._folder.enter_context(atomic_folder(self.path, overwrite=overwrite))
         self._rows: list[tuple[int, int, np.ndarray, np.ndarray]] = []
         self._shards: list[dict[str, Any]] = []
         self.hidden: int | None = None
@@ -89,11 +91,10 @@ class HiddenStateWriter:
             return
         name = f"shard-{len(self._shards):06d}.npz"
         p, t, h, r = zip(*self._rows)
-        tmp = self.tmp / f".{name}.tmp"
-        with open(tmp, "wb") as fh:  # savez appends .npz to string paths, not to open files
+        with atomic_path(self.tmp / name) as tmp, open(tmp, "wb") as fh:
+            # savez appends .npz to string paths, not to open files
             np.savez(fh, hidden=np.stack(h), routed=np.stack(r),
                      prompt=np.asarray(p, np.int32), token=np.asarray(t, np.int32))
-        os.replace(tmp, self.tmp / name)
         self._shards.append({"file": name, "tokens": len(self._rows)})
         self._rows = []
 
@@ -103,15 +104,11 @@ class HiddenStateWriter:
         index = {"format": HIDDEN_FORMAT, "model": self.model.to_dict(), "dtype": self.dtype,
                  "hidden": self.hidden or 0, "shards": self._shards}
         (self.tmp / "index.json").write_text(json.dumps(index, indent=1))
-        if self.path.exists():
-            if self.path.is_dir():
-                shutil.rmtree(self.path)
-            else:
-                self.path.unlink()
-        os.replace(self.tmp, self.path)
+        self._folder.close()                 # renames the folder into place
 
     def abort(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        """Remove what was written; an existing folder at ``path`` is left as it was."""
+        self._folder.__exit__(_Aborted, _Aborted(), None)
 
     def __enter__(self) -> "HiddenStateWriter":
         return self
@@ -347,26 +344,10 @@ class Predictor:
         """
         from safetensors import SafetensorError
         from safetensors.torch import save_file
-        p = Path(path)
-        if p.is_dir():
-            raise CopeInputError("is a directory, expected a file path to write", source=str(p))
-        if p.exists() and not overwrite:
-            raise CopeInputError("already exists; use --force to overwrite", source=str(p))
-        # same folder, so os.replace is an atomic rename and a failed write keeps the old file
-        tmp = p.with_name(f".{p.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
         tensors = {k: v.detach().contiguous() for k, v in self.module.state_dict().items()}
         meta = dict(self.meta, format=PREDICTOR_FORMAT, model=self.model.to_dict())
-        try:
-            p.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path, overwrite=overwrite, errors=(SafetensorError,)) as tmp:
             save_file(tensors, str(tmp), metadata={"cope": json.dumps(meta)})
-            os.replace(tmp, p)
-        except (OSError, SafetensorError) as exc:
-            text = " ".join(str(exc).split())
-            raise CopeInputError(f"cannot write ({text[:200]}{'...' if len(text) > 200 else ''})",
-                                 source=str(p)) from None
-        finally:
-            if tmp.exists():
-                tmp.unlink()
 
 
 def load_predictor(path: str | os.PathLike) -> Predictor:
