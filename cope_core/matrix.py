@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Iterable
 
 from .errors import CopeInputError
 
@@ -116,6 +117,24 @@ def get_candidate(cid: str) -> Candidate:
     except KeyError:
         raise CopeInputError(f"unknown candidate {cid!r}; expected one of {list(CANDIDATE_IDS)}",
                              field="candidate") from None
+
+
+def select_candidates(ids: Iterable[str] | None = None) -> tuple[Candidate, ...]:
+    """The candidates named by ``ids`` (default: all 13), each once, in canonical order.
+
+    The canonical order is also the exact-tie order, so every computation that takes a list of
+    candidate ids goes through here. Unknown ids raise CopeInputError."""
+    if ids is None:
+        return CANDIDATES
+    wanted = {get_candidate(c).id for c in ids}
+    return tuple(c for c in CANDIDATES if c.id in wanted)
+
+
+def residencies_of(candidates: Iterable[Candidate | str]) -> tuple[Residency, ...]:
+    """The residencies (in canonical order) that ``candidates`` need replayed; layer partition
+    needs none."""
+    need = {(c if isinstance(c, Candidate) else get_candidate(c)).residency for c in candidates}
+    return tuple(r for r in RESIDENCIES if r in need)
 
 
 def matrix_table() -> dict:

@@ -12,12 +12,13 @@ import pytest
 
 from conftest import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
 from cope_core import parquet_io, predict
-from cope_core.app import compute, dataset, figures, figures_inputs, inputs, settings, whatif
+from cope_core.app import dataset, figures, figures_inputs, inputs, settings, whatif
 from cope_core.app.timeline import execution_timeline, layer_partition_timelines
 from cope_core.estimate.costs import atomic_costs
-from cope_core.estimate.predict import OptimisticPredictionWarning
+from cope_core.estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from cope_core.geometry import GIB, get_model
-from cope_core.matrix import CANDIDATE_IDS, EXECUTIONS, Execution, matrix_table
+from cope_core.matrix import (CANDIDATE_IDS, EXECUTIONS, Execution, matrix_table,
+                              residencies_of)
 from cope_core.platforms import platform_spec
 from cope_core.profile.analytic import analytic_profile
 from cope_core.trace.stats import trace_stats
@@ -35,9 +36,10 @@ def _profile_with_spec():
 
 
 def _split_predict(trace, profile, ks, calibration, estimator, cands, op=(None, None)):
-    counts = compute.replay_counts(trace, calibration, ks, compute.residencies_of(cands))
-    return compute.price(trace, profile, counts, ks, op[0], op[1], estimator, cands,
-                         calibrated=calibration is not None)
+    # the two library steps the app caches apart
+    counts = replay_counts(trace, calibration, ks, residencies_of(cands))
+    return price(trace, profile, counts, ks, cpu_threads=op[0], gpu_share=op[1],
+                 estimator=estimator, candidates=cands, calibrated=calibration is not None)
 
 
 def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:

@@ -15,16 +15,17 @@ import streamlit as st
 
 from ..export import Policy, build_policy
 from ..geometry import ModelGeometry
-from ..matrix import Residency
+from ..estimate.predict import price, replay_counts
+from ..matrix import Residency, residencies_of
 from ..profile.data import Profile
 from ..trace.stats import TraceStats, trace_stats
-from . import compute, whatif
+from . import whatif
 from .dataset import Dataset
 from .inputs import estimators_for, measured_pairs
 
 
 def _replay(key: str, ks: tuple[int, ...], residencies: tuple[str, ...], ds: Dataset) -> dict:
-    return compute.replay_counts(ds.trace, ds.calibration, ks, [Residency(r) for r in residencies])
+    return replay_counts(ds.trace, ds.calibration, ks, [Residency(r) for r in residencies])
 
 
 # Histograms of a sweep chunk are megabytes, those of one K kilobytes: two caches, so that many
@@ -58,12 +59,13 @@ def clear_replays() -> None:
 def _predict_cached(key: str, ks: tuple[int, ...], op: tuple[int, float], estimator: str,
                     candidates: tuple[str, ...], _ds: Dataset) -> tuple[pd.DataFrame, tuple]:
     # the replay does not depend on the operating point or the estimator: cached on its own
-    res = tuple(r.value for r in compute.residencies_of(candidates))
+    res = tuple(r.value for r in residencies_of(candidates))
     counts = _counts_cached(key, ks, res, _ds) if res else {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        df = compute.price(_ds.trace, _ds.profile, counts, ks, op[0], op[1], estimator,
-                           candidates, calibrated=_ds.calibration is not None)
+        df = price(_ds.trace, _ds.profile, counts, ks, cpu_threads=op[0], gpu_share=op[1],
+                   estimator=estimator, candidates=candidates,
+                   calibrated=_ds.calibration is not None)
     return df, tuple(sorted({" ".join(str(w.message).split()) for w in caught}))
 
 

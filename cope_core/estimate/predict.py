@@ -1,4 +1,4 @@
-"""TPOT of every candidate from replay counts and an estimator's cost table (DESIGN §6)."""
+"""TPOT of every candidate: replay counts (step 1) priced by an estimator's cost table (step 2)."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import CopeInputError
-from ..matrix import CANDIDATES, LAYER_PARTITION, RESIDENCIES, Candidate, Residency, get_candidate
+from ..matrix import (CANDIDATES, LAYER_PARTITION, RESIDENCIES, Candidate, Residency,
+                      residencies_of, select_candidates)
 from ..platforms import PlatformSpec
 from ..profile.data import Profile
 from ..replay.engine import ReplayCounts, check_ks, fill_order, replay
@@ -126,12 +127,69 @@ def compose(trace: Trace, counts: dict[Residency, ReplayCounts], costs: LayerCos
     return df
 
 
+def replay_counts(trace: Trace, calibration: Trace | None, ks: int | Sequence[int],
+                  residencies: Iterable[Residency] = RESIDENCIES, *,
+                  fill_by_id: bool = False) -> dict[Residency, ReplayCounts]:
+    """Step 1 of :func:`predict`: replay each residency over ``trace`` at every K of ``ks``.
+
+    The result depends only on the traces and K, not on the platform or the estimator, so a
+    caller that re-prices under several profiles (the app, a platform comparison) replays once.
+
+    Parameters
+    ----------
+    trace : Trace
+    calibration : Trace or None
+        Its popularity sets the initial fill (the trace's own when None).
+    ks : int or sequence of int
+    residencies : iterable of Residency
+        Those the candidates need (:func:`cope_core.matrix.residencies_of`).
+    fill_by_id : bool
+        Fill by expert id instead of popularity.
+    """
+    check_compatible(trace, None, calibration)
+    ks = check_ks(ks, trace.model.n_experts)
+    order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
+    return replay_all(trace, order, ks, [r for r in RESIDENCIES if r in set(residencies)])
+
+
+def price(trace: Trace, profile: Profile, counts: dict[Residency, ReplayCounts],
+          ks: int | Sequence[int], *, cpu_threads: int | None = None,
+          gpu_share: float | None = None, estimator: str = "cope",
+          candidates: Iterable[str] | None = None, spec: PlatformSpec | None = None,
+          histograms: bool = False, calibrated: bool = True) -> pd.DataFrame:
+    """Step 2 of :func:`predict`: price replay counts with one estimator at an operating point.
+
+    Parameters are those of :func:`predict`; ``counts`` come from :func:`replay_counts` at
+    (at least) the residencies the candidates need, and ``calibrated`` says whether their fill
+    came from a calibration trace (without one an :class:`OptimisticPredictionWarning` is
+    issued). Returns the frame :func:`predict` describes.
+    """
+    check_compatible(trace, profile)
+    ks = check_ks(ks, trace.model.n_experts)
+    cands = select_candidates(candidates)
+    if not calibrated:
+        warnings.warn("no calibration trace given: the fill order comes from the evaluated trace, "
+                      "so the prediction is optimistic", OptimisticPredictionWarning, stacklevel=3)
+    op = profile.resolve(cpu_threads, gpu_share)
+    if spec is None and estimator == "hrm":
+        spec = profile_spec(profile)
+    costs = layer_costs(estimator, op, profile.model, spec)
+    use = {r: counts[r] for r in residencies_of(cands)}
+    df = compose(trace, use, costs, cands, histograms, ks=ks)
+    df.attrs.update(cpu_threads=op.cpu_threads, gpu_share=op.gpu_share,
+                    analytic=bool(profile.analytic))
+    return df
+
+
 def predict(trace: Trace, profile: Profile, experts_per_layer: int | Sequence[int],
             calibration: Trace | None = None, cpu_threads: int | None = None,
-            estimator: str = "cope", *, gpu_share: float | None = None, candidates: Sequence[str] | None = None,
-            fill_by_id: bool = False, spec: PlatformSpec | None = None,
-            histograms: bool = False) -> pd.DataFrame:
+            estimator: str = "cope", *, gpu_share: float | None = None,
+            candidates: Sequence[str] | None = None, fill_by_id: bool = False,
+            spec: PlatformSpec | None = None, histograms: bool = False) -> pd.DataFrame:
     """Predict every candidate's TPOT over ``trace`` with one estimator.
+
+    The composition of :func:`replay_counts` (cache state, platform-independent) and
+    :func:`price` (costs of one estimator at one operating point).
 
     Parameters
     ----------
@@ -168,26 +226,13 @@ def predict(trace: Trace, profile: Profile, experts_per_layer: int | Sequence[in
         (exact ties to the earlier candidate).
     """
     check_compatible(trace, profile, calibration)
-    ks = check_ks(experts_per_layer, trace.model.n_experts)
-    if candidates is None:
-        cands = list(CANDIDATES)
-    else:  # canonical order, each once: the row order is also the exact-tie order
-        wanted = {get_candidate(c).id for c in candidates}
-        cands = [c for c in CANDIDATES if c.id in wanted]
-    if calibration is None and not fill_by_id:
-        warnings.warn("no calibration trace given: the fill order comes from the evaluated trace, "
-                      "so the prediction is optimistic", OptimisticPredictionWarning, stacklevel=2)
-    op = profile.resolve(cpu_threads, gpu_share)
-    if spec is None and estimator == "hrm":
-        spec = profile_spec(profile)
-    costs = layer_costs(estimator, op, profile.model, spec)
-    order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
-    needed = {c.residency for c in cands if c.residency is not None}
-    counts = replay_all(trace, order, ks, [r for r in RESIDENCIES if r in needed])
-    df = compose(trace, counts, costs, cands, histograms, ks=ks)
-    df.attrs.update(cpu_threads=op.cpu_threads, gpu_share=op.gpu_share,
-                    analytic=bool(profile.analytic))
-    return df
+    cands = select_candidates(candidates)
+    counts = replay_counts(trace, calibration, experts_per_layer, residencies_of(cands),
+                           fill_by_id=fill_by_id)
+    return price(trace, profile, counts, experts_per_layer, cpu_threads=cpu_threads,
+                 gpu_share=gpu_share, estimator=estimator, candidates=[c.id for c in cands],
+                 spec=spec, histograms=histograms,
+                 calibrated=calibration is not None or fill_by_id)
 
 
 def profile_spec(profile: Profile) -> PlatformSpec | None:
@@ -203,5 +248,3 @@ def winner(df: pd.DataFrame, experts_per_layer: int | None = None) -> pd.Series:
     sub = df[df["experts_per_layer"] == experts_per_layer]
     return sub.loc[sub["tpot_us"].idxmin()]
 
-
-predict_replay = compose

@@ -14,7 +14,7 @@ import pandas as pd
 from ..errors import CopeInputError
 from ..estimate.costs import cost_selected_split
 from ..estimate.predict import check_compatible
-from ..matrix import CANDIDATES, Candidate, Execution, get_candidate
+from ..matrix import Execution, select_candidates
 from ..mechanisms.accelerator import Accelerator
 from ..mechanisms.rig import Rig
 from ..mechanisms.threads import host_threads
@@ -63,14 +63,6 @@ class ExecutorSettings:
     seed: int = 0
 
 
-def select_candidates(ids: Sequence[str] | None) -> list[Candidate]:
-    """Candidates in canonical order, each once (default: all 13)."""
-    if not ids:
-        return list(CANDIDATES)
-    wanted = {get_candidate(c).id for c in ids}
-    return [c for c in CANDIDATES if c.id in wanted]
-
-
 def splits_for(profile: Profile | None, rig: Rig, threads: int, progress: bool) -> np.ndarray:
     """cost_selected's CPU share per hit count: from the profile at this thread count when
     given (what the estimators use), else measured now with the profiler's schedule code."""
@@ -113,7 +105,7 @@ def measure(trace: Trace, experts_per_layer: int | Sequence[int], *,
         check_compatible(trace, profile)
     ks = [int(k) for k in check_ks(experts_per_layer, g.n_experts)]
     threads_list = _threads(cpu_threads)
-    cands = select_candidates(candidates)
+    cands = list(select_candidates(candidates or None))
     dtype = model_dtype(g, settings.dtype)
     order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
     rows = []

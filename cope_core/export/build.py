@@ -7,14 +7,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import CopeInputError
-from ..estimate.predict import OptimisticPredictionWarning, predict, profile_spec
+from ..estimate.predict import (OptimisticPredictionWarning, check_compatible, price,
+                                profile_spec, replay_counts)
+from ..files import sha256_file
 from ..geometry import DEFAULT_CONTEXT, DEFAULT_WORKSPACE_BYTES, GIB
 from ..matrix import get_candidate
 from ..platforms import PlatformSpec
 from ..profile.data import Profile
 from ..replay.engine import check_ks, fill_order
 from ..trace.data import Trace
-from ..files import sha256_file
 from .policy import Policy
 
 TOOL = "cope-explorer"
@@ -83,6 +84,8 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
                                 "and none was given")
         except CopeInputError as exc:  # a broken spec costs the baseline, not the export
             notes["hrm"] = f"skipped: the profile's platform spec is unusable ({exc})"
+    check_compatible(trace, profile, calibration)
+    counts = replay_counts(trace, calibration, K, fill_by_id=fill_by_id)  # once for all three
     for est in ("cope", "atomic", "hrm"):
         if est == "hrm" and spec is None:
             tables[est] = None
@@ -90,8 +93,9 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
         with warnings.catch_warnings():
             if est != "cope":  # the fill warning is the same for every estimator: say it once
                 warnings.simplefilter("ignore", OptimisticPredictionWarning)
-            df = predict(trace, profile, K, calibration=calibration, cpu_threads=cpu_threads,
-                         gpu_share=gpu_share, estimator=est, fill_by_id=fill_by_id, spec=spec)
+            df = price(trace, profile, counts, K, cpu_threads=cpu_threads, gpu_share=gpu_share,
+                       estimator=est, spec=spec,
+                       calibrated=calibration is not None or fill_by_id)
         tables[est] = {row.candidate: float(row.tpot_us) for row in df.itertuples(index=False)}
         attrs = attrs or dict(df.attrs)
     if chosen is None:
