@@ -11,8 +11,9 @@ import pandas as pd
 from .. import roofline as rl
 from ..errors import CopeInputError
 from ..estimate.costs import ESTIMATORS, cost_selected_split
-from ..estimate.metrics import Accuracy, accuracy, pair_up
-from ..estimate.predict import OptimisticPredictionWarning, predict, profile_spec
+from ..estimate.evaluate import evaluation_pairs, score as evaluate_score
+from ..estimate.metrics import Accuracy
+from ..estimate.predict import OptimisticPredictionWarning, profile_spec
 from ..geometry import ModelGeometry
 from ..matrix import CANDIDATE_IDS, EXECUTIONS, Execution
 from ..parquet_io import Measurements
@@ -111,31 +112,18 @@ def estimators_for(profile: Profile) -> list[str]:
 
 def measured_pairs(trace: Trace, profile: Profile, calibration: Trace | None,
                    measurements: Measurements, estimator: str) -> pd.DataFrame:
-    """Predictions of one estimator joined with measured TPOT (median over trials, as evaluate).
-
-    Predicts at every measured (K, cpu_threads, gpu_share) for the measured candidates, like
-    ``cope evaluate``.
+    """One estimator's predictions joined with measured TPOT at every measured cell
+    (:func:`cope_core.estimate.evaluate.evaluation_pairs`, as ``cope evaluate``).
 
     Returns
     -------
     DataFrame
         ``prompt, candidate, predicted_us, measured_us, K, cpu_threads, gpu_share``.
     """
-    if not measurements.model.same_shape(trace.model):
-        raise CopeInputError("measured model geometry differs from the trace's",
-                             source=measurements.path, field="model")
-    parts = []
-    for (k, threads, share), grp in measurements.table.groupby(["K", "cpu_threads", "gpu_share"],
-                                                                 sort=True):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", OptimisticPredictionWarning)
-            df = predict(trace, profile, int(k), calibration=calibration,
-                         cpu_threads=int(threads), gpu_share=float(share), estimator=estimator,
-                         candidates=sorted(set(grp["candidate"])))
-        p = pair_up(df, grp, df.attrs["prompts"])
-        p["K"], p["cpu_threads"], p["gpu_share"] = int(k), int(threads), float(share)
-        parts.append(p)
-    return pd.concat(parts, ignore_index=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OptimisticPredictionWarning)  # the banner says it
+        return evaluation_pairs(trace, profile, measurements, calibration,
+                                estimators=[estimator])[estimator]
 
 
 def metrics_table(scores: dict[str, Accuracy]) -> pd.DataFrame:
@@ -147,8 +135,8 @@ def metrics_table(scores: dict[str, Accuracy]) -> pd.DataFrame:
 
 
 def score(pairs: dict[str, pd.DataFrame]) -> dict[str, Accuracy]:
-    """:func:`cope_core.estimate.metrics.accuracy` of each estimator's pairs."""
-    return {est: accuracy(p, est) for est, p in pairs.items()}
+    """The accuracy of each estimator's pairs (:func:`cope_core.estimate.evaluate.score`)."""
+    return {est: ev.accuracy for est, ev in evaluate_score(pairs).items()}
 
 
 def prompt_drilldown(pairs: dict[str, pd.DataFrame], prompt: int) -> pd.DataFrame:

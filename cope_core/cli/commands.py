@@ -13,7 +13,7 @@ import pandas as pd
 from .. import parquet_io
 from ..errors import CopeInputError
 from ..files import print_json
-from ..estimate.metrics import accuracy, pair_up, winners_by_k
+from ..estimate.evaluate import evaluate
 from ..estimate.predict import predict, profile_spec
 from ..geometry import CATALOG, GIB, get_model
 from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
@@ -257,38 +257,10 @@ def format_sweep(df: pd.DataFrame) -> str:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     trace, profile, cal, spec = _load(args)
     meas = parquet_io.read_measurements(args.measurements)
-    if not meas.model.same_shape(trace.model):
-        raise CopeInputError("measured model geometry differs from the trace's",
-                             source=meas.path, field="model")
-    table = meas.table
-    if args.cpu_threads is not None:
-        table = table[table["cpu_threads"] == args.cpu_threads]
-        if table.empty:
-            raise CopeInputError(f"no measurements at cpu_threads={args.cpu_threads}",
-                                 source=meas.path, field="cpu_threads")
-    spec = spec or profile_spec(profile)
-    estimators = ["cope", "atomic"] + (["hrm"] if spec is not None else [])
-    result: dict[str, Any] = {}
-    for est in estimators:
-        pairs = []
-        for (k, threads, share), grp in table.groupby(["K", "cpu_threads", "gpu_share"], sort=True):
-            cands = sorted(set(grp["candidate"]))
-            df = predict(trace, profile, int(k), calibration=cal, cpu_threads=int(threads),
-                         gpu_share=float(share), estimator=est, candidates=cands, spec=spec)
-            p = pair_up(df, grp, df.attrs["prompts"])
-            p["K"], p["cpu_threads"], p["gpu_share"] = int(k), int(threads), float(share)
-            pairs.append(p)
-            missing = len(grp[["prompt", "candidate"]].drop_duplicates()) - len(p)
-            if missing and est == estimators[0]:
-                warnings.warn(f"{missing} measured (prompt, candidate) pairs at K={k}, "
-                              f"cpu_threads={threads}, gpu_share={share:g} have no prompt of that "
-                              "id in the trace and were left out")
-        joined = pd.concat(pairs, ignore_index=True)
-        acc = accuracy(joined, est)
-        result[est] = acc.to_dict() | {"pairs": acc.pairs}
-        if getattr(args, "per_k", False):
-            result[est]["per_k"] = winners_by_k(joined, est)
-    if spec is None:
+    per_k = getattr(args, "per_k", False)
+    scores = evaluate(trace, profile, meas, cal, spec=spec, cpu_threads=args.cpu_threads)
+    result: dict[str, Any] = {est: ev.to_dict(per_k) for est, ev in scores.items()}
+    if "hrm" not in scores:
         result["hrm"] = None
         print("cope: warning: no platform spec in the profile and no --spec: HRM not evaluated",
               file=sys.stderr)
@@ -301,7 +273,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             continue
         print(f"{est:<10}{r['mape_pct']:>9.2f}{r['spearman']:>10.3f}"
               f"{r['top1'][0]:>6}/{r['top1'][1]:<3}{r['top3'][0]:>6}/{r['top3'][1]:<3}{r['pairs']:>8}")
-    if getattr(args, "per_k", False):
+    if per_k:
         print(format_per_k(result))
     return 0
 

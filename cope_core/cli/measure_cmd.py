@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .. import parquet_io
 from ..errors import CopeInputError
+from ..estimate.evaluate import measured_winners
 from ..files import json_text, write_atomic
 from ..geometry import get_model
 from .args import check_output, ints
@@ -88,13 +89,9 @@ def cmd_measure(args: argparse.Namespace) -> int:
           f"{t['prompt'].nunique()} prompts x {args.trials} trials at K={sorted(set(t['K']))}, "
           f"cpu_threads={sorted(set(t['cpu_threads']))} on the {m.platform['accelerator']} "
           f"accelerator ({m.platform['gpu']})")
-    # as evaluate aggregates: median over trials, then mean over prompts
-    means = (t.groupby(["K", "cpu_threads", "candidate", "prompt"], sort=False)["tpot_us"]
-             .median().groupby(level=[0, 1, 2], sort=False).mean())
-    for (k, threads), grp in means.groupby(level=[0, 1], sort=True):
-        best = grp.droplevel([0, 1]).sort_values()
-        print(f"  K={k} threads={threads}: measured winner {best.index[0]} at "
-              f"{best.iloc[0] / 1e3:.3f} ms/token")
+    for w in measured_winners(t).itertuples(index=False):
+        print(f"  K={w.K} threads={w.cpu_threads}: measured winner {w.candidate} at "
+              f"{w.tpot_us / 1e3:.3f} ms/token")
     return 0
 
 

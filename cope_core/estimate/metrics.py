@@ -82,21 +82,6 @@ def accuracy(pairs: pd.DataFrame, estimator: str = "cope") -> Accuracy:
                     (top1, prompts), (top3, n3), len(pairs))
 
 
-def pair_up(prediction: pd.DataFrame, measurements: pd.DataFrame, prompt_ids: list[int]) -> pd.DataFrame:
-    """Join per-prompt predictions (one K) with measured TPOT, the median over trials.
-
-    The median rather than the mean: a trial that another job on the machine slowed down (the
-    usual error of a timing, and always upwards) does not move it; with one or two trials, or
-    equal trials, it is the mean."""
-    rows = [(int(pid), cand, float(v))
-            for cand, values in zip(prediction["candidate"], prediction["prompt_tpot_us"])
-            for pid, v in zip(prompt_ids, values)]
-    pred = pd.DataFrame(rows, columns=["prompt", "candidate", "predicted_us"])
-    meas = (measurements.groupby(["prompt", "candidate"], as_index=False)["tpot_us"].median()
-            .rename(columns={"tpot_us": "measured_us"}))
-    return pred.merge(meas, on=["prompt", "candidate"], how="inner")
-
-
 def winners_by_k(pairs: pd.DataFrame, estimator: str = "cope") -> list[dict]:
     """Predicted vs measured winner per cache size (and operating point), on TPOT averaged over
     the prompts, which is how a candidate's TPOT over a trace is defined (DESIGN §6).
