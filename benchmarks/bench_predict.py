@@ -22,7 +22,7 @@ from cope_core import predict
 from cope_core.geometry import get_model
 from cope_core.platforms import platform_spec
 from cope_core.profile.analytic import analytic_profile
-from cope_core.replay.engine import fill_order
+from cope_core.trace.data import fill_order
 from cope_core.trace.synth import synthesize
 
 

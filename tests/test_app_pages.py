@@ -24,7 +24,7 @@ from cope_core.export import FORMATS, build_policy, policy_json, render
 from cope_core.geometry import get_model
 from cope_core.matrix import CANDIDATE_IDS
 from cope_core.parquet_io import Measurements
-from cope_core.replay.engine import fill_order
+from cope_core.trace.data import fill_order
 from cope_core.trace.stats import trace_stats
 
 ROOT = Path(__file__).resolve().parents[1]

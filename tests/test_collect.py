@@ -23,8 +23,8 @@ from cope_core import parquet_io  # noqa: E402
 from cope_core.cli.main import main  # noqa: E402
 from cope_core.errors import CopeInputError  # noqa: E402
 from cope_core.trace.collect import collect, load_model, read_prompts  # noqa: E402
-from cope_core.trace.predictor import (HiddenStateWriter, read_hidden_states,  # noqa: E402
-                                       train_predictor)
+from cope_core.trace.hidden import HiddenStateWriter, read_hidden_states  # noqa: E402
+from cope_core.trace.predictor import train_predictor  # noqa: E402
 
 WORDS = ("the cat sat on a mat while experts route every token to two of eight small feed "
          "forward blocks and the router picks the best scores first").split()

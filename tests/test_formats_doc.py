@@ -83,7 +83,8 @@ def fenced(block: str, lang: str) -> list[str]:
 def work(tmp_path_factory) -> Path:
     """A folder with one file of every format, under the names the page's examples use."""
     from cope_core.export import build_policy, render, write_policy
-    from cope_core.trace.predictor import HiddenStateWriter, read_hidden_states, train_predictor
+    from cope_core.trace.hidden import HiddenStateWriter, read_hidden_states
+    from cope_core.trace.predictor import train_predictor
     d = tmp_path_factory.mktemp("formats")
     files = {"trace.parquet": parquet_io.TRACE_SCHEMA, "profile.parquet": parquet_io.PROFILE_SCHEMA,
              "measured.parquet": parquet_io.MEASUREMENTS_SCHEMA}

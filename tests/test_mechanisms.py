@@ -22,7 +22,8 @@ from cope_core.mechanisms.experts import TOLERANCE, close_to_reference, dense_re
 from cope_core.mechanisms.threads import per_thread_budgets
 from cope_core.mechanisms.weights import Filler
 from cope_core.profile.data import required_keys
-from cope_core.replay.engine import fill_order, replay
+from cope_core.replay.engine import replay
+from cope_core.trace.data import fill_order
 from cope_core.trace.synth import synthesize
 
 G = tiny_geometry()

@@ -11,9 +11,10 @@ from conftest import tiny_trace
 from cope_core import parquet_io
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
-from cope_core.trace.predictor import (HiddenStateWriter, Predictor, _build_module, _split,
-                                       baseline_predictions, load_predictor, popularity_lists,
-                                       predict_trace, read_hidden_states, recall_at_k,
+from cope_core.trace.baselines import (baseline_predictions, popularity_lists, predict_trace,
+                                       recall_at_k)
+from cope_core.trace.hidden import HiddenStateWriter, read_hidden_states
+from cope_core.trace.predictor import (Predictor, _build_module, _split, load_predictor,
                                        train_predictor)
 
 

@@ -24,7 +24,8 @@ from cope_core.mechanisms.experts import close_to_reference, dense_reference
 from cope_core.platforms import PlatformSpec
 from cope_core.profile.data import required_keys
 from cope_core.profile.measure import ProfilerSettings, measure_cost_selected_split, measure_profile
-from cope_core.replay.engine import fill_order, replay
+from cope_core.replay.engine import replay
+from cope_core.trace.data import fill_order
 from cope_core.trace.synth import synthesize
 
 G = tiny_geometry()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,7 +15,8 @@ from cope_core.estimate.predict import predict
 from cope_core.geometry import ModelGeometry
 from cope_core.matrix import CANDIDATE_IDS
 from cope_core.profile.data import COLUMNS, Profile, required_keys
-from cope_core.replay.engine import fill_order, replay
+from cope_core.replay.engine import replay
+from cope_core.trace.data import fill_order
 from cope_core.trace.data import Trace
 from cope_core.trace.synth import synthesize
 
@@ -295,3 +297,30 @@ def test_tpot_at_least_shared(tr, seed):
     full = df[df["experts_per_layer"] == tr.model.n_experts]
     assert (full[full["candidate"] != "layer_partition"]["hit_rate"] == 1.0).all()
     assert (full["prefetches"] == 0).all()
+
+
+# --- the fixed hit count without replay = the fixed kernel ----------------------------------------
+SHIPPED = sorted((Path(__file__).resolve().parents[1] / "data").glob("*/*trace.parquet"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_fixed_hits_from_popularity_equal_the_replay_on_shipped_traces(path):
+    # trace/stats computes fixed-residency hits as a cumulative sum of popularity in fill order;
+    # the replay's fixed kernels (one K, and the order-statistics sweep) must count exactly the
+    # same hits at every K, with the calibration's fill and with the trace's own
+    from cope_core import parquet_io
+    from cope_core.trace.stats import fixed_hits
+    tr = parquet_io.read_trace(path)
+    cal_path = path.with_name(path.name.replace("trace", "calibration"))
+    cal = parquet_io.read_trace(cal_path) if cal_path.exists() else None
+    E = tr.model.n_experts
+    ks = np.arange(E + 1)
+    for c in (cal, None):
+        want = fixed_hits(tr, ks, c)
+        order = fill_order(c if c is not None else tr)
+        sweep = replay(tr, order, "fixed", ks).hits().sum(axis=1)
+        np.testing.assert_array_equal(sweep, want)
+        for k in (0, 1, E // 3, E):
+            one = replay(tr, order, "fixed", [k]).hits().sum(axis=1)
+            assert one[0] == want[k]
+    assert SHIPPED  # the data folder is part of the repository

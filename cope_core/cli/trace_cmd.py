@@ -80,7 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_collect(args: argparse.Namespace) -> int:
     from ..trace.collect import collect, load_model, read_prompts
-    from ..trace.predictor import HiddenStateWriter, load_predictor
+    from ..trace.hidden import HiddenStateWriter
+    from ..trace.predictor import load_predictor
     check_output(args.output, args.force)
     if args.hidden_states:
         check_output(args.hidden_states, args.force, folder=True)
@@ -129,7 +130,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_predict_trace(args: argparse.Namespace) -> int:
-    from ..trace.predictor import predict_trace
+    from ..trace.baselines import predict_trace
     check_output(args.output, args.force)
     tr = parquet_io.read_trace(args.trace)
     cal = parquet_io.read_trace(args.calibration) if args.calibration else None
@@ -153,7 +154,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_predictor_train(args: argparse.Namespace) -> int:
-    from ..trace.predictor import read_hidden_states, train_predictor
+    from ..trace.hidden import read_hidden_states
+    from ..trace.predictor import train_predictor
     check_output(args.output, args.force)
     for name, v in (("--epochs", args.epochs), ("--hidden-units", args.hidden_units)):
         if v < 1:

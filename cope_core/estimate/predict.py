@@ -14,7 +14,8 @@ from ..matrix import (CANDIDATES, LAYER_PARTITION, RESIDENCIES, Candidate, Resid
                       residencies_of, select_candidates)
 from ..platforms import PlatformSpec
 from ..profile.data import Profile
-from ..replay.engine import ReplayCounts, check_ks, fill_order, replay
+from ..replay.engine import ReplayCounts, check_ks, replay
+from ..trace.data import fill_order
 from ..trace.data import Trace
 from .costs import EXECUTIONS, LayerCosts, layer_costs
 

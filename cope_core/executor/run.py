@@ -22,7 +22,8 @@ from ..mechanisms.timing import load_average, progress_bar
 from ..mechanisms.weights import model_dtype
 from ..parquet_io import Measurements
 from ..profile.data import Profile
-from ..replay.engine import check_ks, fill_order
+from ..replay.engine import check_ks
+from ..trace.data import fill_order
 from ..trace.data import Trace
 from .decode import CandidateDecoder
 

@@ -14,7 +14,8 @@ from ..geometry import DEFAULT_CONTEXT, DEFAULT_WORKSPACE_BYTES, GIB
 from ..matrix import get_candidate
 from ..platforms import PlatformSpec
 from ..profile.data import Profile
-from ..replay.engine import check_ks, fill_order
+from ..replay.engine import check_ks
+from ..trace.data import fill_order
 from ..trace.data import Trace
 from .policy import Policy
 

@@ -42,22 +42,6 @@ class ReplayCounts:
         return self.ins.sum(axis=(2, 3))
 
 
-def popularity(trace: Trace) -> np.ndarray:
-    """``counts[l, e]``: tokens whose routed set at layer ``l`` contains ``e``."""
-    return trace.popularity
-
-
-def fill_order(calibration: Trace, *, by_id: bool = False) -> np.ndarray:
-    """``order[l, r]``: the expert of popularity rank ``r`` at layer ``l`` (descending count,
-    ties to the lower id), or simply ``r`` when filling by expert id."""
-    L, E = calibration.model.n_layers, calibration.model.n_experts
-    if by_id:
-        return np.tile(np.arange(E, dtype=np.int32), (L, 1))
-    counts = popularity(calibration)
-    # stable argsort of -count keeps lower ids first among equal counts
-    return np.argsort(-counts, axis=1, kind="stable").astype(np.int32)
-
-
 def check_ks(ks: int | Sequence[int] | np.ndarray, n_experts: int) -> np.ndarray:
     """Cache sizes as a sorted int64 array without repeats; any outside ``[0, E]`` is an error,
     not clamped."""

@@ -38,7 +38,8 @@ import numpy as np
 from ..errors import CopeInputError
 from ..geometry import ModelGeometry
 from .data import Trace
-from .predictor import HiddenStateWriter, Predictor
+from .hidden import HiddenStateWriter
+from .predictor import Predictor
 
 #: ``config.model_type`` of the supported families.
 FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "gpt_oss")

@@ -140,3 +140,14 @@ class Trace:
             if p.shape[2] > 1 and (s[:, :, 1:] == s[:, :, :-1]).any():
                 raise CopeInputError("duplicated ids in a ranked list", source=src,
                                      field="predicted")
+
+
+def fill_order(calibration: Trace, *, by_id: bool = False) -> np.ndarray:
+    """``order[l, r]``: the expert of popularity rank ``r`` at layer ``l`` in ``calibration``
+    (descending :attr:`Trace.popularity`, ties to the lower id), or simply ``r`` when filling by
+    expert id. Every residency's initial fill is the first ``K`` of each row."""
+    L, E = calibration.model.n_layers, calibration.model.n_experts
+    if by_id:
+        return np.tile(np.arange(E, dtype=np.int32), (L, 1))
+    # stable argsort of -count keeps lower ids first among equal counts
+    return np.argsort(-calibration.popularity, axis=1, kind="stable").astype(np.int32)

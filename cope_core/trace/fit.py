@@ -28,9 +28,9 @@ import numpy as np
 from ..errors import CopeInputError
 from ..geometry import ModelGeometry
 from .data import Trace
-from .predictor import recall_at_k
+from .baselines import recall_at_k
 from .stats import fixed_hit_rate, reuse as measured_reuse
-from .synth import _check_skew, synthesize
+from .synth import check_skew, synthesize
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def fit_synth(trace: Trace, *, seed: int = 0, rounds: int = 3, max_skew: float =
         return float(min(fine, key=lambda s: loss(float(s), r)))
 
     if skew is not None:
-        _check_skew(skew)
+        check_skew(skew)
         s = float(skew)
     else:
         s, r = 1.0, 0.5

@@ -1,270 +1,28 @@
-"""Next-layer expert prediction: hidden-state files, a small MLP per layer pair, two baselines.
+"""The next-layer expert predictor: a small MLP per layer pair, trained with torch.
 
 The predictor maps MoE layer ``l``'s input hidden state (what layer ``l``'s router sees) to the
 experts layer ``l + 1`` will route to, so a runtime can prefetch them one layer ahead (the
-``predicted`` column of ``cope.trace/1``). It is trained on prompts held apart from the ones it
-is judged on, and judged against two predictions that need no hidden states:
-
-``previous-token``
-    layer ``l + 1``'s experts of the previous token of the same prompt (the first token of a
-    prompt, which has none, falls back to ``popularity``);
-``popularity``
-    the most frequently routed experts of layer ``l + 1`` (in the training prompts, or the
-    calibration trace).
-
-Hidden-state folder (``cope.hidden/1``, written by ``cope trace collect --hidden-states DIR``)
--------------------------------------------------------------------------------------------
-``DIR/index.json``
-    ``{"format": "cope.hidden/1", "model": {geometry}, "dtype": "float16"|"float32",
-    "hidden": H, "shards": [{"file": "shard-000000.npz", "tokens": n}, ...]}``
-``DIR/shard-NNNNNN.npz`` (plain ``numpy.savez``, read with ``allow_pickle=False``)
-    ``hidden`` [n, L, H] MoE-layer inputs, ``routed`` [n, L, top_k] int16, ``prompt`` [n] int32
-    and ``token`` [n] int32; rows are decode tokens in collection order.
+``predicted`` column of ``cope.trace/1``). It is trained on the hidden states of
+:mod:`cope_core.trace.hidden`, on prompts held apart from the ones it is judged on, and judged
+against the two baselines of :mod:`cope_core.trace.baselines`. torch is imported only when a
+predictor is built, trained or loaded.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from ..errors import CopeInputError
-from ..files import atomic_folder, atomic_path
+from ..files import atomic_path
 from ..geometry import ModelGeometry
-from .data import Trace
+from .baselines import baseline_predictions, popularity_lists, recall_at_k
+from .hidden import HiddenStates, prompt_groups
 
-HIDDEN_FORMAT = "cope.hidden/1"
 PREDICTOR_FORMAT = "cope.predictor/1"
-METHODS = ("previous-token", "popularity")
-
-
-class _Aborted(Exception):
-    """Passed to the folder's context on :meth:`HiddenStateWriter.abort`."""
-
-
-# --- hidden-state folders -----------------------------------------------------------------------
-class HiddenStateWriter:
-    """Stream per-token hidden states to a ``cope.hidden/1`` folder in shards of ``chunk`` tokens.
-
-    The folder is built under a temporary name and renamed into place by :meth:`close`, so a
-    failed collection leaves nothing behind and an existing folder is only replaced with
-    ``overwrite``. Use as a context manager.
-    """
-
-    def __init__(self, path: str | os.PathLike, model: ModelGeometry, *, overwrite: bool = False,
-                 chunk: int = 256, dtype: str = "float16"):
-        self.path = Path(path)
-        if dtype not in ("float16", "float32"):
-            raise CopeInputError(f"expected float16 or float32, got {dtype!r}", field="dtype")
-        self.model, self.chunk, self.dtype, self.overwrite = model, int(chunk), dtype, overwrite
-        self._folder = contextlib.ExitStack()
-        self.tmp = self._folder.enter_context(atomic_folder(self.path, overwrite=overwrite))
-        self._rows: list[tuple[int, int, np.ndarray, np.ndarray]] = []
-        self._shards: list[dict[str, Any]] = []
-        self.hidden: int | None = None
-
-    def add(self, prompt: int, token: int, hidden: np.ndarray, routed: np.ndarray) -> None:
-        """Append one decode token: ``hidden`` [L, H], ``routed`` [L, top_k]."""
-        L, k = self.model.n_layers, self.model.top_k
-        if self.hidden is None:
-            self.hidden = int(hidden.shape[-1])
-        if hidden.shape != (L, self.hidden) or routed.shape != (L, k):
-            raise CopeInputError(f"token {token} of prompt {prompt}: hidden {hidden.shape} / "
-                                 f"routed {routed.shape}, expected ({L}, {self.hidden}) / "
-                                 f"({L}, {k})", source=str(self.path), field="hidden")
-        with np.errstate(over="ignore"):  # overflow is reported below, as an input error
-            h = hidden.astype(self.dtype)
-        if not np.isfinite(h).all():
-            raise CopeInputError(f"token {token} of prompt {prompt}: hidden state does not fit "
-                                 f"{self.dtype}; collect with float32", source=str(self.path),
-                                 field="hidden")
-        self._rows.append((prompt, token, h, routed.astype(np.int16)))
-        if len(self._rows) >= self.chunk:
-            self._flush()
-
-    def _flush(self) -> None:
-        if not self._rows:
-            return
-        name = f"shard-{len(self._shards):06d}.npz"
-        p, t, h, r = zip(*self._rows)
-        with atomic_path(self.tmp / name) as tmp, open(tmp, "wb") as fh:
-            # savez appends .npz to string paths, not to open files
-            np.savez(fh, hidden=np.stack(h), routed=np.stack(r),
-                     prompt=np.asarray(p, np.int32), token=np.asarray(t, np.int32))
-        self._shards.append({"file": name, "tokens": len(self._rows)})
-        self._rows = []
-
-    def close(self) -> None:
-        """Write the index and move the folder into place."""
-        self._flush()
-        index = {"format": HIDDEN_FORMAT, "model": self.model.to_dict(), "dtype": self.dtype,
-                 "hidden": self.hidden or 0, "shards": self._shards}
-        (self.tmp / "index.json").write_text(json.dumps(index, indent=1))
-        self._folder.close()                 # renames the folder into place
-
-    def abort(self) -> None:
-        """Remove what was written; an existing folder at ``path`` is left as it was."""
-        self._folder.__exit__(_Aborted, _Aborted(), None)
-
-    def __enter__(self) -> "HiddenStateWriter":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-
-
-@dataclass(frozen=True, eq=False)
-class HiddenStates:
-    """One ``cope.hidden/1`` folder, loaded: ``hidden`` [N, L, H], ``routed`` [N, L, k],
-    ``prompt`` and ``token`` [N]."""
-
-    model: ModelGeometry
-    hidden: np.ndarray
-    routed: np.ndarray
-    prompt: np.ndarray
-    token: np.ndarray
-    path: str = field(default="", compare=False)
-
-
-def read_hidden_states(path: str | os.PathLike) -> HiddenStates:
-    """Load a hidden-state folder, checking every shard against the index."""
-    src = str(path)
-    index_path = Path(path) / "index.json"
-    if not Path(path).is_dir() or not index_path.is_file():
-        raise CopeInputError("expected a hidden-state folder with an index.json "
-                             "(written by 'cope trace collect --hidden-states')", source=src)
-    try:
-        index = json.loads(index_path.read_text())
-    except (ValueError, OSError) as exc:
-        raise CopeInputError(f"index.json is not valid JSON ({exc})", source=src) from None
-    if not isinstance(index, dict) or index.get("format") != HIDDEN_FORMAT:
-        raise CopeInputError(f"expected format {HIDDEN_FORMAT!r}", source=src, field="format")
-    g = ModelGeometry.from_dict(index.get("model"), src)
-    H = index.get("hidden")
-    shards = index.get("shards")
-    if not isinstance(H, int) or H < 1 or not isinstance(shards, list) or not shards:
-        raise CopeInputError("expected a positive 'hidden' and a non-empty 'shards' list",
-                             source=src, field="shards")
-    parts: dict[str, list[np.ndarray]] = {"hidden": [], "routed": [], "prompt": [], "token": []}
-    for sh in shards:
-        fn = Path(path) / str(sh.get("file", "")) if isinstance(sh, dict) else None
-        if fn is None or not fn.is_file():
-            raise CopeInputError(f"missing shard {sh!r}", source=src, field="shards")
-        try:
-            with np.load(fn, allow_pickle=False) as z:
-                arrs = {k: z[k] for k in parts}
-        except (ValueError, OSError, KeyError) as exc:
-            raise CopeInputError(f"unreadable shard ({' '.join(str(exc).split())})",
-                                 source=str(fn)) from None
-        n = arrs["prompt"].shape[0]
-        want = {"hidden": (n, g.n_layers, H), "routed": (n, g.n_layers, g.top_k),
-                "token": (n,), "prompt": (n,)}
-        for k, shape in want.items():
-            if arrs[k].shape != shape or n != sh.get("tokens"):
-                raise CopeInputError(f"shape {arrs[k].shape}, expected {shape}", source=str(fn),
-                                     field=k)
-            parts[k].append(arrs[k])
-    out = {k: np.concatenate(v) for k, v in parts.items()}
-    r = out["routed"]
-    if ((r < 0) | (r >= g.n_experts)).any():
-        raise CopeInputError(f"expert ids outside 0..{g.n_experts - 1}", source=src,
-                             field="routed")
-    return HiddenStates(model=g, path=src, **out)
-
-
-def _prompt_groups(sets: Sequence[HiddenStates]) -> list[np.ndarray]:
-    """Rows of each (file, prompt), in token order; checks the files agree in shape."""
-    first = sets[0]
-    groups: list[np.ndarray] = []
-    offset = 0
-    for hs in sets:
-        g, g0 = hs.model, first.model
-        if (g.n_layers, g.n_experts, g.top_k) != (g0.n_layers, g0.n_experts, g0.top_k) \
-                or hs.hidden.shape[2] != first.hidden.shape[2]:
-            raise CopeInputError(
-                f"hidden states [{hs.hidden.shape[1]} layers, {hs.hidden.shape[2]}] top-"
-                f"{g.top_k} of {g.n_experts} do not match {first.path} ([{first.hidden.shape[1]}, "
-                f"{first.hidden.shape[2]}] top-{g0.top_k} of {g0.n_experts})", source=hs.path,
-                field="hidden")
-        for p in np.unique(hs.prompt):
-            rows = np.flatnonzero(hs.prompt == p)
-            groups.append(offset + rows[np.argsort(hs.token[rows], kind="stable")])
-        offset += hs.prompt.shape[0]
-    return groups
-
-
-# --- baselines and recall (numpy only) ----------------------------------------------------------
-def popularity_lists(routed: np.ndarray, n_experts: int, width: int) -> np.ndarray:
-    """``lists[l]``: the ``width`` most routed experts of layer ``l`` (ties to the lower id)."""
-    N, L, k = routed.shape
-    flat = (np.arange(L)[None, :, None] * n_experts + routed.astype(np.int64)).ravel()
-    counts = np.bincount(flat, minlength=L * n_experts).reshape(L, n_experts)
-    return np.argsort(-counts, axis=1, kind="stable")[:, :width].astype(np.int16)
-
-
-def baseline_predictions(routed: np.ndarray, prompt_start: np.ndarray, method: str,
-                         popular: np.ndarray) -> np.ndarray:
-    """Predicted lists ``[N, L, k]`` for layer ``l + 1`` made at layer ``l`` by a baseline.
-
-    Parameters
-    ----------
-    routed : ndarray [N, L, k]
-    prompt_start : ndarray [P + 1]
-        Token offsets of the prompts (the previous token never crosses a prompt boundary).
-    method : {"previous-token", "popularity"}
-    popular : ndarray [L, >= k]
-        Popularity lists from :func:`popularity_lists`, used by ``popularity`` and for the
-        first token of each prompt under ``previous-token``.
-    """
-    if method not in METHODS:
-        raise CopeInputError(f"expected one of {list(METHODS)}, got {method!r}", field="method")
-    N, L, k = routed.shape
-    out = np.full((N, L, k), -1, np.int16)
-    nxt = np.broadcast_to(popular[1:, :k], (N, L - 1, k)).copy()
-    if method == "previous-token":
-        first = np.zeros(N, bool)
-        first[prompt_start[:-1]] = True
-        prev = np.roll(routed[:, 1:, :], 1, axis=0)
-        nxt = np.where(first[:, None, None], nxt, prev)
-    out[:, :-1, :] = nxt
-    return out
-
-
-def recall_at_k(predicted: np.ndarray, routed: np.ndarray, k: int | None = None) -> np.ndarray:
-    """Per layer pair ``l -> l + 1``: mean over tokens of ``|top-k(predicted[t, l]) ∩
-    routed[t, l + 1]| / k``; shape ``[L - 1]`` (NaN when there are no tokens)."""
-    N, L, kk = routed.shape
-    k = kk if k is None else k
-    if predicted.shape[2] == 0 or N == 0:
-        return np.full(L - 1, np.nan)
-    top = predicted[:, :-1, :k].astype(np.int64)                   # [N, L-1, <=k]
-    true = routed[:, 1:, :].astype(np.int64)                       # [N, L-1, kk]
-    hit = ((top[..., :, None] == true[..., None, :]) & (top[..., :, None] >= 0)).any(axis=3)
-    return hit.sum(axis=2).mean(axis=0) / kk
-
-
-def predict_trace(trace: Trace, method: str, calibration: Trace | None = None) -> Trace:
-    """A copy of ``trace`` whose ``predicted`` column comes from a baseline (``method``)."""
-    cal = calibration if calibration is not None else trace
-    if calibration is not None and not calibration.model.same_shape(trace.model):
-        raise CopeInputError("calibration geometry differs from the trace's",
-                             source=calibration.path, field="model")
-    k = trace.model.top_k
-    popular = popularity_lists(cal.routed, trace.model.n_experts, k)
-    pred = baseline_predictions(trace.routed, trace.prompt_start, method, popular)
-    return Trace(model=trace.model, prompt_ids=trace.prompt_ids, prompt_start=trace.prompt_start,
-                 context=trace.context, routed=trace.routed, predicted=pred, source=trace.source,
-                 description=trace.description,
-                 predictor={"kind": "baseline", "method": method,
-                            "popularity_from": "calibration" if calibration is not None
-                            else "trace"})
 
 
 # --- the MLP predictor (torch) ------------------------------------------------------------------
@@ -421,7 +179,7 @@ def train_predictor(sets: Sequence[HiddenStates] | HiddenStates, *, epochs: int 
     width = k if width is None else int(width)
     if not 1 <= width <= E:
         raise CopeInputError(f"expected 1..{E}, got {width}", field="width")
-    groups = _prompt_groups(sets)
+    groups = prompt_groups(sets)
     hidden = np.concatenate([s.hidden for s in sets])
     routed = np.concatenate([s.routed for s in sets])
     tr_g, va_g = _split(len(groups), val_fraction, seed)

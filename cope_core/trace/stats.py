@@ -11,11 +11,11 @@ reuse
 recall
     For the trace's ``predicted`` column: mean of ``|top-k(predicted[t, l]) ∩ routed[t, l+1]| /
     top_k`` (layer pairs ``l -> l + 1``); and the same for the two baselines of
-    :mod:`cope_core.trace.predictor`, computed from the trace itself.
+    :mod:`cope_core.trace.baselines`, computed from the trace itself.
 hit rate vs K
-    Fixed residency (DESIGN §2): hits / (N · L · top_k) when each layer keeps its ``K`` most
-    popular experts of the calibration trace (the trace itself when none is given, which is
-    optimistic), from :func:`cope_core.replay.engine.replay`.
+    Fixed residency: hits / (N · L · top_k) when each layer keeps its ``K`` most popular
+    experts of the calibration trace (the trace itself when none is given, which is
+    optimistic): a cumulative sum of popularity in fill order (:func:`fixed_hits`).
 """
 from __future__ import annotations
 
@@ -26,10 +26,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import CopeInputError
-from ..matrix import Residency
-from ..replay.engine import fill_order, replay
-from .data import Trace
-from .predictor import baseline_predictions, popularity_lists, recall_at_k
+from .data import Trace, fill_order
+from .baselines import baseline_predictions, popularity_lists, recall_at_k
 
 
 @dataclass(frozen=True)
@@ -123,12 +121,29 @@ def reuse(trace: Trace) -> np.ndarray:
     return shared.mean(axis=0) / r.shape[2]
 
 
-def fixed_hit_rate(trace: Trace, ks, calibration: Trace | None = None) -> np.ndarray:
-    """Fixed-residency hit rate at each ``K`` of ``ks`` (popularity from ``calibration``)."""
+def fixed_hits(trace: Trace, ks, calibration: Trace | None = None) -> np.ndarray:
+    """Hits of fixed residency over the whole trace at each ``K`` of ``ks`` (int64).
+
+    A layer keeping its ``K`` most popular experts of ``calibration`` (the trace itself when
+    None) hits every routing assignment to those experts, so the total is a cumulative sum of
+    the trace's popularity in the calibration's fill order; no replay is needed (the replay's
+    fixed kernel must give the same numbers, which the tests check on the shipped traces)."""
+    E = trace.model.n_experts
+    ks = np.asarray(ks)
+    if ks.dtype.kind not in "iu" or ((ks < 0) | (ks > E)).any():
+        raise CopeInputError(f"expected cache sizes in 0..{E}, got {ks.tolist()}",
+                             field="experts_per_layer")
     cal = trace if calibration is None else calibration
-    counts = replay(trace, fill_order(cal), Residency.FIXED, ks)
+    ranked = np.take_along_axis(trace.popularity, fill_order(cal).astype(np.int64), axis=1)
+    cum = np.concatenate([[0], np.cumsum(ranked.sum(axis=0, dtype=np.int64))])
+    return cum[ks]
+
+
+def fixed_hit_rate(trace: Trace, ks, calibration: Trace | None = None) -> np.ndarray:
+    """Fixed-residency hit rate at each ``K`` of ``ks``: :func:`fixed_hits` over
+    ``tokens x layers x top_k``."""
     g = trace.model
-    return counts.hits().sum(axis=1) / (trace.n_tokens * g.n_layers * g.top_k)
+    return fixed_hits(trace, ks, calibration) / (trace.n_tokens * g.n_layers * g.top_k)
 
 
 def trace_stats(trace: Trace, calibration: Trace | None = None) -> TraceStats:

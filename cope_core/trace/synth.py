@@ -62,7 +62,7 @@ def popularity_weights(n_experts: int, skew: float) -> np.ndarray:
         Weights summing to 1, index = popularity rank (most popular first).
     """
     _check_int("n_experts", n_experts, 1)
-    _check_skew(skew)
+    check_skew(skew)
     # log domain, shifted by the maximum (rank 0 -> 0), so large skews do not underflow to 0/0
     logw = -float(skew) * np.log1p(np.arange(n_experts, dtype=np.float64))
     w = np.exp(logw)
@@ -88,7 +88,7 @@ class SynthParams:
         _check_int("prompts", self.prompts, 1)
         _check_int("tokens", self.tokens, 1)
         _check_int("seed", self.seed, 0)
-        _check_skew(self.skew)
+        check_skew(self.skew)
         _check_unit("reuse", self.reuse)
         if self.predictor_accuracy is not None:
             _check_unit("predictor_accuracy", self.predictor_accuracy)
@@ -115,7 +115,8 @@ def _check_int(name: str, v, lo: int) -> None:
         raise CopeInputError(f"expected an integer >= {lo}, got {v!r}", field=name)
 
 
-def _check_skew(v) -> None:
+def check_skew(v) -> None:
+    """A popularity skew: a finite number >= 0, else a one-line error."""
     if not isinstance(v, Real) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
         raise CopeInputError(f"expected a finite number >= 0, got {v!r}", field="skew")
 
