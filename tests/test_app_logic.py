@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
+from tiny import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
 from cope_core import parquet_io, predict
 from cope_core.app import dataset, figures, figures_inputs, inputs, settings, whatif
 from cope_core.app.timeline import execution_timeline, layer_partition_timelines

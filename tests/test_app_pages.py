@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import tiny_profile, tiny_trace
+from tiny import tiny_profile, tiny_trace
 from cope_core import parquet_io, predict
 from cope_core.app import whatif
 from cope_core.app.apptest import open_app_test

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
+from tiny import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
 from cope_core import parquet_io
 from cope_core.cli.main import main
 from cope_core.estimate import predict
@@ -538,7 +538,7 @@ def test_measurements_of_another_model(capsys, files):
 
 
 def test_evaluate_with_unusable_profile_spec_needs_spec(capsys, files):
-    # conftest's tiny profile carries a platform.spec that is not a PlatformSpec: evaluate
+    # the tiny profile (tests/tiny.py) carries a platform.spec that is not a PlatformSpec: evaluate
     # refuses it (naming the profile) unless --spec replaces it
     args = ["evaluate", "--trace", files["trace"], "--profile", files["profile"],
             "--measurements", files["measurements"], "--json"]

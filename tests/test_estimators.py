@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import tiny_profile, tiny_trace
+from tiny import tiny_profile, tiny_trace
 from cope_core import parquet_io
 from cope_core import roofline as rl
 from cope_core.cli.main import main
@@ -129,8 +129,8 @@ def test_analytic_profile_complete_and_marked(analytic, tmp_path):
     for threads in (1, 4):
         rows = t[t["cpu_threads"] == threads]
         assert len(rows) == n_req + 2
-        keys = {tuple(r) for r in rows[["kind", "name", "hits", "cpu", "staged", "count"]]
-                .itertuples(index=False)}
+        keys = {tuple(r) for r in rows[["kind", "name", "hits", "cpu", "staged", "count",
+                                        "context"]].itertuples(index=False)}
         assert set(required_keys(G.top_k)) <= keys
         analytic.resolve(threads)  # raises if anything is missing
     assert (t["samples"] == 1).all()

@@ -23,7 +23,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import tiny_geometry, tiny_profile, tiny_trace
+from tiny import tiny_geometry, tiny_profile, tiny_trace
 from cope_core import parquet_io
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError

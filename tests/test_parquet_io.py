@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
+from tiny import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
 from cope_core.errors import CopeInputError
 from cope_core.profile.data import Profile
 from cope_core.parquet_io import (Measurements, detect_schema, read_measurements, read_metadata,

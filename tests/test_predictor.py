@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import tiny_trace
+from tiny import tiny_trace
 from cope_core import parquet_io
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
@@ -84,7 +84,7 @@ def test_split_is_by_prompt_and_disjoint():
 
 # --- hidden-state folders -----------------------------------------------------------------------
 def _fake_folder(path, hidden=8, prompts=3, tokens=4, layers=3, seed=0, chunk=5):
-    from conftest import tiny_geometry
+    from tiny import tiny_geometry
     g = tiny_geometry().with_layers(layers)
     rng = np.random.default_rng(seed)
     with HiddenStateWriter(path, g, chunk=chunk, dtype="float32") as w:
@@ -108,7 +108,7 @@ def test_hidden_state_folder_streams_shards_and_reads_back(tmp_path):
 
 
 def test_failed_collection_leaves_no_folder(tmp_path):
-    from conftest import tiny_geometry
+    from tiny import tiny_geometry
     with pytest.raises(RuntimeError):
         with HiddenStateWriter(tmp_path / "hs", tiny_geometry()) as w:
             w.add(0, 0, np.zeros((3, 4)), np.zeros((3, 2), np.int16) + [[0, 1]])
@@ -130,7 +130,7 @@ def test_bad_hidden_states_are_one_line_errors(tmp_path):
     idx.write_text(json.dumps(data))
     with pytest.raises(CopeInputError, match="expected"):
         read_hidden_states(tmp_path / "a")
-    from conftest import tiny_geometry
+    from tiny import tiny_geometry
     with HiddenStateWriter(tmp_path / "c", tiny_geometry()) as w:
         with pytest.raises(CopeInputError, match="float32"):
             w.add(0, 0, np.full((3, 4), 1e6), np.tile([0, 1], (3, 1)))
@@ -139,7 +139,7 @@ def test_bad_hidden_states_are_one_line_errors(tmp_path):
 def _hand_predictor(seed: int) -> Predictor:
     """An untrained predictor for tiny_geometry (3 layers, top-2 of 6), hidden 4, 5 units."""
     import torch
-    from conftest import tiny_geometry
+    from tiny import tiny_geometry
     torch.manual_seed(seed)
     return Predictor(_build_module(2, 4, 5, 6), tiny_geometry(), {"width": 2, "seed": seed})
 

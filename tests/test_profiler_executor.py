@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import tiny_geometry, tiny_trace
+from tiny import tiny_geometry, tiny_trace
 from cope_core import parquet_io
 from cope_core.cli.main import main
 from cope_core.estimate.metrics import winners_by_k
@@ -173,7 +173,7 @@ def test_profile_has_every_row_with_sane_statistics(measured):
     back = parquet_io.read_profile(path)
     assert back.analytic is False and seconds > 0
     t = back.table
-    keys = {tuple(r) for r in t[["kind", "name", "hits", "cpu", "staged", "count"]]
+    keys = {tuple(r) for r in t[["kind", "name", "hits", "cpu", "staged", "count", "context"]]
             .itertuples(index=False)}
     assert set(required_keys(G.top_k)) <= keys
     assert sorted(t[t.kind == "shared"]["context"]) == [16, 64]

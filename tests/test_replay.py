@@ -47,7 +47,7 @@ def make_trace(g, prompts, width=None):
 def make_profile(g, cost, shared=((100, 100.0), (200, 200.0)), threads=1):
     """cost(key) -> median_us for each required key of one operating point."""
     rows = [("shared", "decode", -1, -1, -1, -1, c, threads, 100.0, v, v, v, 3) for c, v in shared]
-    rows += [(*key, -1, threads, 100.0, cost(key), cost(key), cost(key), 3)
+    rows += [(*key, threads, 100.0, cost(key), cost(key), cost(key), 3)
              for key in required_keys(g.top_k)]
     table = pd.DataFrame(rows, columns=list(COLUMNS)).astype(COLUMNS)
     return Profile(table=table, model=g, platform={"gpu": "test"})
@@ -74,7 +74,7 @@ PREFETCH = {("mutable_per_layer", 0): 1, ("mutable_per_layer", 1): 5,
 
 
 def hand_cost(key):
-    kind, name, h, c, u, n = key
+    kind, name, h, c, u, n = key[:6]
     if kind == "schedule":
         return float(SCHEDULE[(name, h)])
     if kind == "prefetch":

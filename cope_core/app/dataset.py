@@ -17,7 +17,7 @@ from .. import parquet_io
 from ..errors import CopeInputError
 from ..estimate.predict import check_compatible
 from ..geometry import CATALOG
-from ..parquet_io import Measurements
+from ..executor.data import Measurements
 from ..profile.data import Profile
 from ..trace.data import Trace
 

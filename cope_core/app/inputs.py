@@ -16,7 +16,7 @@ from ..estimate.metrics import Accuracy
 from ..estimate.predict import OptimisticPredictionWarning, profile_spec
 from ..geometry import ModelGeometry
 from ..matrix import CANDIDATE_IDS, EXECUTIONS, Execution
-from ..parquet_io import Measurements
+from ..executor.data import Measurements
 from ..platforms import PlatformSpec
 from ..profile.data import ATOMIC_PER_N, OperatingPoint, Profile
 from ..trace.data import Trace

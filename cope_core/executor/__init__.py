@@ -1,5 +1,24 @@
-"""The reference executor: every candidate run for real over a routing trace (DESIGN §8)."""
-from .decode import CandidateDecoder, LayerRecord, PromptRun
-from .run import ExecutorSettings, measure
+"""The reference executor: every candidate run for real over a routing trace.
 
-__all__ = ["CandidateDecoder", "ExecutorSettings", "LayerRecord", "PromptRun", "measure"]
+Only the :class:`~.data.Measurements` record is imported eagerly: the Parquet readers need it,
+and the decoder's torch mechanisms must not load before ``cope measure`` has set the OpenMP
+wait policy (:func:`cope_core.cli.measure_cmd.prepare_threads`).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .data import Measurements
+
+_LAZY = {"CandidateDecoder": "decode", "LayerRecord": "decode", "PromptRun": "decode",
+         "ExecutorSettings": "run", "measure": "run"}
+
+__all__ = ["CandidateDecoder", "ExecutorSettings", "LayerRecord", "Measurements", "PromptRun",
+           "measure"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,7 +20,7 @@ from ..mechanisms.rig import Rig
 from ..mechanisms.threads import host_threads
 from ..mechanisms.timing import load_average, progress_bar
 from ..mechanisms.weights import model_dtype
-from ..parquet_io import Measurements
+from .data import Measurements
 from ..profile.data import Profile
 from ..replay.engine import check_ks
 from ..trace.data import fill_order

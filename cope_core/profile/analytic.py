@@ -12,7 +12,7 @@ import pandas as pd
 from .. import roofline as rl
 from ..geometry import ModelGeometry
 from ..platforms import PlatformSpec
-from .data import COLUMNS, Profile, required_keys
+from .data import COLUMNS, Profile, ProfileKey, required_keys
 
 DEFAULT_CONTEXTS = (128, 1024, 4096, 16384)
 
@@ -21,8 +21,8 @@ def default_threads(spec: PlatformSpec) -> list[int]:
     return sorted({t for t in (1, 2, 4, 8, 16, 32, 64) if t <= spec.cpu_cores} | {spec.cpu_cores})
 
 
-def _row_cost(g: ModelGeometry, s: PlatformSpec, threads: int, key: tuple) -> float:
-    kind, name, hits, cpu, staged, count = key
+def _row_cost(g: ModelGeometry, s: PlatformSpec, threads: int, key: ProfileKey) -> float:
+    kind, name, hits, cpu, staged, count = key[:6]
     k = g.top_k
     if kind == "schedule":
         return rl.layer_us(g, s, threads, hits, cpu, staged)
@@ -65,10 +65,11 @@ def analytic_profile(model: ModelGeometry, spec: PlatformSpec,
     for t in threads_list:
         for ctx in contexts:
             us = float(rl.shared_decode_us(model, spec, ctx))
-            rows.append(("shared", "decode", -1, -1, -1, -1, int(ctx), t, 100.0, us, us, us, 1))
+            key = ProfileKey("shared", "decode", context=int(ctx))
+            rows.append((*key, t, 100.0, us, us, us, 1))
         for key in required_keys(model.top_k):
             us = _row_cost(model, spec, t, key)
-            rows.append((*key, -1, t, 100.0, us, us, us, 1))
+            rows.append((*key, t, 100.0, us, us, us, 1))
     table = pd.DataFrame(rows, columns=list(COLUMNS)).astype(COLUMNS)
     platform = {"gpu": spec.gpu_name, "cpu": spec.cpu_name, "link": spec.link_name,
                 "torch": None, "host": "analytic", "spec": spec.to_dict()}

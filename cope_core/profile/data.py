@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -28,29 +28,41 @@ KEY_COLUMNS = ("kind", "name", "hits", "cpu", "staged", "count", "context", "cpu
                "gpu_share")
 
 
-def required_keys(top_k: int) -> list[tuple[str, str, int, int, int, int]]:
-    """Every (kind, name, hits, cpu, staged, count) row one operating point must have.
+class ProfileKey(NamedTuple):
+    """The key columns of one profile row at an operating point; -1 marks a column the row's
+    kind does not use (docs/formats.md)."""
 
-    ``shared`` rows are checked separately (any context, at least one).
-    """
-    keys: list[tuple[str, str, int, int, int, int]] = []
+    kind: str
+    name: str
+    hits: int = -1
+    cpu: int = -1
+    staged: int = -1
+    count: int = -1
+    context: int = -1
+
+
+def required_keys(top_k: int) -> list[ProfileKey]:
+    """Every row one operating point must have, besides its ``shared`` rows (any contexts, at
+    least one), which are checked separately."""
+    sched, E = "schedule", Execution
+    keys: list[ProfileKey] = []
     for h in range(top_k + 1):
         m = top_k - h
-        keys.append(("schedule", Execution.PARALLEL.value, h, m, 0, -1))
-        keys.append(("schedule", Execution.WAIT_THEN_GPU.value, h, 0, m, -1))
-        keys.append(("schedule", Execution.READY_FIRST.value, h, 0, m, -1))
+        keys.append(ProfileKey(sched, E.PARALLEL.value, h, m, 0))
+        keys.append(ProfileKey(sched, E.WAIT_THEN_GPU.value, h, 0, m))
+        keys.append(ProfileKey(sched, E.READY_FIRST.value, h, 0, m))
         for c in range(m + 1):
-            keys.append(("schedule", Execution.COST_SELECTED.value, h, c, m - c, -1))
+            keys.append(ProfileKey(sched, E.COST_SELECTED.value, h, c, m - c))
     for name in PREFETCH_NAMES:
         for q in (0, 1):
-            keys.append(("prefetch", name, -1, -1, -1, q))
+            keys.append(ProfileKey("prefetch", name, count=q))
     for name in LAYER_NAMES:
-        keys.append(("layer", name, -1, -1, -1, -1))
+        keys.append(ProfileKey("layer", name))
     for name in ATOMIC_PER_N:
         for n in range(top_k + 1):
-            keys.append(("atomic", name, -1, -1, -1, n))
+            keys.append(ProfileKey("atomic", name, count=n))
     for name in ATOMIC_SINGLE:
-        keys.append(("atomic", name, -1, -1, -1, 1))
+        keys.append(ProfileKey("atomic", name, count=1))
     return keys
 
 
@@ -167,7 +179,7 @@ def build_operating_point(rows: pd.DataFrame, threads: int, share: float, top_k:
                           source: str | None) -> OperatingPoint:
     """Turn one operating point's rows into arrays, checking completeness and uniqueness."""
     where = f"operating point cpu_threads={threads} gpu_share={share:g}"
-    keyed = rows.set_index(["kind", "name", "hits", "cpu", "staged", "count", "context"])["median_us"]
+    keyed = rows.set_index(list(ProfileKey._fields))["median_us"]
     if keyed.index.has_duplicates:
         dup = keyed.index[keyed.index.duplicated()][0]
         raise CopeInputError(f"{where}: duplicate row {tuple(dup)}", source=source, field="kind")
@@ -175,18 +187,19 @@ def build_operating_point(rows: pd.DataFrame, threads: int, share: float, top_k:
     if shared.empty:
         raise CopeInputError(f"{where}: no shared/decode row, expected at least one context",
                              source=source, field="kind")
-    lookup = {k[:6]: v for k, v in keyed.items()}
+    lookup = {ProfileKey(*k): v for k, v in keyed.items()}
     missing = [k for k in required_keys(top_k) if k not in lookup]
     if missing:
-        raise CopeInputError(f"{where}: {len(missing)} required rows missing, first {missing[0]} "
-                             "(kind, name, hits, cpu, staged, count)", source=source, field="kind")
+        raise CopeInputError(f"{where}: {len(missing)} required rows missing, first "
+                             f"{tuple(missing[0])[:6]} (kind, name, hits, cpu, staged, count)",
+                             source=source, field="kind")
     k = top_k
     sched = np.full((len(EXECUTIONS), k + 1, k + 1), np.nan)
     for h in range(k + 1):
         m = k - h
         for ei, e in enumerate(EXECUTIONS):
             for c in range(m + 1):
-                key = ("schedule", e.value, h, c, m - c, -1)
+                key = ProfileKey("schedule", e.value, h, c, m - c)
                 if key in lookup:
                     sched[ei, h, c] = lookup[key]
     return OperatingPoint(
@@ -194,14 +207,14 @@ def build_operating_point(rows: pd.DataFrame, threads: int, share: float, top_k:
         shared_context=shared["context"].to_numpy(np.float64),
         shared_us=shared["median_us"].to_numpy(np.float64),
         schedule=sched,
-        prefetch={n: np.array([lookup[("prefetch", n, -1, -1, -1, q)] for q in (0, 1)])
+        prefetch={n: np.array([lookup[ProfileKey("prefetch", n, count=q)] for q in (0, 1)])
                   for n in PREFETCH_NAMES},
-        cpu_layer=float(lookup[("layer", "cpu_layer", -1, -1, -1, -1)]),
-        gpu_layer=float(lookup[("layer", "gpu_layer", -1, -1, -1, -1)]),
-        atomic={n: np.array([lookup[("atomic", n, -1, -1, -1, c)] for c in range(k + 1)])
+        cpu_layer=float(lookup[ProfileKey("layer", "cpu_layer")]),
+        gpu_layer=float(lookup[ProfileKey("layer", "gpu_layer")]),
+        atomic={n: np.array([lookup[ProfileKey("atomic", n, count=c)] for c in range(k + 1)])
                 for n in ATOMIC_PER_N},
-        act_copy=float(lookup[("atomic", "act_copy", -1, -1, -1, 1)]),
-        sync=float(lookup[("atomic", "sync", -1, -1, -1, 1)]),
-        merge=float(lookup[("atomic", "merge", -1, -1, -1, 1)]),
-        prefetch_op=float(lookup[("atomic", "prefetch", -1, -1, -1, 1)]),
+        act_copy=float(lookup[ProfileKey("atomic", "act_copy", count=1)]),
+        sync=float(lookup[ProfileKey("atomic", "sync", count=1)]),
+        merge=float(lookup[ProfileKey("atomic", "merge", count=1)]),
+        prefetch_op=float(lookup[ProfileKey("atomic", "prefetch", count=1)]),
     )

@@ -37,7 +37,7 @@ from ..mechanisms.threads import host_threads
 from ..mechanisms.timing import (StopRule, Timing, load_average, progress_bar, round_robin,
                                  timed, until_stable)
 from ..mechanisms.weights import model_dtype
-from .data import COLUMNS, Profile, required_keys
+from .data import COLUMNS, Profile, ProfileKey, required_keys
 
 DEFAULT_CONTEXTS = (128, 1024, 4096)
 
@@ -242,7 +242,7 @@ def profiler_rig(acc, g: ModelGeometry, dtype: torch.dtype, max_context: int, se
 
 
 def operating_point_rows(bench: Bench, contexts: Sequence[int], settings: "ProfilerSettings",
-                         done: Callable[[int], None] | None = None) -> list[tuple[tuple, Timing]]:
+                         done: Callable[[int], None] | None = None) -> list[tuple[ProfileKey, Timing]]:
     """Every row of one operating point as ``(key, Timing)``, sampled in turns
     (:func:`~cope_core.mechanisms.timing.round_robin`); the caller has set this thread's
     budget to the operating point's CPU threads."""
@@ -253,10 +253,10 @@ def operating_point_rows(bench: Bench, contexts: Sequence[int], settings: "Profi
                         abs_tol_us=25.0)
     keys, samplers, rules = [], [], []
     for ctx in contexts:
-        keys.append(("shared", "decode", -1, -1, -1, -1, int(ctx)))
+        keys.append(ProfileKey("shared", "decode", context=int(ctx)))
         samplers.append(bench.shared(int(ctx)))
         rules.append(settings.shared_rule)
-    rows = [(*key, -1) for key in required_keys(bench.g.top_k)]
+    rows = required_keys(bench.g.top_k)
     for row in dict.fromkeys(same_schedule(r, bench.g.top_k) for r in rows):
         kind, name, h, c, u, n, _ = row
         keys.append(row)
@@ -278,7 +278,7 @@ def operating_point_rows(bench: Bench, contexts: Sequence[int], settings: "Profi
         [(r, by_key[same_schedule(r, bench.g.top_k)]) for r in rows]
 
 
-def same_schedule(row: tuple, top_k: int) -> tuple:
+def same_schedule(row: ProfileKey, top_k: int) -> ProfileKey:
     """The row whose measurement also stands for ``row``: schedules that are the same code path
     are timed once. ``cost_selected`` with every miss on the CPU runs exactly ``parallel``'s
     steps and with none exactly ``ready_first``'s; with no misses at all every strategy runs the
@@ -288,9 +288,9 @@ def same_schedule(row: tuple, top_k: int) -> tuple:
         return row
     m = top_k - h
     if m == 0 or (name == Execution.COST_SELECTED.value and c == m):
-        return ("schedule", Execution.PARALLEL.value, h, m, 0, -1, -1)
+        return ProfileKey("schedule", Execution.PARALLEL.value, h, m, 0)
     if name == Execution.COST_SELECTED.value and c == 0:
-        return ("schedule", Execution.READY_FIRST.value, h, 0, m, -1, -1)
+        return ProfileKey("schedule", Execution.READY_FIRST.value, h, 0, m)
     return row
 
 
@@ -314,7 +314,7 @@ def measure_profile(g: ModelGeometry, settings: ProfilerSettings = ProfilerSetti
         raise CopeInputError(f"expected whole numbers >= 1, got {threads_list}",
                              field="--cpu-threads")
     dtype = model_dtype(g, settings.dtype)
-    rows_per_point = len(contexts) + len({same_schedule((*k, -1), g.top_k)
+    rows_per_point = len(contexts) + len({same_schedule(k, g.top_k)
                                           for k in required_keys(g.top_k)})
     n_rows = len(threads_list) * rows_per_point
     bar = progress_bar(n_rows, progress, "cope profile", "row")
@@ -328,8 +328,8 @@ def measure_profile(g: ModelGeometry, settings: ProfilerSettings = ProfilerSetti
             with host_threads(threads):
                 for key, t in operating_point_rows(bench, contexts, settings,
                                                    lambda i: bar.update(1)):
-                    rows.append((*key[:6], key[6], threads, 100.0, t.median_us, t.p25_us,
-                                 t.p75_us, len(t.samples_us)))
+                    rows.append((*key, threads, 100.0, t.median_us, t.p25_us, t.p75_us,
+                                 len(t.samples_us)))
                     raw["|".join(map(str, (*key, threads, 100.0)))] = list(t.samples_us)
         platform = acc.describe()
     bar.close()

@@ -1,0 +1,22 @@
+"""Reading and writing the project's Parquet files: traces, profiles and measurements.
+
+docs/formats.md documents every column, metadata key and check. This package is the only code
+that touches Parquet, so every malformed file fails the same way: one
+:class:`~cope_core.errors.CopeInputError` line naming the file, the field, the first offending
+row (0-based) and value, and what was expected. Writers run the same checks as readers, so a
+file this package wrote always reads back. Modules: :mod:`._common` (opening, metadata, typed
+columns, the atomic write), :mod:`.trace`, :mod:`.profile`, :mod:`.measurements`.
+"""
+from ..errors import CopeInputError
+from ..executor.data import Measurements
+from ..profile.data import COLUMNS as PROFILE_COLUMNS
+from ._common import (MEASUREMENTS_SCHEMA, META_KEY, PROFILE_SCHEMA, SCHEMAS, TRACE_SCHEMA,
+                      detect_schema, read_metadata)
+from .measurements import MEASUREMENT_COLUMNS, read_measurements, write_measurements
+from .profile import read_profile, write_profile
+from .trace import TRACE_COLUMNS, read_trace, write_trace
+
+__all__ = ["CopeInputError", "MEASUREMENTS_SCHEMA", "MEASUREMENT_COLUMNS", "META_KEY",
+           "Measurements", "PROFILE_COLUMNS", "PROFILE_SCHEMA", "SCHEMAS", "TRACE_COLUMNS",
+           "TRACE_SCHEMA", "detect_schema", "read_measurements", "read_metadata", "read_profile",
+           "read_trace", "write_measurements", "write_profile", "write_trace"]

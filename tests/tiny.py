@@ -1,0 +1,141 @@
+"""Tiny, hand-checkable test data: plain builder functions (``from tiny import tiny_profile``)
+that tests call with arguments; ``conftest.py`` wraps the same data as fixtures."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from cope_core.geometry import ModelGeometry
+from cope_core.matrix import CANDIDATE_IDS
+from cope_core.profile.data import COLUMNS, Profile, required_keys
+from cope_core.trace.data import Trace
+
+#: The two operating points of :func:`tiny_profile`: (cpu_threads, gpu_share).
+TINY_OPERATING_POINTS = ((8, 100.0), (4, 50.0))
+TINY_CONTEXTS = (128, 1024)
+
+
+def tiny_geometry() -> ModelGeometry:
+    """3 MoE layers, 6 experts, top-2: small enough to replay by hand."""
+    return ModelGeometry(name="tiny", n_layers=3, n_experts=6, top_k=2, hidden=64,
+                         expert_intermediate=32, dtype_bytes=2, n_shared_experts=0,
+                         dense_layers=0, n_heads=4, n_kv_heads=2, head_dim=16, vocab=100,
+                         non_expert_bytes=100_000)
+
+
+def tiny_trace() -> Trace:
+    """Prompts 3 and 7 with 3 and 2 decode tokens; predictions of width up to 2.
+
+    ``routed[t, l]`` and ``predicted[t, l]`` are spelled out so replay tests can follow them.
+    """
+    routed = np.array([
+        # prompt 3
+        [[0, 1], [2, 3], [4, 5]],
+        [[1, 0], [3, 4], [5, 0]],
+        [[0, 2], [2, 3], [4, 1]],
+        # prompt 7
+        [[5, 4], [0, 1], [2, 3]],
+        [[0, 1], [1, 2], [3, 4]],
+    ], dtype=np.int16)
+    predicted = np.full((5, 3, 2), -1, dtype=np.int16)
+    predicted[0, 0] = [2, 3]      # right about layer 1
+    predicted[0, 1] = [4, -1]
+    predicted[1, 0] = [3, 5]      # half right
+    predicted[2, 1] = [1, 4]
+    predicted[3, 0] = [0, -1]
+    predicted[3, 1] = [2, 3]
+    predicted[4, 0] = [1, 2]      # token 4 layer 1 has no prediction
+    return Trace(model=tiny_geometry(), prompt_ids=np.array([3, 7], dtype=np.int32),
+                 prompt_start=np.array([0, 3, 5], dtype=np.int64),
+                 context=np.array([10, 11, 12, 20, 21], dtype=np.int32),
+                 routed=routed, predicted=predicted, source="synthetic",
+                 description="tiny hand-written trace", predictor={"name": "oracle", "width": 2})
+
+
+def default_cost(row: Mapping[str, Any]) -> float:
+    """Deterministic, exactly representable costs; slower at fewer CPU threads.
+
+    schedule: 10 per miss + hits (+ 0.5 per CPU miss, so cost_selected splits differ);
+    prefetch: 2 + 3q; layer: cpu 50, gpu 20; atomic: R n, C 5n, S 4n, G n; single ops small;
+    shared: 100 + context / 128.
+    """
+    kind, name, h, c, u, n, ctx = (row[k] for k in ("kind", "name", "hits", "cpu", "staged",
+                                                    "count", "context"))
+    if kind == "shared":
+        base = 100.0 + ctx / 128
+    elif kind == "schedule":
+        base = 10.0 * (c + u) + h + 0.5 * c
+    elif kind == "prefetch":
+        base = 2.0 + 3.0 * n
+    elif kind == "layer":
+        base = 50.0 if name == "cpu_layer" else 20.0
+    else:
+        per_n = {"gpu_expert": 1.0, "cpu_expert": 5.0, "stage": 4.0, "staged_gpu_expert": 1.0}
+        single = {"act_copy": 0.5, "sync": 0.25, "merge": 0.125, "prefetch": 3.0}
+        base = per_n[name] * n if name in per_n else single[name]
+    return base * (8.0 / row["cpu_threads"])
+
+
+CostSpec = Callable[[Mapping[str, Any]], float] | Mapping[tuple, float] | None
+
+
+def tiny_profile(costs: CostSpec = None, *, operating_points=TINY_OPERATING_POINTS,
+                 contexts=TINY_CONTEXTS, geometry: ModelGeometry | None = None) -> Profile:
+    """A complete profile: every required row plus shared rows at ``contexts``, per op point.
+
+    Parameters
+    ----------
+    costs : callable, dict or None
+        A callable gets the row (dict of the key columns incl. ``cpu_threads``/``gpu_share``)
+        and returns ``median_us``. A dict maps ``(kind, name, hits, cpu, staged, count,
+        context)`` (or the 6-tuple without ``context``, meaning -1) to ``median_us``, optionally
+        prefixed by ``(cpu_threads, gpu_share)`` to target one operating point; rows it does not
+        name get :func:`default_cost`.
+    """
+    g = geometry or tiny_geometry()
+    keys = [tuple(k) for k in required_keys(g.top_k)]
+    keys += [("shared", "decode", -1, -1, -1, -1, c) for c in contexts]
+    rows = []
+    for threads, share in operating_points:
+        for key in keys:
+            row = dict(zip(("kind", "name", "hits", "cpu", "staged", "count", "context"), key),
+                       cpu_threads=threads, gpu_share=share)
+            if callable(costs):
+                med = float(costs(row))
+            else:
+                table = costs or {}
+                op = (threads, share)
+                # the 6-tuple shorthand only names rows whose context is unused (-1)
+                short = [op + key[:6], key[:6]] if key[6] == -1 else []
+                hit = [k for k in [op + key, key] + short if k in table]
+                med = float(table[hit[0]]) if hit else default_cost(row)
+            rows.append({**row, "median_us": med, "p25_us": med * 0.875, "p75_us": med * 1.125,
+                         "samples": 5})
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    df = df.astype({c: t for c, t in COLUMNS.items() if t != "string"})
+    platform = {"gpu": "test-gpu", "cpu": "test-cpu", "link": "pcie4 x16", "torch": "none",
+                "host": "test-host",
+                "spec": {"gpu_flops": 1e14, "gpu_bw": 1e12, "cpu_flops": 1e12, "cpu_bw": 1e11,
+                         "link_bw": 2.5e10}}
+    return Profile(table=df, model=g, platform=platform, created="2025-01-01T00:00:00+00:00",
+                   notes="tiny test profile", analytic=False)
+
+
+def tiny_measurements(geometry: ModelGeometry | None = None):
+    """Every candidate on prompts 3 and 7, two trials, K = 2, at 8 threads / 100 %."""
+    from cope_core.executor.data import Measurements
+    rows = []
+    for ci, cand in enumerate(CANDIDATE_IDS):
+        for prompt in (3, 7):
+            for trial in (0, 1):
+                rows.append({"candidate": cand, "prompt": prompt, "trial": trial,
+                             "tpot_us": 1000.0 + 10 * ci + prompt + 0.5 * trial, "K": 2,
+                             "cpu_threads": 8, "gpu_share": 100.0})
+    df = pd.DataFrame(rows).astype({"prompt": "int32", "trial": "int32", "tpot_us": "float64",
+                                    "K": "int32", "cpu_threads": "int16",
+                                    "gpu_share": "float32"})
+    return Measurements(table=df, model=geometry or tiny_geometry(),
+                        platform={"gpu": "emulated", "cpu": "test-cpu", "accelerator": "emulated"},
+                        created="2025-01-01T00:00:00+00:00", notes="tiny measurements")
