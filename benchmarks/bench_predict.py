@@ -75,7 +75,8 @@ def main() -> None:
     }
     print(f"workload: {g.name}, {trace.n_tokens} tokens x {g.n_layers} layers, top-{g.top_k} "
           f"of {g.n_experts}, K={args.k}; {os.cpu_count()} CPUs")
-    for name, r in (("numpy fixed-hit pass (baseline)", base), ("predict, 13 candidates, one K", one),
+    for name, r in (("numpy fixed-hit pass (baseline)", base),
+                    ("predict, 13 candidates, one K", one),
                     (f"predict, 13 candidates, K=0..{g.n_experts}", sweep)):
         print(f"  {name:<42} median {r['median_s'] * 1e3:9.1f} ms  IQR {r['iqr_s'] * 1e3:7.1f} ms")
     print(f"  ratio one K : {result['ratio_one_k']:.2f}x baseline (goal <= 1.0x)")

@@ -8,10 +8,15 @@ from .errors import CopeInputError
 from .estimate.predict import predict, winner
 from .geometry import CATALOG, ModelGeometry, get_model
 from .matrix import CANDIDATE_IDS, CANDIDATES, Execution, Residency
-from .parquet_io import (read_measurements, read_profile, read_trace, write_measurements,
-                         write_profile, write_trace)
-
-__version__ = "0.1.0"
+from .parquet_io import (
+                         read_measurements,
+                         read_profile,
+                         read_trace,
+                         write_measurements,
+                         write_profile,
+                         write_trace,
+)
+from .version import __version__  # noqa: F401  (cope_core.__version__)
 
 __all__ = ["CATALOG", "CANDIDATES", "CANDIDATE_IDS", "CopeInputError", "Execution",
            "ModelGeometry", "Residency", "get_model", "predict", "read_measurements",

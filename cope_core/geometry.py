@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -74,14 +75,16 @@ class ModelGeometry:
             v = getattr(self, f.name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise CopeInputError(f"expected a non-negative integer, got {v!r}", field=f.name)
-        for key in ("n_layers", "n_experts", "top_k", "hidden", "expert_intermediate", "dtype_bytes"):
+        for key in ("n_layers", "n_experts", "top_k", "hidden", "expert_intermediate",
+                    "dtype_bytes"):
             if getattr(self, key) < 1:
                 raise CopeInputError("expected a positive integer, got 0", field=key)
         if self.top_k > self.n_experts:
             raise CopeInputError(
                 f"top_k={self.top_k} exceeds n_experts={self.n_experts}", field="top_k")
         if self.n_experts > 32767:
-            raise CopeInputError("expert ids must fit int16 (n_experts <= 32767)", field="n_experts")
+            raise CopeInputError("expert ids must fit int16 (n_experts <= 32767)",
+                                 field="n_experts")
 
     @property
     def expert_bytes(self) -> int:
@@ -109,7 +112,7 @@ class ModelGeometry:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str | None = None) -> "ModelGeometry":
+    def from_dict(cls, data: Mapping[str, Any], source: str | None = None) -> ModelGeometry:
         """Build from the ``model`` object of a file's metadata (keys = field names exactly)."""
         if not isinstance(data, Mapping):
             raise CopeInputError("expected a JSON object with the model geometry", source=source,
@@ -127,13 +130,13 @@ class ModelGeometry:
         except CopeInputError as exc:
             raise CopeInputError(exc.detail, source=source, field=f"model.{exc.field}") from None
 
-    def same_shape(self, other: "ModelGeometry") -> bool:
+    def same_shape(self, other: ModelGeometry) -> bool:
         """True when every field but the name agrees."""
         a, b = self.to_dict(), other.to_dict()
         a.pop("name"), b.pop("name")
         return a == b
 
-    def with_layers(self, n_layers: int) -> "ModelGeometry":
+    def with_layers(self, n_layers: int) -> ModelGeometry:
         """The same model cut (or grown) to ``n_layers`` MoE layers, e.g. for small examples."""
         return dataclasses.replace(self, n_layers=int(n_layers))
 
@@ -202,7 +205,8 @@ CATALOG: dict[str, ModelGeometry] = {g.name: g for g in [
 ]}
 
 #: Other names users type for catalog models.
-ALIASES = {"deepseek-coder-v2-lite": "deepseek-v2-lite", "deepseek-v2-lite-chat": "deepseek-v2-lite",
+ALIASES = {"deepseek-coder-v2-lite": "deepseek-v2-lite",
+           "deepseek-v2-lite-chat": "deepseek-v2-lite",
            "deepseek-coder-v2-lite-instruct": "deepseek-v2-lite"}
 
 

@@ -1,9 +1,10 @@
-"""The Policy Matrix: residency x execution candidates plus the layer-partition baseline (DESIGN §2)."""
+"""The Policy Matrix: residency x execution candidates plus the layer-partition baseline
+(docs/design.md, "The Policy Matrix")."""
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from .errors import CopeInputError
 
@@ -35,18 +36,24 @@ RESIDENCIES: tuple[Residency, ...] = tuple(Residency)
 EXECUTIONS: tuple[Execution, ...] = tuple(Execution)
 
 RESIDENCY_TEXT = {
-    Residency.FIXED: "K slots per layer filled once with the layer's most popular experts; never changes",
-    Residency.MUTABLE_PER_LAYER: "same fill; while layer l runs, one predicted expert may be prefetched "
-                                 "into layer l+1's K slots, evicting its least recently used",
-    Residency.MUTABLE_CROSS_LAYER: "one pool of K*L slots shared by all layers; a prefetch may evict the "
-                                   "least recently used expert of any layer but the executing one",
+    Residency.FIXED: "K slots per layer filled once with the layer's most popular experts; "
+                     "never changes",
+    Residency.MUTABLE_PER_LAYER: "same fill; while layer l runs, one predicted expert may be "
+                                 "prefetched into layer l+1's K slots, evicting its least recently "
+                                 "used",
+    Residency.MUTABLE_CROSS_LAYER: "one pool of K*L slots shared by all layers; a prefetch may "
+                                   "evict the least recently used expert of any layer but the "
+                                   "executing one",
 }
 EXECUTION_TEXT = {
-    Execution.PARALLEL: "hits on the GPU, every miss computed on the CPU, concurrently; results merged",
-    Execution.WAIT_THEN_GPU: "copy every missed expert's weights to the GPU, then compute all on the GPU",
-    Execution.READY_FIRST: "start resident experts on the GPU while misses are copied, then compute them",
-    Execution.COST_SELECTED: "split the misses: c on the CPU, u copied and run on the GPU, all overlapped; "
-                             "the split with the lowest measured schedule cost",
+    Execution.PARALLEL: "hits on the GPU, every miss computed on the CPU, concurrently; "
+                        "results merged",
+    Execution.WAIT_THEN_GPU: "copy every missed expert's weights to the GPU, then compute all on "
+                             "the GPU",
+    Execution.READY_FIRST: "start resident experts on the GPU while misses are copied, then "
+                           "compute them",
+    Execution.COST_SELECTED: "split the misses: c on the CPU, u copied and run on the GPU, all "
+                             "overlapped; the split with the lowest measured schedule cost",
 }
 
 

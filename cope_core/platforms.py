@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import CopeInputError
 
@@ -96,7 +97,8 @@ class PlatformSpec:
                                      field=f"spec.{f.name}")
             if f.type == "float" and (isinstance(v, bool) or not isinstance(v, (int, float))
                                       or not math.isfinite(v) or v <= 0):
-                raise CopeInputError(f"expected a positive number, got {v!r}", field=f"spec.{f.name}")
+                raise CopeInputError(f"expected a positive number, got {v!r}",
+                                     field=f"spec.{f.name}")
 
     def cpu_flops(self, threads: int) -> float:
         return self.cpu_flops_per_thread * min(max(threads, 1), self.cpu_cores)
@@ -108,7 +110,7 @@ class PlatformSpec:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str | None = None) -> "PlatformSpec":
+    def from_dict(cls, data: Mapping[str, Any], source: str | None = None) -> PlatformSpec:
         names = [f.name for f in dataclasses.fields(cls)]
         required = [n for n in names if n != "source"]
         if not isinstance(data, Mapping):
@@ -127,14 +129,16 @@ class PlatformSpec:
 
 
 def platform_spec(gpu: str, *, link: str | None = None, cpu: str = DEFAULT_CPU) -> PlatformSpec:
-    """Combine catalog entries: ``platform_spec("rtx4090")`` uses its usual link and the default CPU."""
+    """Combine catalog entries: ``platform_spec("rtx4090")`` uses its usual link and the default
+    CPU."""
     g = GPUS.get(gpu.lower())
     if g is None:
         raise CopeInputError(f"unknown GPU {gpu!r}; expected one of {sorted(GPUS)} or a spec file",
                              field="platform")
     lk = LINKS.get((link or g.default_link).lower())
     if lk is None:
-        raise CopeInputError(f"unknown link {link!r}; expected one of {sorted(LINKS)}", field="link")
+        raise CopeInputError(f"unknown link {link!r}; expected one of {sorted(LINKS)}",
+                             field="link")
     c = CPUS.get(cpu.lower())
     if c is None:
         raise CopeInputError(f"unknown CPU {cpu!r}; expected one of {sorted(CPUS)}", field="cpu")

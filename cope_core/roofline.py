@@ -44,7 +44,8 @@ def layer_us(g: ModelGeometry, s: PlatformSpec, threads: int, h: int, c: int, u:
     return max(copy, cpu_experts_us(g, s, c, threads), gpu_experts_us(g, s, h + u))
 
 
-def execution_split(execution: Execution, h: int, top_k: int, cpu: int | None = None) -> tuple[int, int]:
+def execution_split(execution: Execution, h: int, top_k: int,
+                    cpu: int | None = None) -> tuple[int, int]:
     """Misses ``(c, u)`` on the CPU and staged, for an execution at ``h`` hits.
 
     ``cpu`` is the cost-selected split's CPU share (chosen from the profile by COPE).

@@ -2,9 +2,9 @@
 (h x c), shared cost against context; a second profile side by side."""
 import streamlit as st
 
-from cope_core.errors import CopeInputError
 from cope_core.app import dataset as dsm
 from cope_core.app import figures_inputs, inputs, results, session
+from cope_core.errors import CopeInputError
 from cope_core.estimate.predict import profile_spec
 from cope_core.platforms import GPUS
 

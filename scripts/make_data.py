@@ -211,27 +211,10 @@ WORDS = ("the model routes every token to two of eight experts while a small rou
 
 
 def _tiny_model(folder: Path, seed: int) -> None:
-    import tokenizers
-    import torch
-    import transformers as tf
-
-    torch.manual_seed(seed)
-    cfg = tf.MixtralConfig(vocab_size=len(set(WORDS)) + 2, hidden_size=32, num_attention_heads=4,
-                           num_key_value_heads=2, max_position_embeddings=512,
-                           num_hidden_layers=6, intermediate_size=16, num_local_experts=8,
-                           num_experts_per_tok=2, eos_token_id=1, bos_token_id=None,
-                           pad_token_id=None)
-    model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    with torch.no_grad():   # decisive routers: random weights of unit scale
-        for layer in model.model.layers:
-            layer.mlp.gate.weight.normal_(0.0, 1.0)
-    model.save_pretrained(folder)
-    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(unk_token="<unk>"))
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    tok.train_from_iterator([" ".join(WORDS)], tokenizers.trainers.WordLevelTrainer(
-        special_tokens=["<unk>", "<eos>"]))
-    tf.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>",
-                               eos_token="<eos>").save_pretrained(folder)
+    # MixtralConfig hidden 32, 6 layers, top-2 of 8, a word-level tokenizer over WORDS
+    from cope_core.trace.tiny import build_tiny_model
+    build_tiny_model("mixtral", folder, layers=6, seed=seed, words=WORDS,
+                     vocab_size=len(set(WORDS)) + 2, max_position_embeddings=512)
 
 
 def step_collected(man: Manifest, bar: tqdm) -> None:
@@ -341,7 +324,7 @@ def step_measured(man: Manifest, bar: tqdm) -> None:
 
 # --- readme -------------------------------------------------------------------------------------
 def step_readme(man: Manifest, bar: tqdm) -> None:
-    from make_data_readme import render   # the long template lives beside this script
+    from make_data_readme import render  # the long template lives beside this script
     man.save()
     _write_text(DATA / "README.md", render(man.entries, DATA))
     bar.write(f"  wrote {_rel(DATA / 'README.md')}")

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Install, then run the whole test suite. "No tests collected" (pytest exit 5) is a failure.
+# Install, then lint (ruff), check the pipeline's import layers (import-linter) and run the
+# whole test suite. "No tests collected" (pytest exit 5) is a failure. Extra arguments go to
+# pytest (e.g. -m "not slow" for the quick loop).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh || exit 1
+. scripts/env.sh
+python3 -m ruff check . || exit 1
+lint-imports || exit 1
 python3 -m pytest -q "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then

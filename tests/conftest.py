@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from tiny import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
 
 from cope_core.geometry import ModelGeometry
 from cope_core.profile.data import Profile
 from cope_core.trace.data import Trace
-from tiny import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
 
 
 @pytest.fixture

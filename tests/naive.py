@@ -3,8 +3,6 @@ recency stamps, a clock and a scan for the smallest stamp. Slow on purpose; the 
 must agree with it exactly."""
 from __future__ import annotations
 
-import numpy as np
-
 
 def popularity_order(routed_rows, L, E, by_id=False):
     """routed_rows: iterable of (layer, ids). Returns order[l] = experts by rank."""

@@ -33,6 +33,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--
                  "--disable-sync", "--no-first-run"]
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(not Path(CHROMIUM).exists(),
                        reason=f"{CHROMIUM} is missing (apt-get install -y chromium)"),
     pytest.mark.skipif(importlib.util.find_spec("playwright") is None,

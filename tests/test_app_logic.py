@@ -9,16 +9,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from tiny import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
+
 from cope_core import parquet_io, predict
 from cope_core.app import dataset, figures, figures_inputs, inputs, settings, whatif
 from cope_core.app.timeline import execution_timeline, layer_partition_timelines
 from cope_core.estimate.costs import atomic_costs
 from cope_core.estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from cope_core.geometry import GIB, get_model
-from cope_core.matrix import (CANDIDATE_IDS, EXECUTIONS, Execution, matrix_table,
-                              residencies_of)
+from cope_core.matrix import CANDIDATE_IDS, EXECUTIONS, Execution, matrix_table, residencies_of
 from cope_core.platforms import platform_spec
 from cope_core.profile.analytic import analytic_profile
 from cope_core.trace.stats import trace_stats

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
-
 from tiny import tiny_profile, tiny_trace
+
 from cope_core import parquet_io, predict
 from cope_core.app import whatif
 from cope_core.app.apptest import open_app_test
@@ -303,23 +303,34 @@ def test_measured_page_empty_state_upload_metrics_and_drilldown(qwen, tmp_path):
         [tp[1] for tp in ref.prompt_tpot_us])
 
 
-def test_every_shipped_example_opens_and_the_measured_one_scores_as_evaluate(capsys):
+def _shipped_examples():
     from cope_core.app.dataset import scan_examples
+    return scan_examples(EX)
+
+
+def test_the_shipped_examples_are_all_there():
+    # guards the per-example smoke test below against passing vacuously
+    exs = _shipped_examples()
+    assert len(exs) >= 6
+    assert [e.name for e in exs if e.measurements] == ["deepseek-v2-lite · 4 MoE layers"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [e.name for e in _shipped_examples()])
+def test_every_page_of_a_shipped_example_opens(name):
+    at = open_app(example=name)
+    assert not at.error, (name, [e.value for e in at.error])
+    assert at.title[0].value == "COPE Explorer"
+    for page in ("matrix", "landscape", "traces", "profiles", "export"):
+        at = open_app(page, example=name)
+        assert not at.error, (name, page, [e.value for e in at.error])
+        assert charts(at) or page == "export", (name, page)
+
+
+def test_the_measured_example_scores_as_evaluate(capsys):
     from cope_core.cli.main import main
 
-    exs = scan_examples(EX)
-    assert len(exs) >= 6
-    for ex in exs:
-        at = open_app(example=ex.name)
-        assert not at.error, (ex.name, [e.value for e in at.error])
-        assert at.title[0].value == "COPE Explorer"
-        for page in ("matrix", "landscape", "traces", "profiles", "export"):
-            at = open_app(page, example=ex.name)
-            assert not at.error, (ex.name, page, [e.value for e in at.error])
-            assert charts(at) or page == "export", (ex.name, page)
-    measured = [e for e in exs if e.measurements]
-    assert [e.name for e in measured] == ["deepseek-v2-lite · 4 MoE layers"]
-    ex = measured[0]
+    ex, = [e for e in _shipped_examples() if e.measurements]
     at = open_app("measured", example=ex.name)
     assert not at.error and not at.info
     caption = " ".join(c.value for c in at.caption)

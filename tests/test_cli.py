@@ -15,8 +15,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from tiny import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
+
 from cope_core import parquet_io
 from cope_core.cli.main import main
 from cope_core.estimate import predict

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 tf = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
+pytest.importorskip("tokenizers")
 
 from cope_core import parquet_io  # noqa: E402
 from cope_core.cli.main import main  # noqa: E402
@@ -25,69 +24,10 @@ from cope_core.errors import CopeInputError  # noqa: E402
 from cope_core.trace.collect import collect, load_model, read_prompts  # noqa: E402
 from cope_core.trace.hidden import HiddenStateWriter, read_hidden_states  # noqa: E402
 from cope_core.trace.predictor import train_predictor  # noqa: E402
+from cope_core.trace.tiny import FAMILIES, WORDS, build_tiny_model, build_tokenizer, tiny_config  # noqa: E402, F401
 
-WORDS = ("the cat sat on a mat while experts route every token to two of eight small feed "
-         "forward blocks and the router picks the best scores first").split()
 PROMPTS = ["the cat sat on a mat", "experts route every token", "the router picks the best",
            "two of eight small feed forward blocks"]
-FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "gpt_oss")
-
-
-def build_tokenizer(folder: Path) -> None:
-    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(unk_token="<unk>"))
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    tok.train_from_iterator([" ".join(WORDS)], tokenizers.trainers.WordLevelTrainer(
-        special_tokens=["<unk>", "<eos>"]))
-    tf.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>",
-                               eos_token="<eos>").save_pretrained(folder)
-
-
-def tiny_config(family: str, layers: int = 3):
-    common = dict(vocab_size=48, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                  max_position_embeddings=256, num_hidden_layers=layers, intermediate_size=16,
-                  num_experts_per_tok=2, eos_token_id=1, bos_token_id=None, pad_token_id=None)
-    mla = dict(num_key_value_heads=4, moe_intermediate_size=16, n_routed_experts=8,
-               n_shared_experts=1, first_k_dense_replace=1, n_group=4, topk_group=2,
-               kv_lora_rank=16, qk_rope_head_dim=8, v_head_dim=8, qk_nope_head_dim=8)
-    if family == "mixtral":
-        return tf.MixtralConfig(**common, num_local_experts=8)
-    if family == "qwen2_moe":  # one dense layer in the middle (mlp_only_layers)
-        return tf.Qwen2MoeConfig(**common, moe_intermediate_size=16, num_experts=8,
-                                 shared_expert_intermediate_size=16, mlp_only_layers=[1])
-    if family == "qwen3_moe":
-        return tf.Qwen3MoeConfig(**common, moe_intermediate_size=16, num_experts=8, head_dim=8,
-                                 norm_topk_prob=True)
-    if family == "deepseek_v2":
-        return tf.DeepseekV2Config(**{**common, **mla}, topk_method="group_limited_greedy",
-                                   q_lora_rank=None)
-    if family == "deepseek_v3":
-        return tf.DeepseekV3Config(**{**common, **mla}, q_lora_rank=16, norm_topk_prob=True)
-    if family == "olmoe":
-        return tf.OlmoeConfig(**common, num_experts=8)
-    if family == "gpt_oss":
-        return tf.GptOssConfig(**common, num_local_experts=8, head_dim=8)
-    raise ValueError(family)
-
-
-def build_tiny_model(family: str, folder: Path, *, layers: int = 3, seed: int = 0) -> Path:
-    """Save a random-weight model of ``family`` and a tokenizer into ``folder``.
-
-    Router weights are scaled up so routing is decisive (no near-ties that rounding could flip),
-    and DeepSeek-V3's score-correction bias is made non-zero so it changes the choice.
-    """
-    torch.manual_seed(seed)
-    model = tf.AutoModelForCausalLM.from_config(tiny_config(family, layers), dtype=torch.float32)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            router = getattr(layer.mlp, "gate", None) or getattr(layer.mlp, "router", None)
-            if router is not None and hasattr(router, "weight") and router.weight.dim() == 2:
-                router.weight.normal_(0.0, 1.0)
-                if hasattr(router, "e_score_correction_bias"):
-                    router.e_score_correction_bias.normal_(0.0, 0.3)
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    build_tokenizer(folder)
-    return folder
 
 
 # --- the independent reference: each family's routing rule applied to the router logits --------

@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
-
 from tiny import tiny_profile, tiny_trace
+
 from cope_core import parquet_io
 from cope_core import roofline as rl
 from cope_core.cli.main import main
@@ -16,8 +16,14 @@ from cope_core.estimate import layer_costs, predict
 from cope_core.estimate.costs import atomic_costs, cope_costs, cost_selected_split, hrm_costs
 from cope_core.geometry import ModelGeometry
 from cope_core.matrix import EXECUTIONS, Execution
-from cope_core.platforms import (GPUS, LINKS, PlatformSpec, load_spec, platform_spec,
-                                 resolve_platform)
+from cope_core.platforms import (
+    GPUS,
+    LINKS,
+    PlatformSpec,
+    load_spec,
+    platform_spec,
+    resolve_platform,
+)
 from cope_core.profile.analytic import analytic_profile, default_threads
 from cope_core.profile.data import required_keys
 from cope_core.trace.data import Trace

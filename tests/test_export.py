@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import tempfile
 import re
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -22,14 +22,21 @@ import torch
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from tiny import tiny_geometry, tiny_profile, tiny_trace
+
 from cope_core import parquet_io
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.estimate.predict import predict
-from cope_core.export import (FORMATS, Policy, build_policy, policy_json, read_policy, render,
-                              write_policy)
+from cope_core.export import (
+    FORMATS,
+    Policy,
+    build_policy,
+    policy_json,
+    read_policy,
+    render,
+    write_policy,
+)
 from cope_core.export.layers import int_set_regex, layer_plan
 from cope_core.export.vllm import vllm_offload
 from cope_core.geometry import CATALOG, GIB, MIB

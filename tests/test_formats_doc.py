@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 from tiny import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
+
 from cope_core import get_model, parquet_io
 from cope_core.geometry import ModelGeometry
 from cope_core.platforms import PlatformSpec

@@ -5,18 +5,25 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.estimate.metrics import accuracy, mape, spearman
-from cope_core.geometry import (CATALOG, DEFAULT_WORKSPACE_BYTES, GIB, MIB, ModelGeometry,
-                                get_model)
-from cope_core.matrix import (CANDIDATE_IDS, CANDIDATES, EXECUTIONS, LAYER_PARTITION,
-                              RESIDENCIES, Execution, Residency, candidate_id, get_candidate,
-                              matrix_table)
+from cope_core.geometry import CATALOG, DEFAULT_WORKSPACE_BYTES, GIB, MIB, ModelGeometry, get_model
+from cope_core.matrix import (
+    CANDIDATE_IDS,
+    CANDIDATES,
+    EXECUTIONS,
+    LAYER_PARTITION,
+    RESIDENCIES,
+    Execution,
+    Residency,
+    candidate_id,
+    get_candidate,
+    matrix_table,
+)
 
 # --- catalog ------------------------------------------------------------------------------------
 # DESIGN §3: L (MoE), dense prefix, E, top_k, shared, hidden, expert_I, MiB per expert

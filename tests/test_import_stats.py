@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from tiny import tiny_geometry, tiny_trace
+
 from cope_core import parquet_io
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
@@ -73,9 +73,11 @@ def test_jsonl_orders_by_gating_probs_and_keeps_recorded_context(tmp_path):
     ({"problem_id": 0, "token_idx": 0, "experts": [0, 1]}, "missing field 'layer'"),
     ({"problem_id": 0, "layer": 0, "experts": [0, 1]}, "missing field 'token_idx' or 'token'"),
     ({"problem_id": 0, "layer": 0, "token_idx": 0}, "missing field 'experts'"),
-    ({"problem_id": 0, "layer": 3, "token_idx": 0, "experts": [0, 1]}, "expected an integer in 0..2"),
+    ({"problem_id": 0, "layer": 3, "token_idx": 0, "experts": [0, 1]},
+     "expected an integer in 0..2"),
     ({"problem_id": 0, "layer": 0, "token_idx": 0, "experts": [0]}, "expected a list of 2"),
-    ({"problem_id": 0, "layer": 0, "token_idx": 0, "experts": [0, 9]}, "expected an integer in 0..5"),
+    ({"problem_id": 0, "layer": 0, "token_idx": 0, "experts": [0, 9]},
+     "expected an integer in 0..5"),
     ({"problem_id": 0, "layer": 0, "token_idx": 1, "experts": [2, 2]}, "line 2: repeats an expert"),
 ])
 def test_jsonl_bad_records_are_one_line_errors(tmp_path, record, says):
@@ -235,6 +237,7 @@ def test_transfer_curve_keeps_the_fraction_of_experts():
     assert t[1] == pytest.approx(0.25) and t[3] == pytest.approx(0.625)
 
 
+@pytest.mark.slow
 def test_skew_fit_recovers_the_generator_skew():
     g = get_model("olmoe-1b-7b")
     probe = synthesize(g.with_layers(4), prompts=1, tokens=4000, seed=5, skew=0.8, reuse=0.0,
@@ -270,6 +273,7 @@ def test_real_mixtral_import(tmp_path, capsys):
 
 
 @real_data
+@pytest.mark.slow
 def test_synth_fit_reproduces_the_real_hit_rate_curve(tmp_path, capsys):
     files = sorted(str(p) for p in REAL.glob("*.jsonl"))
     real = tmp_path / "real.parquet"

@@ -9,17 +9,29 @@ import time
 import numpy as np
 import pytest
 import torch
-
 from tiny import tiny_geometry, tiny_trace
+
 from cope_core.errors import CopeInputError
 from cope_core.geometry import ModelGeometry
 from cope_core.matrix import Execution, Residency
-from cope_core.mechanisms import (Accelerator, Rig, StopRule, Timing, host_threads, make_state,
-                                  model_dtype, pin_thread_budget, prefetch_step, run_cpu_layer,
-                                  run_execution, run_gpu_layer, until_stable)
-from cope_core.mechanisms.timing import round_robin
+from cope_core.mechanisms import (
+    Accelerator,
+    Rig,
+    StopRule,
+    Timing,
+    host_threads,
+    make_state,
+    model_dtype,
+    pin_thread_budget,
+    prefetch_step,
+    run_cpu_layer,
+    run_execution,
+    run_gpu_layer,
+    until_stable,
+)
 from cope_core.mechanisms.experts import TOLERANCE, close_to_reference, dense_reference
 from cope_core.mechanisms.threads import per_thread_budgets
+from cope_core.mechanisms.timing import round_robin
 from cope_core.mechanisms.weights import Filler
 from cope_core.profile.data import required_keys
 from cope_core.replay.engine import replay
@@ -385,8 +397,12 @@ def _steps(fn, *args):
 def test_identical_schedules_are_the_same_steps():
     """What the profiler's same_schedule relies on: cost_selected at c = m is parallel, at
     c = 0 ready_first, and with no misses every strategy is parallel."""
-    from cope_core.mechanisms.execution import (run_cost_selected, run_parallel,
-                                                run_ready_first, run_wait_then_gpu)
+    from cope_core.mechanisms.execution import (
+        run_cost_selected,
+        run_parallel,
+        run_ready_first,
+        run_wait_then_gpu,
+    )
     from cope_core.profile.measure import same_schedule
     hits, misses = [(0, 4)], [(1, 7), (2, 9)]
     assert _steps(run_cost_selected, 0, hits, misses, 2) == _steps(run_parallel, 0, hits, misses)

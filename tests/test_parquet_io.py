@@ -12,13 +12,21 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from tiny import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
+
 from cope_core.errors import CopeInputError
+from cope_core.parquet_io import (
+    Measurements,
+    detect_schema,
+    read_measurements,
+    read_metadata,
+    read_profile,
+    read_trace,
+    write_measurements,
+    write_profile,
+    write_trace,
+)
 from cope_core.profile.data import Profile
-from cope_core.parquet_io import (Measurements, detect_schema, read_measurements, read_metadata,
-                                  read_profile, read_trace, write_measurements, write_profile,
-                                  write_trace)
 
 TRACE_ARRAYS = ("prompt_ids", "prompt_start", "context", "routed", "predicted")
 
@@ -158,6 +166,7 @@ def test_large_trace_round_trip(tmp_path):
 @given(st.data())
 def test_random_trace_round_trip(tmp_path_factory, data):
     import dataclasses
+
     from cope_core.trace.data import Trace
     L, E = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 9))
     k, W = data.draw(st.integers(1, E)), data.draw(st.integers(0, E))

@@ -6,16 +6,25 @@ import random
 
 import numpy as np
 import pytest
-
 from tiny import tiny_trace
+
 from cope_core import parquet_io
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
-from cope_core.trace.baselines import (baseline_predictions, popularity_lists, predict_trace,
-                                       recall_at_k)
+from cope_core.trace.baselines import (
+    baseline_predictions,
+    popularity_lists,
+    predict_trace,
+    recall_at_k,
+)
 from cope_core.trace.hidden import HiddenStateWriter, read_hidden_states
-from cope_core.trace.predictor import (Predictor, _build_module, _split, load_predictor,
-                                       train_predictor)
+from cope_core.trace.predictor import (
+    Predictor,
+    _build_module,
+    _split,
+    load_predictor,
+    train_predictor,
+)
 
 
 # --- numpy parts, by hand -----------------------------------------------------------------------
@@ -197,8 +206,8 @@ def test_predictor_save_that_fails_keeps_the_old_file(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def tiny_hidden(tmp_path_factory):
     pytest.importorskip("transformers")
-    from test_collect import WORDS, build_tiny_model
     from cope_core.trace.collect import collect, load_model
+    from cope_core.trace.tiny import WORDS, build_tiny_model
     root = tmp_path_factory.mktemp("pred")
     lm = load_model(build_tiny_model("mixtral", root / "m", layers=4, seed=1))
     rng = random.Random(0)
@@ -208,6 +217,7 @@ def tiny_hidden(tmp_path_factory):
     return root, tr
 
 
+@pytest.mark.slow
 def test_predictor_beats_both_baselines_on_held_out_prompts(tiny_hidden):
     root, tr = tiny_hidden
     hs = read_hidden_states(root / "hs")
@@ -232,6 +242,7 @@ def test_predictor_beats_both_baselines_on_held_out_prompts(tiny_hidden):
     assert back.meta["recall"] == pytest.approx(res.recall)
 
 
+@pytest.mark.slow
 def test_cli_predictor_train_json(tiny_hidden, tmp_path, capsys):
     root, _ = tiny_hidden
     out = tmp_path / "p.safetensors"

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from tiny import tiny_geometry, tiny_trace
+
 from cope_core import parquet_io
 from cope_core.cli.main import main
 from cope_core.estimate.metrics import winners_by_k
@@ -43,7 +43,7 @@ def _decoders(rig, order, K, split):
     return [CandidateDecoder(rig, c, K, order, split) for c in CANDIDATES]
 
 
-# --- exactness --------------------------------------------------------------------------------------
+# --- exactness ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_every_candidate_equals_the_dense_reference(acc, dtype):
     tr = tiny_trace()
@@ -157,7 +157,7 @@ def test_measured_cost_selected_split_is_a_valid_share(acc):
     assert all(0 <= split[h] <= G.top_k - h for h in range(G.top_k + 1))
 
 
-# --- the profiler ----------------------------------------------------------------------------------
+# --- the profiler ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     settings = ProfilerSettings(cpu_threads=(1,), contexts=(16, 64), rule=QUICK,
@@ -168,6 +168,7 @@ def measured(tmp_path_factory):
     return prof, raw, seconds, path
 
 
+@pytest.mark.slow
 def test_profile_has_every_row_with_sane_statistics(measured):
     prof, raw, seconds, path = measured
     back = parquet_io.read_profile(path)
@@ -189,6 +190,7 @@ def test_profile_has_every_row_with_sane_statistics(measured):
     assert sched[("wait_then_gpu", G.top_k, 0, 0)] == sched[("parallel", G.top_k, 0, 0)]
 
 
+@pytest.mark.slow
 def test_profile_platform_metadata(measured):
     prof = parquet_io.read_profile(measured[3])
     pl = prof.platform
@@ -209,7 +211,7 @@ def test_predict_accepts_the_measured_profile(measured, estimator):
     assert df.attrs["cpu_threads"] == 1 and df.attrs["gpu_share"] == 100.0
 
 
-# --- CLI ----------------------------------------------------------------------------------------------
+# --- CLI ------------------------------------------------------------------------------------------
 @pytest.fixture
 def tiny_files(tmp_path):
     t = tmp_path / "t.parquet"
@@ -217,6 +219,7 @@ def tiny_files(tmp_path):
     return tmp_path, t
 
 
+@pytest.mark.slow
 def test_cli_profile_measure_predict_evaluate(capsys, tiny_files):
     d, t = tiny_files
     p, m = d / "p.parquet", d / "m.parquet"
@@ -264,7 +267,7 @@ def test_cli_refuses_to_overwrite(capsys, tiny_files):
     assert (d / "x.parquet").read_text() == "keep me"
 
 
-# --- evaluate's per-K winners on hand-made numbers --------------------------------------------------
+# --- evaluate's per-K winners on hand-made numbers ------------------------------------------------
 def test_winners_by_k_by_hand():
     rows = [
         # K=1: prompt means predicted fp 15, lp 15 (tie -> layer_partition), measured fp 10, lp 20
@@ -278,13 +281,15 @@ def test_winners_by_k_by_hand():
                                         "measured_us"])
     w = winners_by_k(pairs, "cope")
     assert [(r["K"], r["predicted"], r["measured"], r["agree"]) for r in w] == [
-        (1, "layer_partition", "fixed/parallel", False), (2, "fixed/parallel", "fixed/parallel", True)]
+        (1, "layer_partition", "fixed/parallel", False),
+        (2, "fixed/parallel", "fixed/parallel", True)]
     # K=1 means: fp 15 vs 10 (50 %), lp 15 vs 20 (25 %) -> 37.5 %
     assert w[0]["mape_pct"] == pytest.approx(37.5)
     # K=2 means: fp 10 vs 20 (50 %), lp 30 vs 27.5 (1/11) -> (50 + 100/11) / 2
     assert w[1]["mape_pct"] == pytest.approx((50 + 100 / 11) / 2)
 
 
+@pytest.mark.slow
 def test_raw_samples_leave_a_users_tmp_file_alone(capsys, tiny_files):
     # the raw-samples JSON was written through X.tmp and silently replaced a user's file of
     # that name; now the temporary name is unique and hidden, and X.tmp is untouched

@@ -4,20 +4,19 @@ from __future__ import annotations
 from fractions import Fraction
 from pathlib import Path
 
+import naive
 import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import naive
 from cope_core.estimate.predict import predict
 from cope_core.geometry import ModelGeometry
 from cope_core.matrix import CANDIDATE_IDS
 from cope_core.profile.data import COLUMNS, Profile, required_keys
 from cope_core.replay.engine import replay
-from cope_core.trace.data import fill_order
-from cope_core.trace.data import Trace
+from cope_core.trace.data import Trace, fill_order
 from cope_core.trace.synth import synthesize
 
 
@@ -147,7 +146,8 @@ def test_hand_tpot_atomic():
 
 
 def test_layer_partition_counts_gpu_layers():
-    df = by_candidate(predict(HAND, HAND_PROFILE, [2, 4], fill_by_id=True, candidates=["layer_partition"]).query("experts_per_layer == 2"))
+    df = by_candidate(predict(HAND, HAND_PROFILE, [2, 4], fill_by_id=True,
+                              candidates=["layer_partition"]).query("experts_per_layer == 2"))
     # K=2: N_gpu = floor(6/4) = 1, N_cpu = 2
     assert df.loc["layer_partition", "tpot_us"] == pytest.approx((450 + 3 * (2 * 40 + 9)) / 3)
     assert df.loc["layer_partition", "hit_rate"] == pytest.approx(1 / 3)
@@ -186,13 +186,17 @@ def reference_tpots(trace, profile, K, by_id=False, calibration=None):
     cal = calibration or trace
     rows = [(l, list(map(int, cal.routed[t, l]))) for t in range(cal.n_tokens) for l in range(L)]
     order = naive.popularity_order(rows, L, E, by_id)
-    shared = lambda c: float(np.interp(c, op.shared_context, op.shared_us))
+
+    def shared(c):
+        return float(np.interp(c, op.shared_context, op.shared_us))
+
     out = {}
     for cid in CANDIDATE_IDS:
         tp = []
         for routed, pred, ctx in naive.split_trace(trace):
             if cid == "layer_partition":
-                tp.append(naive.layer_partition_tpot(ctx, L, E, K, shared, op.cpu_layer, op.gpu_layer))
+                tp.append(naive.layer_partition_tpot(ctx, L, E, K, shared, op.cpu_layer,
+                                                     op.gpu_layer))
                 continue
             res, ex = cid.split("/")
             from cope_core.matrix import EXECUTIONS
@@ -204,7 +208,8 @@ def reference_tpots(trace, profile, K, by_id=False, calibration=None):
             else:
                 moe = [op.schedule[ei, h, 0] for h in range(k + 1)]
             pf = op.prefetch.get(res)
-            tp.append(naive.tpot_prompt(routed, pred, ctx, L, E, k, K, order, res, moe, shared, pf)[0])
+            tp.append(naive.tpot_prompt(routed, pred, ctx, L, E, k, K, order, res, moe, shared,
+                                        pf)[0])
         out[cid] = tp
     return out
 

@@ -2,7 +2,8 @@
 that tests call with arguments; ``conftest.py`` wraps the same data as fixtures."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -16,8 +16,8 @@ from typing import Any
 from .. import parquet_io
 from ..errors import CopeInputError
 from ..estimate.predict import check_compatible
-from ..geometry import CATALOG
 from ..executor.data import Measurements
+from ..geometry import CATALOG
 from ..profile.data import Profile
 from ..trace.data import Trace
 

@@ -3,7 +3,7 @@ heatmap and execution timelines. Each is a pure function of frames returning a p
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

@@ -122,7 +122,7 @@ def pvm_scatter(pairs: dict[str, pd.DataFrame], title: str = "") -> go.Figure:
     lo = min([min(p["predicted_us"].min(), p["measured_us"].min()) for p in pairs.values()]
              + [hi]) / 1e3 * 0.95
     xs = np.array([lo, hi])
-    for i, (est, p) in enumerate(pairs.items(), start=1):
+    for i, p in enumerate(pairs.values(), start=1):
         fig.add_trace(go.Scatter(x=np.r_[xs, xs[::-1]], y=np.r_[xs * 1.1, xs[::-1] * 0.9],
                                  fill="toself", fillcolor="rgba(120,120,120,0.15)",
                                  line=dict(width=0), name="±10%", showlegend=i == 1,

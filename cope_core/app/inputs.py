@@ -11,12 +11,13 @@ import pandas as pd
 from .. import roofline as rl
 from ..errors import CopeInputError
 from ..estimate.costs import ESTIMATORS, cost_selected_split
-from ..estimate.evaluate import evaluation_pairs, score as evaluate_score
+from ..estimate.evaluate import evaluation_pairs
+from ..estimate.evaluate import score as evaluate_score
 from ..estimate.metrics import Accuracy
 from ..estimate.predict import OptimisticPredictionWarning, profile_spec
+from ..executor.data import Measurements
 from ..geometry import ModelGeometry
 from ..matrix import CANDIDATE_IDS, EXECUTIONS, Execution
-from ..executor.data import Measurements
 from ..platforms import PlatformSpec
 from ..profile.data import ATOMIC_PER_N, OperatingPoint, Profile
 from ..trace.data import Trace

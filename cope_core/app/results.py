@@ -8,14 +8,14 @@ and the dataset itself as ``_ds``, which Streamlit does not hash: equal keys mea
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 import streamlit as st
 
+from ..estimate.predict import price, replay_counts
 from ..export import Policy, build_policy
 from ..geometry import ModelGeometry
-from ..estimate.predict import price, replay_counts
 from ..matrix import Residency, residencies_of
 from ..profile.data import Profile
 from ..trace.stats import TraceStats, trace_stats

@@ -12,9 +12,10 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import streamlit as st
 

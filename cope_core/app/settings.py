@@ -6,8 +6,9 @@ ValueError on nonsense, which then falls back to the default) and ``fmt`` writes
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..estimate.costs import ESTIMATORS
 from ..matrix import CANDIDATE_IDS, EXECUTIONS, RESIDENCIES

@@ -2,19 +2,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import warnings
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from .. import parquet_io
 from ..errors import CopeInputError
-from ..files import print_json
 from ..estimate.evaluate import evaluate
-from ..estimate.predict import predict, profile_spec
+from ..estimate.predict import predict
+from ..files import print_json
 from ..geometry import CATALOG, GIB, get_model
 from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
 from ..platforms import resolve_platform
@@ -34,7 +31,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         cells = []
         for e in EXECUTIONS:
             c = by_cell[(r.value, e.value)]
-            cells.append(("* new" if c["new"] else ", ".join(c["prior_systems"]))[: width - 2].ljust(width))
+            text = "* new" if c["new"] else ", ".join(c["prior_systems"])
+            cells.append(text[: width - 2].ljust(width))
         print(r.value.ljust(22) + "".join(cells))
     base = table["baseline"]
     print(f"\nbaseline {base['id']}: {base['description']}")
@@ -84,7 +82,8 @@ def cmd_vram(args: argparse.Namespace) -> int:
         print(f"{g.name}: {gib:.2f} GiB of VRAM holds K = {k} of {g.n_experts} experts per layer "
               f"(K = {k} needs {need:.2f} GiB: non-expert weights {g.non_expert_bytes / GIB:.2f}, "
               f"KV cache at {args.context} tokens {g.kv_cache_bytes(args.context) / GIB:.2f}, "
-              f"workspace {args.workspace_gib:.2f}, experts {k * g.n_layers * g.expert_bytes / GIB:.2f})")
+              f"workspace {args.workspace_gib:.2f}, "
+              f"experts {k * g.n_layers * g.expert_bytes / GIB:.2f})")
     return 0
 
 
@@ -228,9 +227,9 @@ def format_table(df: pd.DataFrame) -> str:
     lines = [f"K = {k} experts per layer", f"{'rank':>4}  {'candidate':<36}{'TPOT ms':>10}"
              f"{'shared':>9}{'experts':>9}{'prefetch':>9}{'hit rate':>9}{'prefetches':>11}"]
     for r in show.itertuples(index=False):
-        lines.append(f"{r.rank:>4}  {r.candidate:<36}{r.tpot_us / 1e3:>10.3f}{r.shared_us / 1e3:>9.3f}"
-                     f"{r.experts_us / 1e3:>9.3f}{r.prefetch_us / 1e3:>9.3f}{r.hit_rate:>9.3f}"
-                     f"{r.prefetches:>11}")
+        lines.append(f"{r.rank:>4}  {r.candidate:<36}{r.tpot_us / 1e3:>10.3f}"
+                     f"{r.shared_us / 1e3:>9.3f}{r.experts_us / 1e3:>9.3f}"
+                     f"{r.prefetch_us / 1e3:>9.3f}{r.hit_rate:>9.3f}{r.prefetches:>11}")
     if len(show) > 1:
         w, ru = show.iloc[0], show.iloc[1]
         margin = (ru.tpot_us - w.tpot_us) / w.tpot_us * 100

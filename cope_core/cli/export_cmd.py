@@ -44,7 +44,8 @@ def register(subparsers) -> None:
     s.add_argument("--fill-by-id", action="store_true", help="fill residency by expert id")
     s.add_argument("--spec", help="platform for the roofline estimator: GPU name or JSON file")
     s.add_argument("--from-policy", metavar="FILE", help="re-render a saved cope.policy/1 JSON")
-    s.add_argument("--format", required=True, choices=FORMATS)
+    s.add_argument("--format", required=True, choices=FORMATS,
+                   help="output format: the cope.policy/1 JSON or a runtime's settings")
     s.add_argument("-o", "--output", help="write here instead of stdout (sglang-kt: the .pt goes "
                                           "next to it, the flags are printed)")
     s.add_argument("--force", action="store_true", help="overwrite existing files")
@@ -90,7 +91,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     policy = _policy(args)
     r = render(policy, args.format, strict=args.strict, pt_path=pt_path)
     if not r.exact:
-        warnings.warn(r.summary)
+        warnings.warn(r.summary, stacklevel=2)
     if out is None:
         sys.stdout.write(r.text)
         return 0

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
 import warnings
-from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..errors import CopeInputError
 from . import commands
@@ -35,19 +33,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("matrix", help="print the Policy Matrix")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
 
     s = sub.add_parser("models", help="list the built-in model catalog")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
 
     s = sub.add_parser("vram", help="convert a VRAM budget to experts per layer (K) and back")
-    s.add_argument("--model", required=True)
+    s.add_argument("--model", required=True, help="catalog model name (see cope models)")
     g = s.add_mutually_exclusive_group(required=True)
     g.add_argument("--gib", type=float, help="VRAM budget in GiB")
-    g.add_argument("--experts-per-layer", type=int, dest="k")
+    g.add_argument("--experts-per-layer", type=int, dest="k",
+                   help="experts per layer K (prints the VRAM it needs)")
     s.add_argument("--context", type=int, default=4096, help="KV-cache tokens (default 4096)")
-    s.add_argument("--workspace-gib", type=float, default=0.5)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--workspace-gib", type=float, default=0.5,
+                   help="VRAM kept free for activations and the runtime (default 0.5)")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
 
     s = sub.add_parser("synth", help="write a synthetic routing trace")
     s.add_argument("--model", help="catalog model (required unless --fit gives the geometry)")
@@ -55,15 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--prompts", type=int, help="required unless --fit (default: the trace's)")
     s.add_argument("--tokens", type=int,
                    help="decode tokens per prompt; required unless --fit (default: its mean)")
-    s.add_argument("--seed", type=int, required=True)
+    s.add_argument("--seed", type=int, required=True,
+                   help="random seed (the same seed writes the same trace)")
     s.add_argument("--skew", type=float, help="power-law exponent of popularity (default 1.0)")
     s.add_argument("--reuse", type=float, help="token-to-token reuse probability (default 0.5)")
     s.add_argument("--predictor-accuracy",
                    help="next-layer prediction recall in [0, 1], or 'none' (default 0.7)")
     s.add_argument("--fit", metavar="TRACE",
                    help="estimate skew, reuse (and predictor accuracy) from this real trace")
-    s.add_argument("--description", default="")
-    s.add_argument("-o", "--output", required=True)
+    s.add_argument("--description", default="", help="free text stored in the trace metadata")
+    s.add_argument("-o", "--output", required=True, help="Parquet file to write")
     s.add_argument("--force", action="store_true", help="overwrite an existing file")
 
     s = sub.add_parser("profile", help="write a profile: measured on this machine, or "
@@ -78,8 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cpu", help="analytic: catalog CPU for the host side (default xeon-gold-6430)")
     s.add_argument("--cpu-threads", type=ints, help="operating points, e.g. 1,4,16")
     s.add_argument("--contexts", type=ints, default=None, help="shared-cost contexts")
-    s.add_argument("-o", "--output", required=True)
-    s.add_argument("--force", action="store_true")
+    s.add_argument("-o", "--output", required=True, help="Parquet file to write")
+    s.add_argument("--force", action="store_true", help="overwrite an existing output file")
     importlib.import_module(f"{__package__}.measure_cmd").add_profile_arguments(s)
 
     s = sub.add_parser("predict", help="predict every candidate's TPOT")
@@ -88,17 +89,20 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--experts-per-layer", "-K", type=k_arg, dest="k",
                    help="an int, a comma list or 'all'")
     g.add_argument("--vram-gib", type=float, help="VRAM budget; K follows from the memory model")
-    s.add_argument("--estimator", default="cope", choices=["cope", "atomic", "hrm"])
+    s.add_argument("--estimator", default="cope", choices=["cope", "atomic", "hrm"],
+                   help="cope: profiled whole-layer schedules (default); atomic: composed "
+                        "operator costs; hrm: roofline")
     s.add_argument("--candidates", help="comma list of candidate ids (default: all 13)")
     s.add_argument("--fill-by-id", action="store_true", help="fill residency by expert id")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
 
     s = sub.add_parser("evaluate", help="compare predictions with measurements")
     _inputs(s)
-    s.add_argument("--measurements", required=True)
+    s.add_argument("--measurements", required=True,
+                   help="measured TPOT (cope.measurements/1, from cope measure)")
     s.add_argument("--per-k", action="store_true",
                    help="also compare winners per cache size (TPOT averaged over prompts)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
 
     for name in PLUGINS:
         importlib.import_module(f"{__package__}.{name}").register(sub)
@@ -106,8 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _inputs(s: argparse.ArgumentParser) -> None:
-    s.add_argument("--trace", required=True)
-    s.add_argument("--profile", required=True)
+    s.add_argument("--trace", required=True, help="evaluated routing trace (cope.trace/1)")
+    s.add_argument("--profile", required=True,
+                   help="profile of the target platform (cope.profile/1)")
     s.add_argument("--calibration", help="trace whose popularity fills the cache")
     s.add_argument("--cpu-threads", type=int, help="operating point (default: the most threads)")
     s.add_argument("--spec", help="platform for the roofline estimator: GPU name or JSON file")
@@ -133,7 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except OSError as exc:
-        print(f"cope: error: {getattr(exc, 'filename', '') or ''}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"cope: error: {getattr(exc, 'filename', '') or ''}: {exc.strerror or exc}",
+              file=sys.stderr)
         return 2
 
 

@@ -9,11 +9,9 @@ thread needs for a whole scheduler time slice, turning a 50 us operation into 30
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 from .. import parquet_io
 from ..errors import CopeInputError
@@ -44,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--accel-threads", type=int, default=1,
                    help="torch threads of the emulated accelerator (default 1)")
     s.add_argument("--trials", type=int, default=3, help="runs per (candidate, prompt)")
-    s.add_argument("--warmup-tokens", type=int, default=2)
+    s.add_argument("--warmup-tokens", type=int, default=2,
+                   help="tokens decoded and discarded per candidate before measuring (default 2)")
     s.add_argument("--no-warmup-prompts", action="store_true",
                    help="skip the untimed first pass over every prompt (it keeps one-time "
                         "kernel preparation for new shapes out of the measurements)")
@@ -53,11 +52,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                                      "measure the split first)")
     s.add_argument("--dtype", choices=["bfloat16", "float16", "float32"],
                    help="weight dtype (default: bfloat16 for 2-byte models)")
-    s.add_argument("--fill-by-id", action="store_true")
+    s.add_argument("--fill-by-id", action="store_true",
+                   help="fill residency by expert id instead of popularity")
     s.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights")
-    s.add_argument("--no-progress", action="store_true")
-    s.add_argument("-o", "--output", required=True)
-    s.add_argument("--force", action="store_true")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    s.add_argument("-o", "--output", required=True,
+                   help="Parquet file to write (cope.measurements/1)")
+    s.add_argument("--force", action="store_true", help="overwrite an existing output file")
     s.set_defaults(func=cmd_measure)
 
 
@@ -157,8 +158,9 @@ def add_profile_arguments(s: argparse.ArgumentParser) -> None:
                    help="measured profile: sample every row for at least this long per operating "
                         "point, unless it reaches --max-samples (default 30), so that slow drift "
                         "of the machine averages out")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0,
+                   help="measured profile: seed of the synthetic weights (default 0)")
     s.add_argument("--raw-samples", metavar="JSON", help="measured profile: also write every "
                                                          "raw sample to this JSON file")
-    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 

@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from typing import Any
 
 from .. import parquet_io
 from ..errors import CopeInputError
@@ -23,58 +20,67 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--max-new-tokens", type=int, required=True,
                    help="generated tokens per prompt; the first comes from the prefill")
     s.add_argument("--hidden-states", help="also write MoE-layer inputs to this folder")
-    s.add_argument("--hidden-dtype", default="float16", choices=["float16", "float32"])
+    s.add_argument("--hidden-dtype", default="float16", choices=["float16", "float32"],
+                   help="dtype of the stored hidden states (default float16)")
     s.add_argument("--predictor", help="predictor file that fills the 'predicted' column")
     s.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
-    s.add_argument("--device", default="cpu")
+    s.add_argument("--device", default="cpu", help="torch device to run the model on (default cpu)")
     s.add_argument("--name", help="model name in the trace (default: the folder name)")
     s.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
     s.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-sequence")
-    s.add_argument("--no-progress", action="store_true")
-    s.add_argument("--description", default="")
-    s.add_argument("-o", "--output", required=True)
-    s.add_argument("--force", action="store_true")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    s.add_argument("--description", default="", help="free text stored in the trace metadata")
+    s.add_argument("-o", "--output", required=True, help="file to write")
+    s.add_argument("--force", action="store_true", help="overwrite an existing output")
     s.set_defaults(func=cmd_collect)
 
     s = ts.add_parser("import", help="import JSON-lines or numpy routing records")
-    s.add_argument("--format", required=True, choices=["jsonl", "npz"])
-    s.add_argument("files", nargs="+")
+    s.add_argument("--format", required=True, choices=["jsonl", "npz"],
+                   help="input format (docs/traces.md describes each)")
+    s.add_argument("files", nargs="+", help="routing record files to import")
     s.add_argument("--model", required=True, help="catalog model name (geometry)")
     s.add_argument("--layers", type=int, help="the model's MoE layer count, when it differs")
     s.add_argument("--context-start", type=int, default=0,
                    help="context of token 0 when the records hold none (default 0)")
-    s.add_argument("-o", "--output", required=True)
-    s.add_argument("--force", action="store_true")
+    s.add_argument("-o", "--output", required=True, help="file to write")
+    s.add_argument("--force", action="store_true", help="overwrite an existing output")
     s.add_argument("--json", action="store_true", help="print the import report as JSON")
     s.set_defaults(func=cmd_import)
 
-    s = ts.add_parser("predict", help="fill 'predicted' from a baseline that needs no hidden states")
-    s.add_argument("trace")
-    s.add_argument("--method", required=True, choices=["previous-token", "popularity"])
+    s = ts.add_parser("predict",
+                      help="fill 'predicted' from a baseline that needs no hidden states")
+    s.add_argument("trace", help="routing trace (cope.trace/1)")
+    s.add_argument("--method", required=True, choices=["previous-token", "popularity"],
+                   help="previous-token: the previous token's next-layer experts; popularity: "
+                        "the most routed ones")
     s.add_argument("--calibration", help="trace whose popularity the baselines use")
-    s.add_argument("-o", "--output", required=True)
-    s.add_argument("--force", action="store_true")
+    s.add_argument("-o", "--output", required=True, help="file to write")
+    s.add_argument("--force", action="store_true", help="overwrite an existing output")
     s.set_defaults(func=cmd_predict_trace)
 
     s = ts.add_parser("stats", help="skew, reuse, predictor recall and hit rate vs K")
-    s.add_argument("trace")
+    s.add_argument("trace", help="routing trace (cope.trace/1)")
     s.add_argument("--calibration", help="trace whose popularity fills the fixed residency")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=cmd_stats)
 
     p = sub.add_parser("predictor", help="train the next-layer expert predictor")
     ps = p.add_subparsers(dest="predictor_command", required=True, metavar="ACTION")
     s = ps.add_parser("train", help="train on collected hidden states, validate on other prompts")
-    s.add_argument("--hidden-states", nargs="+", required=True, metavar="DIR")
-    s.add_argument("--epochs", type=int, default=40)
-    s.add_argument("--hidden-units", type=int, default=128)
-    s.add_argument("--lr", type=float, default=3e-3)
-    s.add_argument("--val-fraction", type=float, default=0.25)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--hidden-states", nargs="+", required=True, metavar="DIR",
+                   help="hidden-state folders written by cope trace collect --hidden-states")
+    s.add_argument("--epochs", type=int, default=40, help="training epochs (default 40)")
+    s.add_argument("--hidden-units", type=int, default=128,
+                   help="hidden units of each layer pair's MLP (default 128)")
+    s.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (default 3e-3)")
+    s.add_argument("--val-fraction", type=float, default=0.25,
+                   help="share of prompts held out for validation (default 0.25)")
+    s.add_argument("--seed", type=int, default=0,
+                   help="seed of the initial weights and the split (default 0)")
     s.add_argument("--width", type=int, help="ranked ids per prediction (default top_k)")
-    s.add_argument("-o", "--output", required=True)
-    s.add_argument("--force", action="store_true")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("-o", "--output", required=True, help="file to write")
+    s.add_argument("--force", action="store_true", help="overwrite an existing output")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=cmd_predictor_train)
 
 

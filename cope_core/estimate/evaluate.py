@@ -14,8 +14,9 @@ above it in the pipeline.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -147,7 +148,7 @@ def evaluation_pairs(trace: Trace, profile: Profile, measurements: Any,
             if missing:
                 warnings.warn(f"{missing} measured (prompt, candidate) pairs at K={k}, "
                               f"cpu_threads={threads}, gpu_share={share:g} have no prompt of "
-                              "that id in the trace and were left out")
+                              "that id in the trace and were left out", stacklevel=2)
     return {e: pd.concat(v, ignore_index=True) for e, v in parts.items()}
 
 

@@ -47,7 +47,8 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 def _order(values: np.ndarray, candidates: list[str], tie_order: dict[str, int]) -> list[str]:
     # exact ties go to the earlier candidate id, as the winner rule says
-    return [c for _, _, c in sorted(zip(values, [tie_order.get(c, 99) for c in candidates], candidates))]
+    ties = [tie_order.get(c, 99) for c in candidates]
+    return [c for _, _, c in sorted(zip(values, ties, candidates))]
 
 
 def accuracy(pairs: pd.DataFrame, estimator: str = "cope") -> Accuracy:

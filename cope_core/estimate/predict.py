@@ -3,20 +3,26 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..errors import CopeInputError
-from ..matrix import (CANDIDATES, LAYER_PARTITION, RESIDENCIES, Candidate, Residency,
-                      residencies_of, select_candidates)
+from ..matrix import (
+    CANDIDATES,
+    LAYER_PARTITION,
+    RESIDENCIES,
+    Candidate,
+    Residency,
+    residencies_of,
+    select_candidates,
+)
 from ..platforms import PlatformSpec
 from ..profile.data import Profile
 from ..replay.engine import ReplayCounts, check_ks, replay
-from ..trace.data import fill_order
-from ..trace.data import Trace
+from ..trace.data import Trace, fill_order
 from .costs import EXECUTIONS, LayerCosts, layer_costs
 
 
@@ -83,7 +89,8 @@ def compose(trace: Trace, counts: dict[Residency, ReplayCounts], costs: LayerCos
         for cand in candidates:
             if cand.is_layer_partition:
                 n_gpu = min(K * L // E, L)
-                experts = np.full(trace.n_prompts, (L - n_gpu) * costs.cpu_layer + n_gpu * costs.gpu_layer)
+                experts = np.full(trace.n_prompts,
+                                  (L - n_gpu) * costs.cpu_layer + n_gpu * costs.gpu_layer)
                 pref = np.zeros(trace.n_prompts)
                 hit_rate = np.full(trace.n_prompts, n_gpu / L)
                 npf = np.zeros(trace.n_prompts, np.int64)

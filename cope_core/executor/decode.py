@@ -136,7 +136,7 @@ class CandidateDecoder:
                 inserted = []
                 if mutable and l < g.n_layers - 1:
                     pred = trace.predicted[t, l]
-                    runner.side_work = lambda: inserted.append(
+                    runner.side_work = lambda inserted=inserted, l=l, pred=pred: inserted.append(
                         prefetch_step(runner, shared, state, l, pred))
                 cpu = None if self.split is None else int(self.split[h])
                 run_execution(runner, self.candidate.execution, l, hits, misses, cpu)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Sequence
+from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
@@ -20,11 +20,10 @@ from ..mechanisms.rig import Rig
 from ..mechanisms.threads import host_threads
 from ..mechanisms.timing import load_average, progress_bar
 from ..mechanisms.weights import model_dtype
-from .data import Measurements
 from ..profile.data import Profile
 from ..replay.engine import check_ks
-from ..trace.data import fill_order
-from ..trace.data import Trace
+from ..trace.data import Trace, fill_order
+from .data import Measurements
 from .decode import CandidateDecoder
 
 
@@ -153,7 +152,7 @@ def measure(trace: Trace, experts_per_layer: int | Sequence[int], *,
              f"; synthetic weights, routing replayed from "
              f"{trace.path or 'the trace'}")
     return Measurements(table=table, model=g, platform=platform,
-                        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                        created=datetime.now(UTC).isoformat(timespec="seconds"),
                         notes=notes)
 
 

@@ -3,20 +3,25 @@ from __future__ import annotations
 
 import math
 import warnings
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import CopeInputError
-from ..estimate.predict import (OptimisticPredictionWarning, check_compatible, price,
-                                profile_spec, replay_counts)
+from ..estimate.predict import (
+    OptimisticPredictionWarning,
+    check_compatible,
+    price,
+    profile_spec,
+    replay_counts,
+)
 from ..files import sha256_file
 from ..geometry import DEFAULT_CONTEXT, DEFAULT_WORKSPACE_BYTES, GIB
 from ..matrix import get_candidate
 from ..platforms import PlatformSpec
 from ..profile.data import Profile
 from ..replay.engine import check_ks
-from ..trace.data import fill_order
-from ..trace.data import Trace
+from ..trace.data import Trace, fill_order
+from ..version import __version__
 from .policy import Policy
 
 TOOL = "cope-explorer"
@@ -109,7 +114,6 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
             "context": DEFAULT_CONTEXT, "workspace_gib": DEFAULT_WORKSPACE_BYTES / GIB}
     inputs = {role: _describe(obj) for role, obj in
               (("trace", trace), ("calibration", calibration), ("profile", profile))}
-    from .. import __version__  # here, so that cope_core/__init__ may import this package
     return Policy(
         model=g, candidate=chosen, experts_per_layer=K, resident_experts=resident,
         predictions_us=tables, platform=dict(profile.platform or {}),
@@ -119,7 +123,7 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
         analytic_profile=bool(profile.analytic), estimator_notes=notes,
         trace={"source": trace.source, "prompts": trace.n_prompts, "tokens": trace.n_tokens},
         provenance={"inputs": inputs, "tool": TOOL, "version": __version__,
-                    "created": created or datetime.now(timezone.utc).isoformat(timespec="seconds")},
+                    "created": created or datetime.now(UTC).isoformat(timespec="seconds")},
     )
 
 

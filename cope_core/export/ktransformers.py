@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from ..errors import CopeInputError
 from ..matrix import LAYER_PARTITION
-from .common import (Rendered, gap_line, header, layer_partition_summary,
-                     whole_layer_equivalent)
+from .common import Rendered, gap_line, header, layer_partition_summary, whole_layer_equivalent
 from .layers import describe_blocks, int_set_regex
 from .policy import Policy
 

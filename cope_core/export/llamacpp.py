@@ -14,8 +14,7 @@ fit device memory on its own.
 from __future__ import annotations
 
 from ..matrix import LAYER_PARTITION
-from .common import (Rendered, gap_line, header, layer_partition_summary,
-                     whole_layer_equivalent)
+from .common import Rendered, gap_line, header, layer_partition_summary, whole_layer_equivalent
 from .layers import LayerPlan, describe_blocks, int_set_regex
 from .policy import Policy
 

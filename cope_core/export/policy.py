@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import CopeInputError
+from ..files import write_atomic
 from ..geometry import ModelGeometry
 from ..matrix import CANDIDATE_IDS, get_candidate
-from ..files import write_atomic
 from .layers import LayerPlan, layer_plan
 
 SCHEMA = "cope.policy/1"
@@ -153,7 +154,7 @@ class Policy:
         }
 
     @classmethod
-    def from_dict(cls, data: Any, source: str | None = None) -> "Policy":
+    def from_dict(cls, data: Any, source: str | None = None) -> Policy:
         """Read a ``cope.policy/1`` object; derived fields must agree with the predictions."""
         if not isinstance(data, Mapping):
             raise CopeInputError("expected a JSON object", source=source)

@@ -10,10 +10,18 @@
 - :mod:`.rig`: wiring; :mod:`.timing`: stable timings; :mod:`.probe`: measured peak numbers
 """
 from .accelerator import Accelerator
-from .execution import (ExpertRunner, LayerIO, run_cost_selected, run_cpu_layer, run_execution,
-                        run_gpu_layer, run_parallel, run_ready_first, run_wait_then_gpu)
-from .residency import (CrossLayerState, PerLayerState, ResidencyState, make_state,
-                        prefetch_step)
+from .execution import (
+                        ExpertRunner,
+                        LayerIO,
+                        run_cost_selected,
+                        run_cpu_layer,
+                        run_execution,
+                        run_gpu_layer,
+                        run_parallel,
+                        run_ready_first,
+                        run_wait_then_gpu,
+)
+from .residency import CrossLayerState, PerLayerState, ResidencyState, make_state, prefetch_step
 from .rig import Rig
 from .threads import host_threads, pin_thread_budget
 from .timing import StopRule, Timing, timed, until_stable

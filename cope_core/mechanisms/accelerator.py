@@ -18,7 +18,8 @@ import os
 import platform as _platform
 import queue
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -32,7 +33,7 @@ DEVICES = ("cpu", "cuda")
 class EmulatedEvent:
     """Set by a stream's worker when it reaches the point where the event was recorded."""
 
-    def __init__(self, stream: "EmulatedStream"):
+    def __init__(self, stream: EmulatedStream):
         self._flag = threading.Event()
         self._stream = stream
 
@@ -229,7 +230,7 @@ class Accelerator:
             self._switch.__exit__(None, None, None)
             self._switch = None
 
-    def __enter__(self) -> "Accelerator":
+    def __enter__(self) -> Accelerator:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -10,8 +10,8 @@ synchronised, as the paper's per-layer schedules do.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 
@@ -41,7 +41,7 @@ class LayerIO:
     y_host: torch.Tensor
 
     @classmethod
-    def allocate(cls, acc, g: ModelGeometry, dtype: torch.dtype) -> "LayerIO":
+    def allocate(cls, acc, g: ModelGeometry, dtype: torch.dtype) -> LayerIO:
         H, k = g.hidden, g.top_k
         return cls(x=acc.alloc((1, H), dtype), w=acc.alloc((k,), torch.float32),
                    out=acc.alloc((1, H), torch.float32), y_dev=acc.alloc((1, H), torch.float32),

@@ -2,7 +2,7 @@
 and the dense reference the exactness test compares every candidate with."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

@@ -33,16 +33,16 @@ def probe_platform(acc, dtype: torch.dtype) -> PlatformSpec:
     c = acc.alloc((n, n), dtype)
     acc.synchronize()   # setup ran on the default stream; the streams below must see it
     gpu_flops = 2 * n**3 / _on_stream(acc.compute, lambda: torch.mm(a, b, out=c))
-    del a, b, c
+    a = b = c = None    # free the buffers before the next ones
     size = (1 << 30) if cuda else (1 << 27)         # bytes per buffer
     src, dst = acc.alloc((size // 4,), torch.float32), acc.alloc((size // 4,), torch.float32)
     acc.synchronize()
     gpu_bw = 2 * size / _on_stream(acc.compute, lambda: dst.copy_(src))
-    del src
+    src = None
     host = acc.host_alloc((size // 4,), torch.float32)
     acc.synchronize()
     link_bw = size / _on_stream(acc.copy, lambda: dst.copy_(host, non_blocking=True))
-    del dst
+    dst = None
 
     m = 512
     x, y = torch.randn(m, m).to(dtype), torch.randn(m, m).to(dtype)
@@ -52,7 +52,7 @@ def probe_platform(acc, dtype: torch.dtype) -> PlatformSpec:
     cores = cpu_cores()
     with host_threads(cores):
         bw_all = size / _host(lambda: host.sum())
-    del host
+    host = None
     gpu = acc.name
     return PlatformSpec(
         name=f"{gpu}+measured", gpu_name=gpu, gpu_flops=float(gpu_flops),

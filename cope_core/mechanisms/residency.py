@@ -9,7 +9,7 @@ residency, so switching candidates between runs moves no weights.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -29,7 +29,7 @@ class Rig:
     @classmethod
     def build(cls, acc, g: ModelGeometry, dtype: torch.dtype, *, pool_slots: int,
               max_context: int, store_layers: int | None = None,
-              store_experts: int | None = None, seed: int = 0) -> "Rig":
+              store_experts: int | None = None, seed: int = 0) -> Rig:
         """Allocate and fill.
 
         Parameters

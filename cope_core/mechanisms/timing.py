@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -30,7 +30,7 @@ class Timing:
     def p75_us(self) -> float:
         return float(np.percentile(self.samples_us, 75))
 
-    def clamped(self) -> "Timing":
+    def clamped(self) -> Timing:
         """The same samples with negatives (noise in a difference of two timings) set to 0."""
         return Timing(tuple(max(0.0, s) for s in self.samples_us))
 

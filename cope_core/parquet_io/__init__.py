@@ -10,8 +10,15 @@ columns, the atomic write), :mod:`.trace`, :mod:`.profile`, :mod:`.measurements`
 from ..errors import CopeInputError
 from ..executor.data import Measurements
 from ..profile.data import COLUMNS as PROFILE_COLUMNS
-from ._common import (MEASUREMENTS_SCHEMA, META_KEY, PROFILE_SCHEMA, SCHEMAS, TRACE_SCHEMA,
-                      detect_schema, read_metadata)
+from ._common import (
+                      MEASUREMENTS_SCHEMA,
+                      META_KEY,
+                      PROFILE_SCHEMA,
+                      SCHEMAS,
+                      TRACE_SCHEMA,
+                      detect_schema,
+                      read_metadata,
+)
 from .measurements import MEASUREMENT_COLUMNS, read_measurements, write_measurements
 from .profile import read_profile, write_profile
 from .trace import TRACE_COLUMNS, read_trace, write_trace

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -13,7 +14,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import CopeInputError
-from ..files import atomic_path, check_writable, short_error as _short
+from ..files import atomic_path, check_writable
+from ..files import short_error as _short
 from ..geometry import ModelGeometry
 
 TRACE_SCHEMA = "cope.trace/1"
@@ -193,8 +195,8 @@ def _check_costs(c: dict[str, Any], src: str, cost_cols: tuple[str, ...], positi
         v = c[name]
         sign = "positive" if positive else "non-negative"
         _check(~np.isfinite(v) | ((v <= 0) if positive else (v < 0)), src, name,
-               lambda i: f"row {i}: {float(v[i])!r}, expected a finite {sign} number of "
-               "microseconds")
+               lambda i, v=v, sign=sign: f"row {i}: {float(v[i])!r}, expected a finite "
+               f"{sign} number of microseconds")
 
 
 def _check_operating_point(c: dict[str, Any], src: str) -> None:

@@ -11,8 +11,17 @@ from ..errors import CopeInputError
 from ..executor.data import Measurements
 from ..geometry import ModelGeometry
 from ..matrix import CANDIDATE_IDS
-from ._common import (MEASUREMENTS_SCHEMA, _about, _check, _check_costs, _check_operating_point,
-                      _columns, _first_duplicate, _read, _write_frame)
+from ._common import (
+    MEASUREMENTS_SCHEMA,
+    _about,
+    _check,
+    _check_costs,
+    _check_operating_point,
+    _columns,
+    _first_duplicate,
+    _read,
+    _write_frame,
+)
 
 MEASUREMENT_COLUMNS: dict[str, str] = {"candidate": "string", "prompt": "int32", "trial": "int32",
                                        "tpot_us": "float64", "K": "int32", "cpu_threads": "int16",

@@ -9,10 +9,29 @@ import pyarrow as pa
 
 from ..errors import CopeInputError
 from ..matrix import EXECUTIONS
-from ..profile.data import (ATOMIC_PER_N, ATOMIC_SINGLE, COLUMNS as PROFILE_COLUMNS, KEY_COLUMNS,
-                            KINDS, LAYER_NAMES, PREFETCH_NAMES, Profile, build_operating_point)
-from ._common import (PROFILE_SCHEMA, _about, _check, _check_costs, _check_operating_point,
-                      _columns, _first_duplicate, _meta_value, _read, _write_frame)
+from ..profile.data import (
+    ATOMIC_PER_N,
+    ATOMIC_SINGLE,
+    KEY_COLUMNS,
+    KINDS,
+    LAYER_NAMES,
+    PREFETCH_NAMES,
+    Profile,
+    build_operating_point,
+)
+from ..profile.data import COLUMNS as PROFILE_COLUMNS
+from ._common import (
+    PROFILE_SCHEMA,
+    _about,
+    _check,
+    _check_costs,
+    _check_operating_point,
+    _columns,
+    _first_duplicate,
+    _meta_value,
+    _read,
+    _write_frame,
+)
 
 _PROFILE_NAMES = {"shared": ("decode",), "schedule": tuple(e.value for e in EXECUTIONS),
                   "prefetch": PREFETCH_NAMES, "layer": LAYER_NAMES,
@@ -38,8 +57,9 @@ def _profile_frame(table: pa.Table, top_k: int, src: str) -> pd.DataFrame:
     for col in ("hits", "cpu", "staged", "count", "context"):
         v = c[col]
         uses = np.isin(kind, [kd for kd, cols in _PROFILE_USES.items() if col in cols])
-        _check(np.where(uses, v < 0, v != -1), src, col, lambda i: f"row {i} (kind {kind[i]}): "
-               f"{v[i]}, expected " + (">= 0" if uses[i] else f"-1 (unused by kind {kind[i]})"))
+        _check(np.where(uses, v < 0, v != -1), src, col,
+               lambda i, v=v, uses=uses: f"row {i} (kind {kind[i]}): {v[i]}, expected "
+               + (">= 0" if uses[i] else f"-1 (unused by kind {kind[i]})"))
     total = c["hits"].astype(np.int64) + c["cpu"] + c["staged"]
     _check((kind == "schedule") & (total != top_k), src, "hits", lambda i: f"row {i}: hits + "
            f"cpu + staged = {total[i]}, expected top_k = {top_k}")

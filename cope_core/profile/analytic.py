@@ -4,8 +4,8 @@ metadata and wherever it is shown; it is never a measurement.
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Sequence
+from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import pandas as pd
 
@@ -30,9 +30,12 @@ def _row_cost(g: ModelGeometry, s: PlatformSpec, threads: int, key: ProfileKey) 
         # the extra time one prefetched expert adds on the copy lane of a fully resident layer
         if count == 0:
             return 0.0
-        return rl.layer_us(g, s, threads, k, 0, 0, prefetched=count) - rl.layer_us(g, s, threads, k, 0, 0)
+        return (rl.layer_us(g, s, threads, k, 0, 0, prefetched=count)
+                - rl.layer_us(g, s, threads, k, 0, 0))
     if kind == "layer":
-        return rl.layer_us(g, s, threads, 0, k, 0) if name == "cpu_layer" else rl.layer_us(g, s, threads, k, 0, 0)
+        if name == "cpu_layer":
+            return rl.layer_us(g, s, threads, 0, k, 0)
+        return rl.layer_us(g, s, threads, k, 0, 0)
     return {
         "gpu_expert": lambda: rl.gpu_experts_us(g, s, count),
         "staged_gpu_expert": lambda: rl.gpu_experts_us(g, s, count),
@@ -74,7 +77,7 @@ def analytic_profile(model: ModelGeometry, spec: PlatformSpec,
     platform = {"gpu": spec.gpu_name, "cpu": spec.cpu_name, "link": spec.link_name,
                 "torch": None, "host": "analytic", "spec": spec.to_dict()}
     return Profile(table=table, model=model, platform=platform,
-                   created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                   created=datetime.now(UTC).isoformat(timespec="seconds"),
                    notes=f"ANALYTIC what-if profile of {spec.name}: roofline costs from "
                          f"{spec.source} peak numbers, not measured",
                    analytic=True)

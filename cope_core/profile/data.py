@@ -120,8 +120,9 @@ class Profile:
     path: str | None = field(default=None, compare=False)
 
     def metadata(self) -> dict[str, Any]:
-        return {"schema": "cope.profile/1", "platform": self.platform, "model": self.model.to_dict(),
-                "created": self.created, "notes": self.notes, "analytic": self.analytic}
+        return {"schema": "cope.profile/1", "platform": self.platform,
+                "model": self.model.to_dict(), "created": self.created, "notes": self.notes,
+                "analytic": self.analytic}
 
     @cached_property
     def _operating_points(self) -> tuple[tuple[int, float], ...]:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
-from typing import Callable, Sequence
+from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
@@ -27,15 +27,21 @@ from ..errors import CopeInputError
 from ..geometry import ModelGeometry
 from ..matrix import Execution, Residency
 from ..mechanisms.accelerator import Accelerator, cpu_cores
-from ..mechanisms.execution import (_merge, run_cpu_layer, run_execution, run_gpu_layer,
-                                    run_parallel)
+from ..mechanisms.execution import _merge, run_cpu_layer, run_execution, run_gpu_layer, run_parallel
 from ..mechanisms.experts import accumulate
 from ..mechanisms.probe import probe_platform
 from ..mechanisms.residency import make_state, prefetch_step
 from ..mechanisms.rig import Rig
 from ..mechanisms.threads import host_threads
-from ..mechanisms.timing import (StopRule, Timing, load_average, progress_bar, round_robin,
-                                 timed, until_stable)
+from ..mechanisms.timing import (
+    StopRule,
+    Timing,
+    load_average,
+    progress_bar,
+    round_robin,
+    timed,
+    until_stable,
+)
 from ..mechanisms.weights import model_dtype
 from .data import COLUMNS, Profile, ProfileKey, required_keys
 
@@ -235,14 +241,16 @@ def profiler_rig(acc, g: ModelGeometry, dtype: torch.dtype, max_context: int, se
     """A rig with 3*top_k host experts in each of 2 layers and 4*top_k slots: enough distinct
     memory to rotate through, without the whole model."""
     if g.n_experts < 2:
-        raise CopeInputError("profiling needs at least 2 experts per layer", field="model.n_experts")
+        raise CopeInputError("profiling needs at least 2 experts per layer",
+                             field="model.n_experts")
     k = g.top_k
     return Rig.build(acc, g, dtype, pool_slots=4 * k, max_context=max_context, store_layers=2,
                      store_experts=3 * k, seed=seed)
 
 
-def operating_point_rows(bench: Bench, contexts: Sequence[int], settings: "ProfilerSettings",
-                         done: Callable[[int], None] | None = None) -> list[tuple[ProfileKey, Timing]]:
+def operating_point_rows(bench: Bench, contexts: Sequence[int], settings: ProfilerSettings,
+                         done: Callable[[int], None] | None = None
+                         ) -> list[tuple[ProfileKey, Timing]]:
     """Every row of one operating point as ``(key, Timing)``, sampled in turns
     (:func:`~cope_core.mechanisms.timing.round_robin`); the caller has set this thread's
     budget to the operating point's CPU threads."""
@@ -343,7 +351,7 @@ def measure_profile(g: ModelGeometry, settings: ProfilerSettings = ProfilerSetti
     notes = (f"MEASURED on {platform['accelerator']} accelerator {platform['gpu']!r} with "
              f"{cpu_cores()} host CPUs in {seconds:.0f} s; median of stable samples")
     prof = Profile(table=table, model=g, platform=platform,
-                   created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                   created=datetime.now(UTC).isoformat(timespec="seconds"),
                    notes=notes, analytic=False)
     return prof, raw, seconds
 

@@ -1,8 +1,8 @@
 """Validated wrappers around the replay kernels (DESIGN §6)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -29,9 +29,10 @@ import inspect
 import json
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -247,9 +248,9 @@ class _Recorder:
 def _encode(lm: LoadedModel, prompt: str, index: int, chat: bool):
     if chat:
         try:
-            ids = lm.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                   add_generation_prompt=True,
-                                                   return_tensors="pt", return_dict=True)["input_ids"]
+            ids = lm.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True,
+                return_tensors="pt", return_dict=True)["input_ids"]
         except (ValueError, TypeError, KeyError) as exc:
             raise CopeInputError(f"the tokenizer cannot apply a chat template "
                                  f"({' '.join(str(exc).split())[:120]})", source=lm.path,
@@ -345,7 +346,8 @@ def collect(lm: LoadedModel, prompts: Sequence[str], max_new_tokens: int, *,
             if bar is not None:
                 bar.close()
             if n == 0:
-                warnings.warn(f"prompt {pi} ended at once (end-of-sequence); left out of the trace")
+                warnings.warn(f"prompt {pi} ended at once (end-of-sequence); left out of the "
+                              "trace", stacklevel=2)
                 continue
             pids.append(pi)
             counts.append(n)

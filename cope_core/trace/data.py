@@ -94,8 +94,8 @@ class Trace:
                                  source=src, field="source")
         r = self.routed
         if r.dtype != np.int16 or r.ndim != 3 or r.shape[1:] != (L, k):
-            raise CopeInputError(f"expected int16 array [tokens, {L}, {k}], got {r.dtype} {r.shape}",
-                                 source=src, field="routed")
+            raise CopeInputError(f"expected int16 array [tokens, {L}, {k}], got {r.dtype} "
+                                 f"{r.shape}", source=src, field="routed")
         n = r.shape[0]
         if n == 0:
             raise CopeInputError("the trace has no decode tokens", source=src, field="routed")

@@ -27,9 +27,10 @@ import numpy as np
 
 from ..errors import CopeInputError
 from ..geometry import ModelGeometry
-from .data import Trace
 from .baselines import recall_at_k
-from .stats import fixed_hit_rate, reuse as measured_reuse
+from .data import Trace
+from .stats import fixed_hit_rate
+from .stats import reuse as measured_reuse
 from .synth import check_skew, synthesize
 
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -95,7 +96,7 @@ class HiddenStateWriter:
         """Remove what was written; an existing folder at ``path`` is left as it was."""
         self._folder.__exit__(_Aborted, _Aborted(), None)
 
-    def __enter__(self) -> "HiddenStateWriter":
+    def __enter__(self) -> HiddenStateWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import CopeInputError
-from .data import Trace, fill_order
 from .baselines import baseline_predictions, popularity_lists, recall_at_k
+from .data import Trace, fill_order
 
 
 @dataclass(frozen=True)
