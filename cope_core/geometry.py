@@ -1,7 +1,7 @@
 """Model geometry, the built-in catalog and the VRAM-budget <-> cache-size (K) memory model.
 
-DESIGN §3. ``n_layers`` counts MoE layers only (``L``); ``dense_layers`` are leading dense
-blocks such as DeepSeek's ``first_k_dense_replace``.
+docs/design.md#model-geometry-and-memory. ``n_layers`` counts MoE layers only (``L``);
+``dense_layers`` are leading dense blocks such as DeepSeek's ``first_k_dense_replace``.
 """
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ class ModelGeometry:
         """The same model cut (or grown) to ``n_layers`` MoE layers, e.g. for small examples."""
         return dataclasses.replace(self, n_layers=int(n_layers))
 
-    # --- memory model (DESIGN §3) -------------------------------------------------------
+    # --- memory model (docs/design.md#model-geometry-and-memory) --------------------------
     def experts_per_layer_for_vram(self, vram_bytes: float, *, context: int = DEFAULT_CONTEXT,
                                    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> int:
         """Cache size ``K`` that a VRAM budget buys, clamped to ``[0, E]``."""

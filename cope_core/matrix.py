@@ -1,5 +1,5 @@
 """The Policy Matrix: residency x execution candidates plus the layer-partition baseline
-(docs/design.md, "The Policy Matrix")."""
+(docs/design.md#the-policy-matrix)."""
 from __future__ import annotations
 
 import enum
@@ -97,8 +97,8 @@ def candidate_id(residency: Residency, execution: Execution) -> str:
     return f"{residency.value}/{execution.value}"
 
 
-#: All 13 candidates in the tie-break order of DESIGN §6: layer partition, then residency order,
-#: then execution order.
+#: All 13 candidates in the canonical (exact-tie) order of docs/design.md#the-policy-matrix:
+#: layer partition, then residency order, then execution order.
 CANDIDATES: tuple[Candidate, ...] = (
     Candidate(LAYER_PARTITION, None, None, ("llama.cpp (--n-cpu-moe)",), False),
 ) + tuple(

@@ -1,6 +1,6 @@
-"""Plain-Python reference of the replay (DESIGN §6), written literally from the spec: explicit
-recency stamps, a clock and a scan for the smallest stamp. Slow on purpose; the numba kernels
-must agree with it exactly."""
+"""Plain-Python reference of the replay (docs/design.md#replay-semantics), written literally from
+the rules: explicit recency stamps, a clock and a scan for the smallest stamp. Slow on purpose; the
+numba kernels must agree with it exactly."""
 from __future__ import annotations
 
 

@@ -1,5 +1,6 @@
 """The ``cope`` command line: every bad input ends in one error line and exit status 2, and the
-good paths (matrix, synth -> profile -> predict, evaluate) print what DESIGN §9 promises."""
+good paths (matrix, synth -> profile -> predict, evaluate) print what docs/design.md#interfaces
+promises."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,5 +1,5 @@
 """The three estimators' per-layer costs, the roofline and the platform tables, checked against
-numbers worked out by hand (DESIGN §5-§7)."""
+numbers worked out by hand (docs/design.md#profiles-and-operating-points to #the-estimators)."""
 from __future__ import annotations
 
 import json

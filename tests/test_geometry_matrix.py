@@ -1,5 +1,6 @@
-"""Model catalog and memory model (DESIGN §3), the Policy Matrix (§2, §6) and the accuracy
-metrics (§8)."""
+"""Model catalog and memory model (docs/design.md#model-geometry-and-memory), the Policy Matrix
+(#the-policy-matrix, #replay-semantics) and the accuracy metrics
+(#measurement-and-evaluation)."""
 from __future__ import annotations
 
 import json
@@ -26,7 +27,8 @@ from cope_core.matrix import (
 )
 
 # --- catalog ------------------------------------------------------------------------------------
-# DESIGN §3: L (MoE), dense prefix, E, top_k, shared, hidden, expert_I, MiB per expert
+# docs/design.md#model-geometry-and-memory: L (MoE), dense prefix, E, top_k, shared, hidden,
+# expert_I, MiB per expert
 TABLE = {
     "deepseek-v2-lite": (26, 1, 64, 6, 2, 2048, 1408, 16.5),
     "qwen3-30b-a3b": (48, 0, 128, 8, 0, 2048, 768, 9.0),

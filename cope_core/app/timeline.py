@@ -1,10 +1,10 @@
 """One MoE layer of an execution strategy drawn as a timeline from a profile's atomic costs.
 
-The placement follows the atomic-op simulation of DESIGN §7 literally: operations that the
-strategy overlaps start together, serial ones follow each other, so the timeline's end equals
-that estimator's layer cost. The activation copy ``A`` (to the CPU and the result back) is drawn
-as two halves on the device->host and host->device lanes around the CPU work. Like the formula,
-the drawing does not make copies on one link wait for each other.
+The placement follows the atomic-op simulation (docs/design.md#the-estimators) literally: operations
+that the strategy overlaps start together, serial ones follow each other, so the timeline's end
+equals that estimator's layer cost. The activation copy ``A`` (to the CPU and the result back) is
+drawn as two halves on the device->host and host->device lanes around the CPU work. Like the
+formula, the drawing does not make copies on one link wait for each other.
 """
 from __future__ import annotations
 

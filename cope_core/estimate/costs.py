@@ -1,4 +1,4 @@
-"""Per-layer cost tables of the three estimators (DESIGN §6-7).
+"""Per-layer cost tables of the three estimators (docs/design.md#replay-semantics, #the-estimators).
 
 All three replay the same cache states; they differ only here. A table gives, for each execution
 ``e`` and hit count ``h``, the expert cost of one MoE layer, plus what a mutable residency adds

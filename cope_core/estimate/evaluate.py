@@ -1,5 +1,5 @@
 """Predictions against measurements: the one evaluation path of the CLI, the app and the
-notebooks (docs/design.md, "Evaluation").
+notebooks (docs/design.md#measurement-and-evaluation).
 
 A measured TPOT is the **median over trials** of one (cell, candidate, prompt) — a trial that
 another job slowed down, the usual error of a timing and always upwards, does not move it — and

@@ -1,5 +1,6 @@
-"""Accuracy of predictions against measurements (DESIGN §8): MAPE over (prompt, candidate),
-Spearman rho of the candidate order per prompt, top-1 and top-3 agreement per prompt."""
+"""Accuracy of predictions against measurements (docs/design.md#measurement-and-evaluation):
+MAPE over (prompt, candidate), Spearman rho of the candidate order per prompt, top-1 and top-3
+agreement per prompt."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -85,7 +86,8 @@ def accuracy(pairs: pd.DataFrame, estimator: str = "cope") -> Accuracy:
 
 def winners_by_k(pairs: pd.DataFrame, estimator: str = "cope") -> list[dict]:
     """Predicted vs measured winner per cache size (and operating point), on TPOT averaged over
-    the prompts, which is how a candidate's TPOT over a trace is defined (DESIGN §6).
+    the prompts, which is how a candidate's TPOT over a trace is defined
+    (docs/design.md#replay-semantics).
 
     Parameters
     ----------

@@ -1,9 +1,11 @@
-"""A trace-driven decode of the model under one candidate (DESIGN §8).
+"""A trace-driven decode of the model under one candidate
+(docs/design.md#measurement-and-evaluation).
 
 Per token: the shared work of every block, and in each MoE layer the candidate's residency
 decides hits and misses and its execution strategy runs them; mutable residencies issue their
 prefetch while the layer runs. Routing comes from the trace, so the cache states are the
-replay's: the residency mechanisms follow DESIGN §6 and each prompt starts from the initial fill.
+replay's: the residency mechanisms follow the replay semantics (docs/design.md#replay-semantics)
+and each prompt starts from the initial fill.
 """
 from __future__ import annotations
 

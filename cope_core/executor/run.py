@@ -1,5 +1,6 @@
 """The reference executor's measurement loop: every candidate, prompt and trial at each cache
-size and CPU-thread count, written as ``cope.measurements/1`` (DESIGN §8)."""
+size and CPU-thread count, written as ``cope.measurements/1``
+(docs/design.md#measurement-and-evaluation)."""
 from __future__ import annotations
 
 import os

@@ -43,7 +43,8 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
     experts_per_layer : int, optional
         ``K``; give exactly one of it and ``vram_gib``.
     vram_gib : float, optional
-        VRAM budget in GiB; ``K`` follows from the memory model (DESIGN §3).
+        VRAM budget in GiB; ``K`` follows from the memory model
+        (docs/design.md#model-geometry-and-memory).
     cpu_threads : int, optional
         Operating point (default: the profile's most threads).
     gpu_share : float, optional

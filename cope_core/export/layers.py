@@ -1,10 +1,10 @@
 """Whole-layer placement shared by the layer-granular runtimes (llama.cpp, KTransformers, vLLM).
 
-Runtimes name transformer *blocks* (``blk.N`` in GGUF, ``model.layers.N`` in Hugging Face
-modules), and N counts a dense prefix too, while COPE counts MoE layers ``0 .. L-1``; MoE layer
-``l`` is block ``dense_layers + l``. The layer partition of DESIGN §2 runs the *first* ``N_cpu``
-MoE layers on the CPU; ``N_gpu = floor(K * L / E)`` layers fit the same VRAM as ``K`` slots per
-layer.
+Runtimes name transformer *blocks* (``blk.N`` in GGUF, ``model.layers.N`` in Hugging Face modules),
+and N counts a dense prefix too, while COPE counts MoE layers ``0 .. L-1``; MoE layer ``l`` is block
+``dense_layers + l``. The layer partition (docs/design.md#the-policy-matrix) runs the *first*
+``N_cpu`` MoE layers on the CPU; ``N_gpu = floor(K * L / E)`` layers fit the same VRAM as ``K``
+slots per layer.
 """
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ vLLM offloads whole parameter tensors, not experts: with ``--offload-backend uva
 and moves each MoE layer's expert tensors (``w13_weight``, then ``w2_weight``, each holding all
 ``E`` experts) to pinned host memory until ``G`` GiB are offloaded; the GPU then reads the routed
 experts' weights of those layers over the link at every token (zero-copy). Nothing runs on the
-CPU and nothing is cached, so no Policy Matrix candidate is expressible (DESIGN §2 lists GPU
-zero-copy reads of host memory outside the matrix).
+CPU and nothing is cached, so no Policy Matrix candidate is expressible (GPU zero-copy reads of
+host memory are outside the matrix, docs/design.md#the-policy-matrix).
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The four execution strategies and the layer-partition layers (DESIGN §2), written once.
+"""The four execution strategies and the layer-partition layers
+(docs/design.md#the-policy-matrix), written once.
 
 The reference executor runs them on every token and layer; the profiler times the very same
 functions for its ``schedule``, ``layer`` and ``prefetch`` rows. A strategy gets the layer's

@@ -1,5 +1,6 @@
-"""The three residency mechanisms (DESIGN §2, §6) as cache states the executor and the profiler
-drive, plus the prefetch path that moves weights when a mutable residency inserts an expert.
+"""The three residency mechanisms (docs/design.md#the-policy-matrix, #replay-semantics) as cache
+states the executor and the profiler drive, plus the prefetch path that moves weights when a mutable
+residency inserts an expert.
 
 They follow the replay's rules exactly (initial fill from calibration popularity, stamps, LRU
 victims, the first predicted non-resident id): the numba kernels in :mod:`cope_core.replay`

@@ -49,7 +49,7 @@ def _measurement_frame(table: pa.Table, g: ModelGeometry, src: str) -> pd.DataFr
 
 
 def read_measurements(path: str | os.PathLike) -> Measurements:
-    """Read and validate a ``cope.measurements/1`` file (DESIGN §8).
+    """Read and validate a ``cope.measurements/1`` file (docs/design.md#measurement-and-evaluation).
 
     Parameters
     ----------

@@ -42,7 +42,8 @@ _PROFILE_USES = {"shared": ("context",), "schedule": ("hits", "cpu", "staged"),
 
 
 def _profile_frame(table: pa.Table, top_k: int, src: str) -> pd.DataFrame:
-    """Validate profile rows (DESIGN §5) and every operating point's completeness."""
+    """Validate profile rows and every operating point's completeness
+    (docs/design.md#profiles-and-operating-points)."""
     c = _columns(table, PROFILE_COLUMNS, PROFILE_SCHEMA, src)
     kind, name = c["kind"], c["name"]
     if len(kind) == 0:
@@ -77,7 +78,8 @@ def _profile_frame(table: pa.Table, top_k: int, src: str) -> pd.DataFrame:
 
 
 def read_profile(path: str | os.PathLike) -> Profile:
-    """Read a ``cope.profile/1`` file, checking every row and every operating point (DESIGN §5).
+    """Read a ``cope.profile/1`` file, checking every row and every operating point
+    (docs/design.md#profiles-and-operating-points).
 
     Parameters
     ----------

@@ -45,7 +45,8 @@ def _id_lists(lists: tuple[np.ndarray, np.ndarray], E: int, src: str, name: str)
 
 
 def _trace_from_columns(c: dict[str, Any], g: ModelGeometry, src: str) -> dict[str, np.ndarray]:
-    """Validate trace rows (DESIGN §4) and return the dense arrays a :class:`Trace` holds."""
+    """Validate trace rows (docs/formats.md#routing-trace-copetrace1) and return the dense
+    arrays a :class:`Trace` holds."""
     prompt, token, layer, ctx = c["prompt"], c["token"], c["layer"], c["context"]
     n, L, E, k = len(prompt), g.n_layers, g.n_experts, g.top_k
     if n == 0:
@@ -101,7 +102,7 @@ def _trace_from_columns(c: dict[str, Any], g: ModelGeometry, src: str) -> dict[s
 
 
 def read_trace(path: str | os.PathLike) -> Trace:
-    """Read and fully validate a ``cope.trace/1`` file (DESIGN §4).
+    """Read and fully validate a ``cope.trace/1`` file (docs/formats.md#routing-trace-copetrace1).
 
     Parameters
     ----------

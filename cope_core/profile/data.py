@@ -1,4 +1,5 @@
-"""The in-memory profile (DESIGN §5) and its resolution to one operating point's cost arrays."""
+"""The in-memory profile and its resolution to one operating point's cost arrays
+(docs/design.md#profiles-and-operating-points)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -135,8 +136,9 @@ class Profile:
 
     def choose(self, cpu_threads: int | None = None,
                gpu_share: float | None = None) -> tuple[int, float]:
-        """The operating point DESIGN §5 picks: the named thread count (else the most threads),
-        at the named GPU share, else the largest GPU share measured there."""
+        """The operating point to use (docs/design.md#profiles-and-operating-points): the named
+        thread count (else the most threads), at the named GPU share, else the largest GPU share
+        measured there."""
         ops = self.operating_points()
         if cpu_threads is None:
             cpu_threads = max(t for t, _ in ops)

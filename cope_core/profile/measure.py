@@ -1,5 +1,5 @@
-"""The target profiler: every ``cope.profile/1`` row (DESIGN §5) measured on this machine with
-the same mechanism code the reference executor runs.
+"""The target profiler: every ``cope.profile/1`` row (docs/design.md#profiles-and-operating-points)
+measured on this machine with the same mechanism code the reference executor runs.
 
 Each row is a stable timing: warm-up, synchronised samples until the median settles, median and
 interquartile range kept. The rows of an operating point are sampled in turns

@@ -1,5 +1,5 @@
-"""Numba kernels of the cache replay (DESIGN §6). Private: arrays and scalars in, preallocated
-arrays out, no validation (the wrappers in :mod:`cope_core.replay.engine` do that).
+"""Numba kernels of the cache replay (docs/design.md#replay-semantics). Private: arrays and scalars
+in, preallocated arrays out, no validation (the wrappers in :mod:`cope_core.replay.engine` do that).
 
 Outputs per prompt ``p`` and layer ``l``: ``hist[p, l, h]`` counts tokens that saw ``h`` hits,
 ``ins[p, l, h]`` counts those of them at which layer ``l`` inserted a prefetched expert into the

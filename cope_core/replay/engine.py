@@ -1,4 +1,4 @@
-"""Validated wrappers around the replay kernels (DESIGN §6)."""
+"""Validated wrappers around the replay kernels (docs/design.md#replay-semantics)."""
 from __future__ import annotations
 
 from collections.abc import Sequence

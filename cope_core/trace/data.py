@@ -1,4 +1,5 @@
-"""The in-memory routing trace (DESIGN §4) as dense arrays the replay kernels read directly."""
+"""The in-memory routing trace (docs/formats.md#routing-trace-copetrace1) as dense arrays the
+replay kernels read directly, its popularity and the fill order (docs/design.md#routing-traces)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,7 +1,8 @@
 """Synthetic routing traces with controllable skew, reuse and predictor accuracy.
 
-The generator stands in for a collected trace (DESIGN §4) when no real one is at hand, and lets
-tests and the app sweep the three properties that decide which offloading policy wins.
+The generator stands in for a collected trace (docs/formats.md#routing-trace-copetrace1) when no
+real one is at hand, and lets tests and the app sweep the three properties that decide which
+offloading policy wins.
 
 Generator semantics
 -------------------
