@@ -3,9 +3,11 @@
 Workload (issue: core engine): a Qwen3-30B-A3B-sized synthetic trace of 10,000 decode tokens
 (10 prompts x 1,000), 48 MoE layers, top-8 of 128, with next-layer predictions; an analytic
 RTX 4090 profile. Baseline: one vectorised numpy pass that counts fixed-residency hits at one K.
-Reported: median and IQR of each timing and the ratios predict / baseline.
+Reported: median and IQR of each timing and the ratios predict / baseline, and each replay kernel
+on its own (one residency at one K, and over the sweep K = 0..E), which is the gate for kernel
+changes: compare two runs' ``kernels`` sections.
 
-Run: ``python benchmarks/bench_predict.py [--repeats N] [--json OUT]``
+Run: ``python benchmarks/bench_predict.py [--repeats N] [--json OUT] [--kernels-only]``
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from cope_core import predict
 from cope_core.geometry import get_model
 from cope_core.platforms import platform_spec
 from cope_core.profile.analytic import analytic_profile
+from cope_core.replay.engine import replay
 from cope_core.trace.data import fill_order
 from cope_core.trace.synth import synthesize
 
@@ -44,6 +47,8 @@ def main() -> None:
     ap.add_argument("--sweep-repeats", type=int, default=3)
     ap.add_argument("--k", type=int, default=32)
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--kernels-only", action="store_true",
+                    help="time only the replay kernels (the gate for kernel changes)")
     args = ap.parse_args()
 
     g = get_model("qwen3-30b-a3b")
@@ -61,9 +66,24 @@ def main() -> None:
         return int((rank < args.k)[layer_idx, trace.routed].sum())
 
     base = timeit(numpy_pass, args.repeats)
+    all_k = list(range(g.n_experts + 1))
+    kernels = {}
+    for res in ("fixed", "mutable_per_layer", "mutable_cross_layer"):
+        kernels[f"{res}_one_k"] = timeit(lambda res=res: replay(trace, order, res, [args.k]),
+                                         args.repeats)
+        kernels[f"{res}_sweep"] = timeit(lambda res=res: replay(trace, order, res, all_k),
+                                         args.sweep_repeats)
+    print(f"replay kernels ({trace.n_tokens} tokens x {g.n_layers} layers, K={args.k} and "
+          f"0..{g.n_experts}):")
+    for name, r in kernels.items():
+        print(f"  {name:<34} median {r['median_s'] * 1e3:9.2f} ms  IQR {r['iqr_s'] * 1e3:7.2f} ms")
+    if args.kernels_only:
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"kernels": kernels}, fh, indent=2)
+        return
     one = timeit(lambda: predict(trace, profile, args.k, calibration=calib), args.repeats)
-    sweep = timeit(lambda: predict(trace, profile, list(range(g.n_experts + 1)), calibration=calib),
-                   args.sweep_repeats)
+    sweep = timeit(lambda: predict(trace, profile, all_k, calibration=calib), args.sweep_repeats)
     result = {
         "workload": {"model": g.name, "tokens": trace.n_tokens, "layers": g.n_layers,
                      "top_k": g.top_k, "experts": g.n_experts, "k": args.k},
@@ -72,6 +92,7 @@ def main() -> None:
         "numpy_fixed_hits_one_k": base, "predict_13_one_k": one, "predict_13_sweep_0_to_E": sweep,
         "ratio_one_k": one["median_s"] / base["median_s"],
         "ratio_sweep": sweep["median_s"] / base["median_s"],
+        "kernels": kernels,
     }
     print(f"workload: {g.name}, {trace.n_tokens} tokens x {g.n_layers} layers, top-{g.top_k} "
           f"of {g.n_experts}, K={args.k}; {os.cpu_count()} CPUs")
