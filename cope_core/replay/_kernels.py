@@ -57,160 +57,162 @@ def _fixed_order_stats(routed, prompt_start, rank, cnt):
                     cnt[p, l, j, buf[j]] += 1
 
 
+# --- recency lists -----------------------------------------------------------------------------
+# Nodes are ``layer * E + expert``; ``prv``/``nxt`` link them, -1 ends a list. Head and tail travel
+# as plain values (returned, not stored in an array): numba keeps them in registers, which an
+# earlier version that kept them in an array did not (2.7-3.6x slower). ``forceinline`` makes LLVM
+# inline the helpers: numba's IR-level ``inline="always"`` ran the mutable kernels 7x slower, and
+# plain calls 30 % slower (benchmarks/bench_predict.py, measured when these were written).
+@numba.njit(forceinline=True, **_NJIT)
+def _append(prv, nxt, head, tail, node):
+    """Link ``node`` after the tail (the newest stamp); returns (head, tail)."""
+    prv[node] = tail
+    nxt[node] = -1
+    if tail >= 0:
+        nxt[tail] = node
+    else:
+        head = node
+    return head, node
+
+
+@numba.njit(forceinline=True, **_NJIT)
+def _unlink(prv, nxt, head, tail, node):
+    """Take ``node`` out of its list; returns (head, tail)."""
+    a = prv[node]
+    b = nxt[node]
+    if a >= 0:
+        nxt[a] = b
+    else:
+        head = b
+    if b >= 0:
+        prv[b] = a
+    else:
+        tail = a
+    return head, tail
+
+
+@numba.njit(forceinline=True, **_NJIT)
+def _to_tail(prv, nxt, head, tail, node):
+    """Give ``node`` the newest stamp (move it to the tail); returns (head, tail).
+
+    :func:`_unlink` then :func:`_append`, without their end-of-list branches: ``node`` is not the
+    tail, and the list is not empty (this runs for every hit, the kernels' hottest path)."""
+    if tail == node:
+        return head, tail
+    a = prv[node]
+    b = nxt[node]            # not the tail, so it has a successor
+    if a >= 0:
+        nxt[a] = b
+    else:
+        head = b
+    prv[b] = a
+    prv[node] = tail
+    nxt[node] = -1
+    nxt[tail] = node
+    return head, node
+
+
 @numba.njit(**_NJIT)
-def _per_layer_one(routed, predicted, prompt_start, order, K, hist, ins):
+def _per_layer_one(routed, predicted, prompt_start, order, rank, K, hist, ins):
     """mutable_per_layer at one K: K slots per layer; a layer may prefetch one predicted expert
     into the next layer, evicting that layer's least recently stamped expert."""
     P = prompt_start.shape[0] - 1
     L = routed.shape[1]
     k = routed.shape[2]
-    W = predicted.shape[2]
     E = order.shape[1]
-    resident = np.zeros((L, E), np.bool_)
-    prv = np.empty((L, E), np.int32)
-    nxt = np.empty((L, E), np.int32)
-    head = np.empty(L, np.int32)
-    tail = np.empty(L, np.int32)
-    hits = np.empty(k + 1, np.int64)
-    can_prefetch = 0 < K < E and W > 0
-    if not can_prefetch:  # recency only matters for eviction: count hits as fixed does
-        rank = np.empty((L, E), np.int32)
-        for l in range(L):
-            for r in range(E):
-                rank[l, order[l, r]] = r
-        _fixed_one(routed, prompt_start, rank, K, hist)
+    W = predicted.shape[2]
+    if not (0 < K < E and W > 0):
+        _fixed_one(routed, prompt_start, rank, K, hist)  # never a prefetch: hits as fixed
         return
+    resident = np.zeros(L * E, np.bool_)
+    prv = np.empty(L * E, np.int64)
+    nxt = np.empty(L * E, np.int64)
+    head = np.empty(L, np.int64)
+    tail = np.empty(L, np.int64)
+    hits = np.empty(k + 1, np.int64)
     for p in range(P):
-        resident[:, :] = False
+        resident[:] = False
         for l in range(L):
             # initial fill: rank r has stamp -(r+1), so the list runs rank K-1 (head) .. rank 0
-            head[l] = -1
-            tail[l] = -1
+            hd, tl = -1, -1
             for r in range(K - 1, -1, -1):
-                e = order[l, r]
-                resident[l, e] = True
-                prv[l, e] = tail[l]
-                nxt[l, e] = -1
-                if tail[l] >= 0:
-                    nxt[l, tail[l]] = e
-                else:
-                    head[l] = e
-                tail[l] = e
+                node = l * E + order[l, r]
+                resident[node] = True
+                hd, tl = _append(prv, nxt, hd, tl, node)
+            head[l], tail[l] = hd, tl
         for t in range(prompt_start[p], prompt_start[p + 1]):
             for l in range(L):
                 h = 0
-                for j in range(k):  # gather hits without a data-dependent branch
-                    e = routed[t, l, j]
-                    hits[h] = e
-                    h += resident[l, e]
+                base = l * E
+                for j in range(k):
+                    node = base + routed[t, l, j]
+                    hits[h] = node
+                    h += resident[node]
+                hd, tl = head[l], tail[l]
                 for j in range(h):
-                    e = hits[j]
-                    if tail[l] != e:  # move to tail
-                        a = prv[l, e]
-                        b = nxt[l, e]
-                        if a >= 0:
-                            nxt[l, a] = b
-                        else:
-                            head[l] = b
-                        prv[l, b] = a
-                        prv[l, e] = tail[l]
-                        nxt[l, e] = -1
-                        nxt[l, tail[l]] = e
-                        tail[l] = e
+                    hd, tl = _to_tail(prv, nxt, hd, tl, hits[j])
+                head[l], tail[l] = hd, tl
                 hist[p, l, h] += 1
-                if can_prefetch and l < L - 1:
+                if l < L - 1:
                     n = l + 1
                     q = -1
+                    nb = n * E
                     for j in range(W):
                         c = predicted[t, l, j]
                         if c < 0:
                             break
-                        if not resident[n, c]:
-                            q = c
+                        if not resident[nb + c]:
+                            q = nb + c
                             break
                     if q >= 0:
-                        v = head[n]
-                        head[n] = nxt[n, v]
-                        if head[n] >= 0:
-                            prv[n, head[n]] = -1
-                        else:
-                            tail[n] = -1
-                        resident[n, v] = False
-                        resident[n, q] = True
-                        prv[n, q] = tail[n]
-                        nxt[n, q] = -1
-                        if tail[n] >= 0:
-                            nxt[n, tail[n]] = q
-                        else:
-                            head[n] = q
-                        tail[n] = q
+                        hd, tl = head[n], tail[n]
+                        v = hd                                  # the layer's oldest stamp
+                        hd, tl = _unlink(prv, nxt, hd, tl, v)
+                        resident[v] = False
+                        resident[q] = True
+                        head[n], tail[n] = _append(prv, nxt, hd, tl, q)
                         ins[p, l, h] += 1
 
 
 @numba.njit(**_NJIT)
-def _cross_layer_one(routed, predicted, prompt_start, order, K, hist, ins):
+def _cross_layer_one(routed, predicted, prompt_start, order, rank, K, hist, ins):
     """mutable_cross_layer at one K: one pool of K*L slots; the victim is the least recently
     stamped expert of any layer but the executing one (ties: lower layer, then lower id)."""
     P = prompt_start.shape[0] - 1
     L = routed.shape[1]
     k = routed.shape[2]
-    W = predicted.shape[2]
     E = order.shape[1]
-    LE = L * E
-    resident = np.zeros(LE, np.bool_)
-    prv = np.empty(LE, np.int32)
-    nxt = np.empty(LE, np.int32)
-    hits = np.empty(k + 1, np.int64)
-    can_prefetch = 0 < K < E and W > 0
-    if not can_prefetch:  # without prefetches the pool never changes
-        rank = np.empty((L, E), np.int32)
-        for l in range(L):
-            for r in range(E):
-                rank[l, order[l, r]] = r
-        _fixed_one(routed, prompt_start, rank, K, hist)
+    W = predicted.shape[2]
+    if not (0 < K < E and W > 0):
+        _fixed_one(routed, prompt_start, rank, K, hist)  # the pool never changes
         return
+    resident = np.zeros(L * E, np.bool_)
+    prv = np.empty(L * E, np.int64)
+    nxt = np.empty(L * E, np.int64)
+    hits = np.empty(k + 1, np.int64)
     for p in range(P):
         resident[:] = False
-        head = -1
-        tail = -1
+        head, tail = -1, -1
         # equal initial stamps across layers tie-break by lower layer, so rank-major order
         for r in range(K - 1, -1, -1):
             for l in range(L):
                 node = l * E + order[l, r]
                 resident[node] = True
-                prv[node] = tail
-                nxt[node] = -1
-                if tail >= 0:
-                    nxt[tail] = node
-                else:
-                    head = node
-                tail = node
+                head, tail = _append(prv, nxt, head, tail, node)
         for t in range(prompt_start[p], prompt_start[p + 1]):
             for l in range(L):
                 h = 0
                 base = l * E
-                for j in range(k):  # gather hits without a data-dependent branch
+                for j in range(k):
                     node = base + routed[t, l, j]
                     hits[h] = node
                     h += resident[node]
                 for j in range(h):
-                    node = hits[j]
-                    if tail != node:
-                        a = prv[node]
-                        b = nxt[node]
-                        if a >= 0:
-                            nxt[a] = b
-                        else:
-                            head = b
-                        prv[b] = a
-                        prv[node] = tail
-                        nxt[node] = -1
-                        nxt[tail] = node
-                        tail = node
+                    head, tail = _to_tail(prv, nxt, head, tail, hits[j])
                 hist[p, l, h] += 1
-                if can_prefetch and l < L - 1:
-                    nb = base + E
+                if l < L - 1:
                     q = -1
+                    nb = (l + 1) * E
                     for j in range(W):
                         c = predicted[t, l, j]
                         if c < 0:
@@ -223,35 +225,20 @@ def _cross_layer_one(routed, predicted, prompt_start, order, K, hist, ins):
                         while v >= 0 and v // E == l:
                             v = nxt[v]
                         if v >= 0:
-                            a = prv[v]
-                            b = nxt[v]
-                            if a >= 0:
-                                nxt[a] = b
-                            else:
-                                head = b
-                            if b >= 0:
-                                prv[b] = a
-                            else:
-                                tail = a
+                            head, tail = _unlink(prv, nxt, head, tail, v)
                             resident[v] = False
                             resident[q] = True
-                            prv[q] = tail
-                            nxt[q] = -1
-                            if tail >= 0:
-                                nxt[tail] = q
-                            else:
-                                head = q
-                            tail = q
+                            head, tail = _append(prv, nxt, head, tail, q)
                             ins[p, l, h] += 1
 
 
 @numba.njit(parallel=True, **_NJIT)
-def _per_layer_sweep(routed, predicted, prompt_start, order, Ks, hist, ins):
+def _per_layer_sweep(routed, predicted, prompt_start, order, rank, Ks, hist, ins):
     for i in prange(Ks.shape[0]):
-        _per_layer_one(routed, predicted, prompt_start, order, Ks[i], hist[i], ins[i])
+        _per_layer_one(routed, predicted, prompt_start, order, rank, Ks[i], hist[i], ins[i])
 
 
 @numba.njit(parallel=True, **_NJIT)
-def _cross_layer_sweep(routed, predicted, prompt_start, order, Ks, hist, ins):
+def _cross_layer_sweep(routed, predicted, prompt_start, order, rank, Ks, hist, ins):
     for i in prange(Ks.shape[0]):
-        _cross_layer_one(routed, predicted, prompt_start, order, Ks[i], hist[i], ins[i])
+        _cross_layer_one(routed, predicted, prompt_start, order, rank, Ks[i], hist[i], ins[i])

@@ -88,9 +88,10 @@ def replay(trace: Trace, order: np.ndarray, residency: Residency | str,
     hist = np.zeros((ks.size, P, L, k + 1), np.int64)
     ins = np.zeros_like(hist)
     routed, starts = trace.routed, trace.prompt_start.astype(np.int64)
+    # rank[l, e]: popularity rank of expert e (the inverse of the fill order), for every kernel
+    rank = np.empty((L, E), np.int32)
+    rank[np.arange(L)[:, None], order] = np.arange(E, dtype=np.int32)
     if residency is Residency.FIXED:
-        rank = np.empty((L, E), np.int32)
-        rank[np.arange(L)[:, None], order] = np.arange(E, dtype=np.int32)
         if ks.size == 1:
             _kernels._fixed_one(routed, starts, rank, int(ks[0]), hist[0])
         else:
@@ -98,11 +99,11 @@ def replay(trace: Trace, order: np.ndarray, residency: Residency | str,
     elif ks.size == 1:  # one pass: no thread team, so callers may run residencies side by side
         one = (_kernels._per_layer_one if residency is Residency.MUTABLE_PER_LAYER
                else _kernels._cross_layer_one)
-        one(routed, trace.predicted, starts, order, int(ks[0]), hist[0], ins[0])
+        one(routed, trace.predicted, starts, order, rank, int(ks[0]), hist[0], ins[0])
     else:
         sweep = (_kernels._per_layer_sweep if residency is Residency.MUTABLE_PER_LAYER
                  else _kernels._cross_layer_sweep)
-        sweep(routed, trace.predicted, starts, order, ks, hist, ins)
+        sweep(routed, trace.predicted, starts, order, rank, ks, hist, ins)
     return ReplayCounts(residency, ks, hist, ins)
 
 
