@@ -62,7 +62,8 @@ def _fixed_order_stats(routed, prompt_start, rank, cnt):
 # as plain values (returned, not stored in an array): numba keeps them in registers, which an
 # earlier version that kept them in an array did not (2.7-3.6x slower). ``forceinline`` makes LLVM
 # inline the helpers: numba's IR-level ``inline="always"`` ran the mutable kernels 7x slower, and
-# plain calls 30 % slower (benchmarks/bench_predict.py, measured when these were written).
+# plain calls 30 % slower. The scan of the predicted ids stays written out in both kernels: as a
+# helper it cost 30 %, however written (benchmarks/bench_predict.py, measured when written).
 @numba.njit(forceinline=True, **_NJIT)
 def _append(prv, nxt, head, tail, node):
     """Link ``node`` after the tail (the newest stamp); returns (head, tail)."""
@@ -112,6 +113,18 @@ def _to_tail(prv, nxt, head, tail, node):
     return head, node
 
 
+@numba.njit(forceinline=True, **_NJIT)
+def _gather_hits(routed, t, l, k, base, resident, hits):
+    """Resident nodes among token ``t``'s experts at layer ``l``, in routed order, into ``hits``;
+    returns how many (written without a data-dependent branch)."""
+    h = 0
+    for j in range(k):
+        node = base + routed[t, l, j]
+        hits[h] = node
+        h += resident[node]
+    return h
+
+
 @numba.njit(**_NJIT)
 def _per_layer_one(routed, predicted, prompt_start, order, rank, K, hist, ins):
     """mutable_per_layer at one K: K slots per layer; a layer may prefetch one predicted expert
@@ -142,12 +155,7 @@ def _per_layer_one(routed, predicted, prompt_start, order, rank, K, hist, ins):
             head[l], tail[l] = hd, tl
         for t in range(prompt_start[p], prompt_start[p + 1]):
             for l in range(L):
-                h = 0
-                base = l * E
-                for j in range(k):
-                    node = base + routed[t, l, j]
-                    hits[h] = node
-                    h += resident[node]
+                h = _gather_hits(routed, t, l, k, l * E, resident, hits)
                 hd, tl = head[l], tail[l]
                 for j in range(h):
                     hd, tl = _to_tail(prv, nxt, hd, tl, hits[j])
@@ -201,12 +209,7 @@ def _cross_layer_one(routed, predicted, prompt_start, order, rank, K, hist, ins)
                 head, tail = _append(prv, nxt, head, tail, node)
         for t in range(prompt_start[p], prompt_start[p + 1]):
             for l in range(L):
-                h = 0
-                base = l * E
-                for j in range(k):
-                    node = base + routed[t, l, j]
-                    hits[h] = node
-                    h += resident[node]
+                h = _gather_hits(routed, t, l, k, l * E, resident, hits)
                 for j in range(h):
                     head, tail = _to_tail(prv, nxt, head, tail, hits[j])
                 hist[p, l, h] += 1
