@@ -27,39 +27,76 @@ _P, _W, _R, _C = (EXECUTIONS.index(e) for e in (Execution.PARALLEL, Execution.WA
 class LayerCosts:
     """Costs in microseconds used to turn hit histograms into TPOT.
 
+    Every cost may carry leading *draw* dimensions (shape ``(B, ...)``): the uncertainty of
+    :mod:`cope_core.estimate.uncertainty` prices the same histograms under ``B`` draws of the
+    profile at once. Point estimates have none.
+
     Attributes
     ----------
     estimator : str
-    moe : ndarray, shape (4, top_k + 1)
+    moe : ndarray, shape (..., 4, top_k + 1)
         One MoE layer's cost by execution (order of ``EXECUTIONS``) and hit count.
     split : ndarray of int, shape (top_k + 1,)
         The cost-selected CPU share ``c`` chosen at each hit count (from the schedule profile).
     pf_step : dict
-        Per mutable residency id: cost charged at every layer ``l < L-1``.
+        Per mutable residency id: cost charged at every layer ``l < L-1`` (shape ``(...)``).
     pf_insert : dict
-        Per mutable residency id: ndarray (4, top_k + 1) added at a layer that inserted a prefetch.
-    cpu_layer, gpu_layer : float
+        Per mutable residency id: ndarray (..., 4, top_k + 1) added at a layer that inserted a
+        prefetch.
+    cpu_layer, gpu_layer : float or ndarray (...)
         Whole-layer costs for ``layer_partition``.
     shared_context, shared_us : ndarray or None
-        Shared per-token cost at profiled contexts (interpolated); None when ``shared_fn`` is used.
+        Shared per-token cost at profiled contexts (interpolated; ``shared_us`` has shape
+        ``(..., contexts)``); None when the roofline gives it (``model`` and ``spec``).
     """
 
     estimator: str
     moe: np.ndarray
     split: np.ndarray
-    pf_step: dict[str, float]
+    pf_step: dict[str, float | np.ndarray]
     pf_insert: dict[str, np.ndarray]
-    cpu_layer: float
-    gpu_layer: float
+    cpu_layer: float | np.ndarray
+    gpu_layer: float | np.ndarray
     shared_context: np.ndarray | None = None
     shared_us: np.ndarray | None = None
     model: ModelGeometry | None = None
     spec: PlatformSpec | None = None
 
     def shared_at(self, context: np.ndarray) -> np.ndarray:
+        """Shared cost per token at each context (point estimates only)."""
         if self.shared_context is not None:
             return np.interp(np.asarray(context, np.float64), self.shared_context, self.shared_us)
         return roofline.shared_decode_us(self.model, self.spec, context)
+
+    def shared_per_prompt(self, trace_context: np.ndarray, prompt_start: np.ndarray
+                          ) -> np.ndarray:
+        """Mean shared cost per token of each prompt, shape ``(..., P)``.
+
+        Point estimates interpolate with ``np.interp``; drawn costs use the same linear
+        interpolation as weights on the profiled contexts, so the draws cost one small matrix
+        product instead of one interpolation per draw."""
+        starts, tokens = prompt_start[:-1], np.diff(prompt_start)
+        if self.shared_context is None or np.ndim(self.shared_us) == 1:
+            return np.add.reduceat(self.shared_at(trace_context), starts) / tokens
+        w = interp_weights(trace_context, self.shared_context)              # (N, contexts)
+        per_prompt = np.add.reduceat(w, starts, axis=0) / tokens[:, None]   # (P, contexts)
+        return self.shared_us @ per_prompt.T
+
+
+def interp_weights(x: np.ndarray, xp: np.ndarray) -> np.ndarray:
+    """``W[i, j]`` such that ``W @ fp`` is ``np.interp(x, xp, fp)`` for every ``fp`` (linear
+    between the points ``xp``, held constant beyond the ends)."""
+    x = np.clip(np.asarray(x, np.float64), xp[0], xp[-1])
+    w = np.zeros((x.size, xp.size))
+    if xp.size == 1:
+        w[:, 0] = 1.0
+        return w
+    j = np.clip(np.searchsorted(xp, x, side="right") - 1, 0, xp.size - 2)
+    t = (x - xp[j]) / (xp[j + 1] - xp[j])
+    rows = np.arange(x.size)
+    w[rows, j] = 1.0 - t
+    w[rows, j + 1] += t
+    return w
 
 
 def cost_selected_split(op: OperatingPoint) -> tuple[np.ndarray, np.ndarray]:
@@ -81,43 +118,56 @@ def _mutable_ids() -> list[str]:
     return [r.value for r in Residency if r.mutable]
 
 
-def cope_costs(op: OperatingPoint) -> LayerCosts:
-    """COPE: whole-layer schedule costs measured with their real overlap."""
+def _col(v) -> np.ndarray:
+    """A scalar cost, or one per draw, shaped to broadcast against ``(..., top_k + 1)``."""
+    return np.asarray(v, np.float64)[..., None]
+
+
+def cope_costs(op: OperatingPoint, split: np.ndarray | None = None) -> LayerCosts:
+    """COPE: whole-layer schedule costs measured with their real overlap.
+
+    ``split`` fixes the cost-selected CPU share per hit count (default: the cheapest of
+    ``op``); profile draws reuse the split the medians chose, so TPOT stays linear in them."""
     k = op.top_k
-    split, cs = cost_selected_split(op)
-    moe = np.empty((4, k + 1))
+    if split is None:
+        split = cost_selected_split(op)[0]
     h = np.arange(k + 1)
-    moe[_P] = op.schedule[_P, h, k - h]
-    moe[_W] = op.schedule[_W, h, 0]
-    moe[_R] = op.schedule[_R, h, 0]
-    moe[_C] = cs
+    sched = np.asarray(op.schedule)
+    moe = np.stack([sched[..., _P, h, k - h], sched[..., _W, h, 0], sched[..., _R, h, 0],
+                    sched[..., _C, h, split]], axis=-2)
+    ones = np.ones(k + 1)
     return LayerCosts("cope", moe, split,
-                      pf_step={r: float(op.prefetch[r][0]) for r in _mutable_ids()},
-                      pf_insert={r: np.full((4, k + 1), op.prefetch[r][1] - op.prefetch[r][0])
+                      pf_step={r: op.prefetch[r][..., 0] for r in _mutable_ids()},
+                      pf_insert={r: np.stack([ones] * 4) * _col(op.prefetch[r][..., 1]
+                                                               - op.prefetch[r][..., 0])[..., None]
                                  for r in _mutable_ids()},
                       cpu_layer=op.cpu_layer, gpu_layer=op.gpu_layer,
                       shared_context=op.shared_context, shared_us=op.shared_us)
 
 
-def atomic_costs(op: OperatingPoint) -> LayerCosts:
+def atomic_costs(op: OperatingPoint, split: np.ndarray | None = None) -> LayerCosts:
     """Atomic-op simulation: isolated op costs, max where nominally overlapped, + where serial."""
     k = op.top_k
-    split, _ = cost_selected_split(op)
+    if split is None:
+        split = cost_selected_split(op)[0]
     R, C = op.atomic["gpu_expert"], op.atomic["cpu_expert"]
     S, G = op.atomic["stage"], op.atomic["staged_gpu_expert"]
-    A, F, M = op.act_copy, op.sync, op.merge
-    moe = np.empty((4, k + 1))
-    for h in range(k + 1):
-        m = k - h
-        c, u = split[h], m - split[h]
-        moe[_P, h] = max(R[h], C[m] + A) + F + M
-        moe[_W, h] = S[m] + R[h] + G[m] + F + M
-        moe[_R, h] = max(R[h], S[m]) + G[m] + F + M
-        moe[_C, h] = max(R[h], C[c] + A, S[u]) + G[u] + F + M
+    A, F, M = _col(op.act_copy), _col(op.sync), _col(op.merge)
+    h = np.arange(k + 1)
+    m = k - h
+    c, u = split, m - split
+    moe = np.stack([np.maximum(R[..., h], C[..., m] + A) + F + M,
+                    S[..., m] + R[..., h] + G[..., m] + F + M,
+                    np.maximum(R[..., h], S[..., m]) + G[..., m] + F + M,
+                    np.maximum(np.maximum(R[..., h], C[..., c] + A), S[..., u])
+                    + G[..., u] + F + M], axis=-2)
+    ones = np.ones((4, k + 1))
+    A1, F1, M1 = A[..., 0], F[..., 0], M[..., 0]
     return LayerCosts("atomic", moe, split,
-                      pf_step={r: 0.0 for r in _mutable_ids()},
-                      pf_insert={r: np.full((4, k + 1), op.prefetch_op) for r in _mutable_ids()},
-                      cpu_layer=C[k] + A + F + M, gpu_layer=R[k] + M,
+                      pf_step={r: np.zeros(np.shape(op.act_copy)) for r in _mutable_ids()},
+                      pf_insert={r: ones * _col(op.prefetch_op)[..., None]
+                                 for r in _mutable_ids()},
+                      cpu_layer=C[..., k] + A1 + F1 + M1, gpu_layer=R[..., k] + M1,
                       shared_context=op.shared_context, shared_us=op.shared_us)
 
 

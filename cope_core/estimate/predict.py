@@ -5,6 +5,7 @@ import os
 import warnings
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -63,9 +64,52 @@ def replay_all(trace: Trace, order: np.ndarray, ks, residencies: Iterable[Reside
     return {r: replay(trace, order, r, ks) for r in residencies}
 
 
-def _per_prompt_shared(trace: Trace, costs: LayerCosts) -> np.ndarray:
-    s = costs.shared_at(trace.context)
-    return np.add.reduceat(s, trace.prompt_start[:-1]) / trace.tokens_per_prompt
+@dataclass(frozen=True)
+class CandidateTPOT:
+    """One candidate's per-prompt TPOT at one K and its parts, each of shape ``(..., P)`` (the
+    leading dimensions are the draws of the costs, none for point estimates)."""
+
+    experts: np.ndarray
+    prefetch: np.ndarray
+    hit_rate: np.ndarray
+    prefetches: np.ndarray
+    hist: np.ndarray | None
+
+
+def candidate_tpot(trace: Trace, counts: dict[Residency, ReplayCounts], costs: LayerCosts,
+                   cand: Candidate, ki: int, K: int, histograms: bool = False) -> CandidateTPOT:
+    """The expert and prefetch parts of one candidate's per-prompt TPOT at the ``ki``-th K
+    (``K`` itself); TPOT is these plus the shared part, which every candidate pays alike
+    (:meth:`LayerCosts.shared_per_prompt`). Costs with draw dimensions give parts with them."""
+    g = trace.model
+    L, E, k = g.n_layers, g.n_experts, g.top_k
+    tokens = trace.tokens_per_prompt.astype(np.float64)
+    P = trace.n_prompts
+    if cand.is_layer_partition:
+        n_gpu = min(K * L // E, L)
+        per_token = (L - n_gpu) * np.asarray(costs.cpu_layer) + n_gpu * np.asarray(costs.gpu_layer)
+        experts = np.broadcast_to(per_token[..., None], np.shape(per_token) + (P,)).copy()
+        hist = None
+        if histograms:
+            hist = np.zeros((P, L, k + 1), np.int64)
+            hist[:, : L - n_gpu, 0] = trace.tokens_per_prompt[:, None]
+            hist[:, L - n_gpu:, k] = trace.tokens_per_prompt[:, None]
+        return CandidateTPOT(experts, np.zeros_like(experts), np.full(P, n_gpu / L),
+                             np.zeros(P, np.int64), hist)
+    rc = counts[cand.residency]
+    e = EXECUTIONS.index(cand.execution)
+    hk, ik = rc.hist[ki], rc.ins[ki]                    # (P, L, k+1)
+    hsum = hk.sum(axis=1)                               # (P, k+1): tokens x layers by hits
+    experts = (costs.moe[..., e, :] @ hsum.T) / tokens
+    if cand.residency.mutable:
+        r = cand.residency.value
+        pref = ((L - 1) * np.asarray(costs.pf_step[r])[..., None]
+                + (costs.pf_insert[r][..., e, :] @ ik.sum(axis=1).T) / tokens)
+    else:
+        pref = np.zeros_like(experts)
+    hit_rate = (hsum @ np.arange(k + 1)) / (tokens * L * k)
+    return CandidateTPOT(experts, pref, hit_rate, ik.sum(axis=(1, 2)),
+                         hk if histograms else None)
 
 
 def compose(trace: Trace, counts: dict[Residency, ReplayCounts], costs: LayerCosts,
@@ -76,56 +120,29 @@ def compose(trace: Trace, counts: dict[Residency, ReplayCounts], costs: LayerCos
     ``ks`` defaults to the cache sizes of ``counts``; it is needed only when no residency was
     replayed (layer partition alone). Returns the frame described in :func:`predict`.
     """
-    g = trace.model
-    L, E, k = g.n_layers, g.n_experts, g.top_k
     if ks is None:
         ks = next(iter(counts.values())).ks
-    tokens = trace.tokens_per_prompt.astype(np.float64)
-    shared = _per_prompt_shared(trace, costs)
-    routed_per_prompt = tokens * L * k
+    shared = costs.shared_per_prompt(trace.context, trace.prompt_start)
     rows = []
     for ki in range(len(ks)):
         K = int(ks[ki])
         for cand in candidates:
-            if cand.is_layer_partition:
-                n_gpu = min(K * L // E, L)
-                experts = np.full(trace.n_prompts,
-                                  (L - n_gpu) * costs.cpu_layer + n_gpu * costs.gpu_layer)
-                pref = np.zeros(trace.n_prompts)
-                hit_rate = np.full(trace.n_prompts, n_gpu / L)
-                npf = np.zeros(trace.n_prompts, np.int64)
-                hist = None
-                if histograms:
-                    hist = np.zeros((trace.n_prompts, L, k + 1), np.int64)
-                    hist[:, : L - n_gpu, 0] = trace.tokens_per_prompt[:, None]
-                    hist[:, L - n_gpu:, k] = trace.tokens_per_prompt[:, None]
-            else:
-                rc = counts[cand.residency]
-                e = EXECUTIONS.index(cand.execution)
-                hk, ik = rc.hist[ki], rc.ins[ki]            # (P, L, k+1)
-                experts = (hk.sum(axis=1) @ costs.moe[e]) / tokens
-                if cand.residency.mutable:
-                    r = cand.residency.value
-                    pref = ((L - 1) * costs.pf_step[r]
-                            + (ik.sum(axis=1) @ costs.pf_insert[r][e]) / tokens)
-                else:
-                    pref = np.zeros(trace.n_prompts)
-                hit_rate = (hk.sum(axis=1) @ np.arange(k + 1)) / routed_per_prompt
-                npf = ik.sum(axis=(1, 2))
-                hist = hk if histograms else None
-            tpot = shared + experts + pref
+            part = candidate_tpot(trace, counts, costs, cand, ki, K, histograms)
+            tpot = shared + part.experts + part.prefetch
             row = {
                 "experts_per_layer": K, "candidate": cand.id,
                 "residency": cand.residency.value if cand.residency else LAYER_PARTITION,
                 "execution": cand.execution.value if cand.execution else LAYER_PARTITION,
                 "estimator": costs.estimator,
                 "tpot_us": float(tpot.mean()), "shared_us": float(shared.mean()),
-                "experts_us": float(experts.mean()), "prefetch_us": float(pref.mean()),
-                "hit_rate": float(hit_rate.mean()), "prefetches": int(npf.sum()),
-                "prompt_tpot_us": tpot, "prompt_hit_rate": hit_rate, "prompt_prefetches": npf,
+                "experts_us": float(part.experts.mean()),
+                "prefetch_us": float(part.prefetch.mean()),
+                "hit_rate": float(part.hit_rate.mean()), "prefetches": int(part.prefetches.sum()),
+                "prompt_tpot_us": tpot, "prompt_hit_rate": part.hit_rate,
+                "prompt_prefetches": part.prefetches,
             }
             if histograms:
-                row["hist"] = hist
+                row["hist"] = part.hist
             rows.append(row)
     df = pd.DataFrame(rows)
     df["rank"] = df.groupby("experts_per_layer")["tpot_us"].rank(method="first").astype(int)
