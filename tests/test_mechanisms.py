@@ -403,7 +403,7 @@ def test_identical_schedules_are_the_same_steps():
         run_ready_first,
         run_wait_then_gpu,
     )
-    from cope_core.profile.measure import same_schedule
+    from cope_core.profile.data import same_schedule
     hits, misses = [(0, 4)], [(1, 7), (2, 9)]
     assert _steps(run_cost_selected, 0, hits, misses, 2) == _steps(run_parallel, 0, hits, misses)
     assert _steps(run_cost_selected, 0, hits, misses, 0) == _steps(run_ready_first, 0, hits,

@@ -67,6 +67,23 @@ def required_keys(top_k: int) -> list[ProfileKey]:
     return keys
 
 
+def same_schedule(row: ProfileKey | tuple, top_k: int) -> ProfileKey:
+    """The row whose measurement also stands for ``row``: schedules that are the same code path
+    are timed once by the profiler and share one draw in the uncertainty. ``cost_selected`` with
+    every miss on the CPU runs exactly ``parallel``'s steps and with none exactly
+    ``ready_first``'s; with no misses at all every strategy runs the same steps as ``parallel``.
+    Timing them once keeps noise from ordering identical work."""
+    row = ProfileKey(*row)
+    if row.kind != "schedule":
+        return row
+    m = top_k - row.hits
+    if m == 0 or (row.name == Execution.COST_SELECTED.value and row.cpu == m):
+        return ProfileKey("schedule", Execution.PARALLEL.value, row.hits, m, 0)
+    if row.name == Execution.COST_SELECTED.value and row.cpu == 0:
+        return ProfileKey("schedule", Execution.READY_FIRST.value, row.hits, 0, m)
+    return row
+
+
 @dataclass(frozen=True, eq=False)
 class OperatingPoint:
     """Every cost one operating point offers, as arrays indexed by hit or expert count.
@@ -167,57 +184,105 @@ class Profile:
         Resolved points are kept: a profile's table is not modified after construction."""
         threads, share = self.choose(cpu_threads, gpu_share)
         if (threads, share) not in self._resolved:
-            self._resolved[(threads, share)] = self._build(threads, share)
+            rows, layout = self.operating_point_rows(threads, share)
+            self._resolved[(threads, share)] = layout.take(rows["median_us"].to_numpy(np.float64))
         return self._resolved[(threads, share)]
 
-    def _build(self, threads: int, share: float) -> OperatingPoint:
+    def operating_point_rows(self, cpu_threads: int | None = None, gpu_share: float | None = None
+                             ) -> tuple[pd.DataFrame, OperatingPointLayout]:
+        """The rows of one operating point (positional index) and where each cost sits in them:
+        what the uncertainty needs to draw every row's cost."""
+        threads, share = self.choose(cpu_threads, gpu_share)
         t = self.table
         # compare in float32, the column's stored type, whatever the in-memory table holds
         rows = t[(t["cpu_threads"] == threads)
                  & (t["gpu_share"].to_numpy(np.float32) == np.float32(share))]
-        return build_operating_point(rows, threads, share, self.model.top_k, self.path)
+        rows = rows.reset_index(drop=True)
+        return rows, operating_point_layout(rows, threads, share, self.model.top_k, self.path)
+
+@dataclass(frozen=True, eq=False)
+class OperatingPointLayout:
+    """Where each cost of an :class:`OperatingPoint` sits among one operating point's rows.
+
+    Every field but ``shared_context`` holds row positions (-1: no such row, a NaN cost);
+    :meth:`take` fills them from a value per row, or from ``B`` values per row (the draws of the
+    uncertainty), which gives every cost array a leading draw dimension."""
+
+    threads: int
+    share: float
+    top_k: int
+    shared_context: np.ndarray
+    shared: np.ndarray
+    schedule: np.ndarray
+    prefetch: dict[str, np.ndarray]
+    layer: np.ndarray
+    atomic: dict[str, np.ndarray]
+    single: np.ndarray
+
+    def take(self, values: np.ndarray) -> OperatingPoint:
+        """The operating point whose costs are ``values`` (shape ``(rows,)`` or ``(rows, B)``)."""
+        v = np.asarray(values, np.float64)
+        pad = np.concatenate([v, np.full((1,) + v.shape[1:], np.nan)])  # index -1 -> NaN
+
+        def at(idx):
+            x = pad[idx]
+            return np.moveaxis(x, -1, 0) if v.ndim == 2 else x
+
+        single = at(self.single)
+        return OperatingPoint(
+            cpu_threads=self.threads, gpu_share=self.share, top_k=self.top_k,
+            shared_context=self.shared_context, shared_us=at(self.shared),
+            schedule=at(self.schedule),
+            prefetch={n: at(ix) for n, ix in self.prefetch.items()},
+            cpu_layer=at(self.layer[0]), gpu_layer=at(self.layer[1]),
+            atomic={n: at(ix) for n, ix in self.atomic.items()},
+            act_copy=single[..., 0], sync=single[..., 1], merge=single[..., 2],
+            prefetch_op=single[..., 3])
 
 
-def build_operating_point(rows: pd.DataFrame, threads: int, share: float, top_k: int,
-                          source: str | None) -> OperatingPoint:
-    """Turn one operating point's rows into arrays, checking completeness and uniqueness."""
+def operating_point_layout(rows: pd.DataFrame, threads: int, share: float, top_k: int,
+                           source: str | None) -> OperatingPointLayout:
+    """Check one operating point's rows for completeness and uniqueness and locate each cost
+    (positions are those of ``rows``, in order)."""
     where = f"operating point cpu_threads={threads} gpu_share={share:g}"
-    keyed = rows.set_index(list(ProfileKey._fields))["median_us"]
-    if keyed.index.has_duplicates:
-        dup = keyed.index[keyed.index.duplicated()][0]
-        raise CopeInputError(f"{where}: duplicate row {tuple(dup)}", source=source, field="kind")
-    shared = rows[(rows["kind"] == "shared") & (rows["name"] == "decode")].sort_values("context")
-    if shared.empty:
+    keys = [ProfileKey(*k) for k in rows[list(ProfileKey._fields)].itertuples(index=False)]
+    lookup: dict[ProfileKey, int] = {}
+    for i, key in enumerate(keys):
+        if key in lookup:
+            raise CopeInputError(f"{where}: duplicate row {tuple(key)}", source=source,
+                                 field="kind")
+        lookup[key] = i
+    shared = sorted((k.context, i) for k, i in lookup.items()
+                    if k.kind == "shared" and k.name == "decode")
+    if not shared:
         raise CopeInputError(f"{where}: no shared/decode row, expected at least one context",
                              source=source, field="kind")
-    lookup = {ProfileKey(*k): v for k, v in keyed.items()}
     missing = [k for k in required_keys(top_k) if k not in lookup]
     if missing:
         raise CopeInputError(f"{where}: {len(missing)} required rows missing, first "
                              f"{tuple(missing[0])[:6]} (kind, name, hits, cpu, staged, count)",
                              source=source, field="kind")
     k = top_k
-    sched = np.full((len(EXECUTIONS), k + 1, k + 1), np.nan)
+    sched = np.full((len(EXECUTIONS), k + 1, k + 1), -1, np.int64)
     for h in range(k + 1):
         m = k - h
         for ei, e in enumerate(EXECUTIONS):
             for c in range(m + 1):
-                key = ProfileKey("schedule", e.value, h, c, m - c)
-                if key in lookup:
-                    sched[ei, h, c] = lookup[key]
-    return OperatingPoint(
-        cpu_threads=threads, gpu_share=share, top_k=k,
-        shared_context=shared["context"].to_numpy(np.float64),
-        shared_us=shared["median_us"].to_numpy(np.float64),
-        schedule=sched,
+                sched[ei, h, c] = lookup.get(ProfileKey("schedule", e.value, h, c, m - c), -1)
+    return OperatingPointLayout(
+        threads=threads, share=share, top_k=k,
+        shared_context=np.array([c for c, _ in shared], np.float64),
+        shared=np.array([i for _, i in shared], np.int64), schedule=sched,
         prefetch={n: np.array([lookup[ProfileKey("prefetch", n, count=q)] for q in (0, 1)])
                   for n in PREFETCH_NAMES},
-        cpu_layer=float(lookup[ProfileKey("layer", "cpu_layer")]),
-        gpu_layer=float(lookup[ProfileKey("layer", "gpu_layer")]),
+        layer=np.array([lookup[ProfileKey("layer", n)] for n in LAYER_NAMES]),
         atomic={n: np.array([lookup[ProfileKey("atomic", n, count=c)] for c in range(k + 1)])
                 for n in ATOMIC_PER_N},
-        act_copy=float(lookup[ProfileKey("atomic", "act_copy", count=1)]),
-        sync=float(lookup[ProfileKey("atomic", "sync", count=1)]),
-        merge=float(lookup[ProfileKey("atomic", "merge", count=1)]),
-        prefetch_op=float(lookup[ProfileKey("atomic", "prefetch", count=1)]),
-    )
+        single=np.array([lookup[ProfileKey("atomic", n, count=1)] for n in ATOMIC_SINGLE]))
+
+
+def build_operating_point(rows: pd.DataFrame, threads: int, share: float, top_k: int,
+                          source: str | None) -> OperatingPoint:
+    """Turn one operating point's rows into arrays, checking completeness and uniqueness."""
+    layout = operating_point_layout(rows, threads, share, top_k, source)
+    return layout.take(rows["median_us"].to_numpy(np.float64))

@@ -43,7 +43,7 @@ from ..mechanisms.timing import (
     until_stable,
 )
 from ..mechanisms.weights import model_dtype
-from .data import COLUMNS, Profile, ProfileKey, required_keys
+from .data import COLUMNS, Profile, ProfileKey, required_keys, same_schedule
 
 DEFAULT_CONTEXTS = (128, 1024, 4096)
 
@@ -284,22 +284,6 @@ def operating_point_rows(bench: Bench, contexts: Sequence[int], settings: Profil
               for k, t in zip(keys, timings)}
     return [(k, by_key[k]) for k in keys[:len(contexts)]] + \
         [(r, by_key[same_schedule(r, bench.g.top_k)]) for r in rows]
-
-
-def same_schedule(row: ProfileKey, top_k: int) -> ProfileKey:
-    """The row whose measurement also stands for ``row``: schedules that are the same code path
-    are timed once. ``cost_selected`` with every miss on the CPU runs exactly ``parallel``'s
-    steps and with none exactly ``ready_first``'s; with no misses at all every strategy runs the
-    same steps as ``parallel``. Timing them once keeps noise from ordering identical work."""
-    kind, name, h, c, u, n, ctx = row
-    if kind != "schedule":
-        return row
-    m = top_k - h
-    if m == 0 or (name == Execution.COST_SELECTED.value and c == m):
-        return ProfileKey("schedule", Execution.PARALLEL.value, h, m, 0)
-    if name == Execution.COST_SELECTED.value and c == 0:
-        return ProfileKey("schedule", Execution.READY_FIRST.value, h, 0, m)
-    return row
 
 
 def measure_profile(g: ModelGeometry, settings: ProfilerSettings = ProfilerSettings(),
