@@ -723,8 +723,13 @@ def test_predict_table_names_winner_and_runner_up(capsys, pipeline):
     margin = (ru.tpot_us - w.tpot_us) / w.tpot_us * 100
     last = [line for line in out.splitlines() if line.startswith("winner:")]
     assert len(last) == 1
-    assert last[0] == (f"winner: {w.candidate} at {w.tpot_us / 1e3:.3f} ms/token; runner-up "
-                       f"{ru.candidate} at {ru.tpot_us / 1e3:.3f} ms/token (+{margin:.1f}%)")
+    assert last[0].startswith(f"winner: {w.candidate} {w.tpot_us / 1e3:.3f} ms/token "
+                              f"[{w.tpot_lo_us / 1e3:.3f}, {w.tpot_hi_us / 1e3:.3f}], wins "
+                              f"{100 * w.win_probability:.0f} % of draws")
+    runner = [line for line in out.splitlines() if line.startswith("runner-up:")]
+    assert runner == [f"runner-up: {ru.candidate} {ru.tpot_us / 1e3:.3f} ms/token "
+                      f"(+{margin:.1f}%" + (f", the same policy here as {ru.equivalent_to})"
+                                            if ru.equivalent_to else ")")]
     assert "ANALYTIC" in out
     for cid in CANDIDATE_IDS:
         assert cid in out

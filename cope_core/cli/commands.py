@@ -11,10 +11,13 @@ from .. import parquet_io
 from ..errors import CopeInputError
 from ..estimate.evaluate import evaluate
 from ..estimate.predict import predict
+from ..estimate.uncertainty import check_draws
 from ..files import print_json
 from ..geometry import CATALOG, GIB, get_model
 from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
 from ..platforms import resolve_platform
+from ..profile.data import read_raw_samples
+from .report import format_per_k, format_sweep, format_table, prediction_json
 
 
 # --- matrix / models / vram ---------------------------------------------------------------------
@@ -180,8 +183,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     trace, profile, cal, spec = _load(args)
     ks = _ks(args, trace)
     cands = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
+    raw = read_raw_samples(args.raw_samples) if args.raw_samples else None
     df = predict(trace, profile, ks, calibration=cal, cpu_threads=args.cpu_threads,
-                 estimator=args.estimator, candidates=cands, fill_by_id=args.fill_by_id, spec=spec)
+                 estimator=args.estimator, candidates=cands, fill_by_id=args.fill_by_id, spec=spec,
+                 draws=check_draws(args.draws), seed=args.seed, raw_samples=raw)
     if args.json:
         print_json(prediction_json(df))
         return 0
@@ -199,57 +204,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
     else:
         print(format_sweep(df))
     return 0
-
-
-def prediction_json(df: pd.DataFrame) -> list[dict]:
-    prompts = df.attrs["prompts"]
-    out = []
-    for row in df.itertuples(index=False):
-        out.append({
-            "candidate": row.candidate,
-            "residency": None if row.candidate == "layer_partition" else row.residency,
-            "execution": None if row.candidate == "layer_partition" else row.execution,
-            "experts_per_layer": int(row.experts_per_layer), "estimator": row.estimator,
-            "tpot_us": row.tpot_us, "shared_us": row.shared_us, "experts_us": row.experts_us,
-            "prefetch_us": row.prefetch_us, "hit_rate": row.hit_rate,
-            "prefetches": int(row.prefetches), "rank": int(row.rank),
-            "prompts": [{"prompt": int(p), "tpot_us": float(t), "hit_rate": float(h),
-                         "prefetches": int(n)}
-                        for p, t, h, n in zip(prompts, row.prompt_tpot_us, row.prompt_hit_rate,
-                                              row.prompt_prefetches)],
-        })
-    return out
-
-
-def format_table(df: pd.DataFrame) -> str:
-    k = int(df["experts_per_layer"].iloc[0])
-    show = df.sort_values("tpot_us", kind="stable")
-    lines = [f"K = {k} experts per layer", f"{'rank':>4}  {'candidate':<36}{'TPOT ms':>10}"
-             f"{'shared':>9}{'experts':>9}{'prefetch':>9}{'hit rate':>9}{'prefetches':>11}"]
-    for r in show.itertuples(index=False):
-        lines.append(f"{r.rank:>4}  {r.candidate:<36}{r.tpot_us / 1e3:>10.3f}"
-                     f"{r.shared_us / 1e3:>9.3f}{r.experts_us / 1e3:>9.3f}"
-                     f"{r.prefetch_us / 1e3:>9.3f}{r.hit_rate:>9.3f}{r.prefetches:>11}")
-    if len(show) > 1:
-        w, ru = show.iloc[0], show.iloc[1]
-        margin = (ru.tpot_us - w.tpot_us) / w.tpot_us * 100
-        lines.append(f"winner: {w.candidate} at {w.tpot_us / 1e3:.3f} ms/token; runner-up "
-                     f"{ru.candidate} at {ru.tpot_us / 1e3:.3f} ms/token (+{margin:.1f}%)")
-    return "\n".join(lines)
-
-
-def format_sweep(df: pd.DataFrame) -> str:
-    lines = [f"{'K':>4}  {'winner':<36}{'TPOT ms':>10}  {'runner-up':<36}{'margin':>8}"]
-    for k, sub in df.groupby("experts_per_layer", sort=True):
-        s = sub.sort_values("tpot_us", kind="stable")
-        w = s.iloc[0]
-        if len(s) > 1:
-            ru = s.iloc[1]
-            tail = f"  {ru.candidate:<36}{(ru.tpot_us - w.tpot_us) / w.tpot_us * 100:>7.1f}%"
-        else:
-            tail = ""
-        lines.append(f"{k:>4}  {w.candidate:<36}{w.tpot_us / 1e3:>10.3f}{tail}")
-    return "\n".join(lines)
 
 
 # --- evaluating ---------------------------------------------------------------------------------
@@ -275,22 +229,3 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if per_k:
         print(format_per_k(result))
     return 0
-
-
-def format_per_k(result: dict[str, Any]) -> str:
-    """Per cache size: the measured winner and each estimator's predicted winner (TPOT averaged
-    over prompts) and the MAPE of those averages."""
-    ests = [e for e, r in result.items() if r is not None]
-    lines = ["", "per K (TPOT averaged over prompts): measured winner; per estimator its "
-                 "predicted winner (= when it agrees) and MAPE %"]
-    first = result[ests[0]]["per_k"]
-    for i, row in enumerate(first):
-        where = " ".join(f"{k}={row[k]:g}" for k in ("K", "cpu_threads", "gpu_share") if k in row)
-        parts = []
-        for e in ests:
-            r = result[e]["per_k"][i]
-            parts.append(f"{e}: {'=' if r['agree'] else r['predicted']} {r['mape_pct']:.1f}%")
-        lines.append(f"  {where}: measured {row['measured']} | " + " | ".join(parts))
-    agree = {e: sum(r["agree"] for r in result[e]["per_k"]) for e in ests}
-    lines.append("  winner agreement: " + ", ".join(f"{e} {agree[e]}/{len(first)}" for e in ests))
-    return "\n".join(lines)

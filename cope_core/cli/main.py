@@ -94,12 +94,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "operator costs; hrm: roofline")
     s.add_argument("--candidates", help="comma list of candidate ids (default: all 13)")
     s.add_argument("--fill-by-id", action="store_true", help="fill residency by expert id")
+    _draw_options(s)
+    s.add_argument("--raw-samples", metavar="JSON",
+                   help="raw profile samples (from cope profile --raw-samples): draw the "
+                        "profile's spread from them instead of its median and IQR")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
 
     s = sub.add_parser("evaluate", help="compare predictions with measurements")
     _inputs(s)
     s.add_argument("--measurements", required=True,
                    help="measured TPOT (cope.measurements/1, from cope measure)")
+    _draw_options(s)
     s.add_argument("--per-k", action="store_true",
                    help="also compare winners per cache size (TPOT averaged over prompts)")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -107,6 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     for name in PLUGINS:
         importlib.import_module(f"{__package__}.{name}").register(sub)
     return p
+
+
+def _draw_options(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--draws", type=int, default=1000,
+                   help="bootstrap draws of the prompts and the profile's spread for intervals "
+                        "and win probabilities (default 1000; 0 turns it off)")
+    s.add_argument("--seed", type=int, default=0,
+                   help="seed of the bootstrap draws (default 0)")
 
 
 def _inputs(s: argparse.ArgumentParser) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -25,6 +25,7 @@ from ..profile.data import Profile
 from ..replay.engine import ReplayCounts, check_ks, replay
 from ..trace.data import Trace, fill_order
 from .costs import EXECUTIONS, LayerCosts, layer_costs
+from .uncertainty import DEFAULT_DRAWS, LEVEL, check_draws, drawn_costs, equivalences, intervals
 
 
 class OptimisticPredictionWarning(UserWarning):
@@ -181,7 +182,9 @@ def price(trace: Trace, profile: Profile, counts: dict[Residency, ReplayCounts],
           ks: int | Sequence[int], *, cpu_threads: int | None = None,
           gpu_share: float | None = None, estimator: str = "cope",
           candidates: Iterable[str] | None = None, spec: PlatformSpec | None = None,
-          histograms: bool = False, calibrated: bool = True) -> pd.DataFrame:
+          histograms: bool = False, calibrated: bool = True, draws: int = DEFAULT_DRAWS,
+          seed: int = 0, raw_samples: Mapping[str, Sequence[float]] | None = None
+          ) -> pd.DataFrame:
     """Step 2 of :func:`predict`: price replay counts with one estimator at an operating point.
 
     Parameters are those of :func:`predict`; ``counts`` come from :func:`replay_counts` at
@@ -191,6 +194,7 @@ def price(trace: Trace, profile: Profile, counts: dict[Residency, ReplayCounts],
     """
     check_compatible(trace, profile)
     ks = check_ks(ks, trace.model.n_experts)
+    draws = check_draws(draws)
     cands = select_candidates(candidates)
     if not calibrated:
         warnings.warn("no calibration trace given: the fill order comes from the evaluated trace, "
@@ -203,15 +207,65 @@ def price(trace: Trace, profile: Profile, counts: dict[Residency, ReplayCounts],
     df = compose(trace, use, costs, cands, histograms, ks=ks)
     df.attrs.update(cpu_threads=op.cpu_threads, gpu_share=op.gpu_share,
                     analytic=bool(profile.analytic))
+    _add_uncertainty(df, trace, profile, use, costs, cands, ks, draws, seed, raw_samples)
     return df
+
+
+def _add_uncertainty(df: pd.DataFrame, trace: Trace, profile: Profile,
+                     counts: dict[Residency, ReplayCounts], costs: LayerCosts,
+                     cands: Sequence[Candidate], ks: np.ndarray, draws: int, seed: int,
+                     raw_samples: Mapping[str, Sequence[float]] | None) -> None:
+    """The interval columns of :func:`predict` and ``df.attrs["uncertainty"]``
+    (:mod:`cope_core.estimate.uncertainty`)."""
+    rng = np.random.default_rng(seed)
+    drawn = None
+    if draws:
+        drawn = drawn_costs(profile, costs, df.attrs["cpu_threads"], df.attrs["gpu_share"],
+                            draws, rng, raw_samples)
+    shared_d = (None if drawn is None
+                else drawn.shared_per_prompt(trace.context, trace.prompt_start))
+    parts, per_k = [], {}
+    n = len(cands)
+    for ki in range(len(ks)):
+        block = df.iloc[ki * n:(ki + 1) * n]
+        point = list(block["prompt_tpot_us"])
+        full = None
+        if drawn is not None:
+            full = []
+            for cand in cands:
+                part = candidate_tpot(trace, counts, drawn, cand, ki, int(ks[ki]))
+                full.append(shared_d + part.experts + part.prefetch)
+        if draws:
+            frame, conf = intervals(trace, point, full, cands, draws, rng)
+            per_k[int(ks[ki])] = conf.to_dict()
+        else:
+            frame = pd.DataFrame({"tpot_lo_us": np.nan, "tpot_hi_us": np.nan,
+                                  "win_probability": np.nan,
+                                  "equivalent_to": equivalences(point, point, cands)})
+        parts.append(frame)
+    extra = pd.concat(parts, ignore_index=True)
+    for col in ("tpot_lo_us", "tpot_hi_us", "win_probability"):
+        df[col] = extra[col].to_numpy(np.float64)
+    df["equivalent_to"] = pd.Series([e if isinstance(e, str) else None
+                                     for e in extra["equivalent_to"]], dtype=object)
+    spread = ("none (analytic profile)" if profile.analytic
+              else "none (the roofline has no spread)" if costs.estimator == "hrm"
+              else "raw samples" if raw_samples
+              else "normal approximation from each row's median, IQR and sample count"
+              if drawn is not None else "none (every row has zero spread)")
+    df.attrs["uncertainty"] = {"draws": draws, "seed": int(seed), "level": LEVEL,
+                               "sources": ["prompts"] + (["profile"] if drawn is not None else []),
+                               "profile_spread": spread, "per_k": per_k}
 
 
 def predict(trace: Trace, profile: Profile, experts_per_layer: int | Sequence[int],
             calibration: Trace | None = None, cpu_threads: int | None = None,
             estimator: str = "cope", *, gpu_share: float | None = None,
             candidates: Sequence[str] | None = None, fill_by_id: bool = False,
-            spec: PlatformSpec | None = None, histograms: bool = False) -> pd.DataFrame:
-    """Predict every candidate's TPOT over ``trace`` with one estimator.
+            spec: PlatformSpec | None = None, histograms: bool = False,
+            draws: int = DEFAULT_DRAWS, seed: int = 0,
+            raw_samples: Mapping[str, Sequence[float]] | None = None) -> pd.DataFrame:
+    """Predict every candidate's TPOT over ``trace`` with one estimator, and how sure it is.
 
     The composition of :func:`replay_counts` (cache state, platform-independent) and
     :func:`price` (costs of one estimator at one operating point).
@@ -240,15 +294,28 @@ def predict(trace: Trace, profile: Profile, experts_per_layer: int | Sequence[in
         Peak numbers for ``hrm``; default: the profile's ``platform.spec``.
     histograms : bool
         Add a ``hist`` column (prompt x layer x hits counts).
+    draws : int
+        Bootstrap draws of the prompts and the profile's spread (0: none); see
+        :mod:`cope_core.estimate.uncertainty`.
+    seed : int
+        Seed of the draws (the same seed gives the same intervals).
+    raw_samples : mapping, optional
+        Raw profile samples (the JSON of ``cope profile --raw-samples``): drawn from these
+        instead of the median/IQR approximation.
 
     Returns
     -------
     pandas.DataFrame
         One row per (K, candidate) in candidate order: ``experts_per_layer, candidate, residency,
         execution, estimator, tpot_us, shared_us, experts_us, prefetch_us, hit_rate, prefetches,
-        prompt_tpot_us, prompt_hit_rate, prompt_prefetches, rank, winner``. Per-prompt columns hold
-        arrays in the order of ``df.attrs["prompts"]``; ``rank`` 1 is the winner at that K
-        (exact ties to the earlier candidate).
+        prompt_tpot_us, prompt_hit_rate, prompt_prefetches, rank, winner, tpot_lo_us,
+        tpot_hi_us, win_probability, equivalent_to``. Per-prompt columns hold arrays in the
+        order of ``df.attrs["prompts"]``; ``rank`` 1 is the winner at that K (exact ties to the
+        earlier candidate). ``tpot_lo_us``/``tpot_hi_us`` bound the 95 % percentile interval,
+        ``win_probability`` is the share of draws the candidate is fastest in (NaN for a
+        candidate ``equivalent_to`` an earlier one, which is not counted as a rival; all NaN
+        with ``draws=0``). ``df.attrs["uncertainty"]`` holds the settings and, per K, the
+        winner's confidence (:class:`cope_core.estimate.uncertainty.KConfidence`).
     """
     check_compatible(trace, profile, calibration)
     cands = select_candidates(candidates)
@@ -257,7 +324,8 @@ def predict(trace: Trace, profile: Profile, experts_per_layer: int | Sequence[in
     return price(trace, profile, counts, experts_per_layer, cpu_threads=cpu_threads,
                  gpu_share=gpu_share, estimator=estimator, candidates=[c.id for c in cands],
                  spec=spec, histograms=histograms,
-                 calibrated=calibration is not None or fill_by_id)
+                 calibrated=calibration is not None or fill_by_id, draws=draws, seed=seed,
+                 raw_samples=raw_samples)
 
 
 def profile_spec(profile: Profile) -> PlatformSpec | None:

@@ -1,0 +1,98 @@
+"""What ``cope predict`` and ``cope evaluate`` print: tables, JSON objects, per-K summaries."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from ..estimate.uncertainty import confidence_lines
+
+
+def _num(v: float) -> float | None:
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
+def prediction_json(df: pd.DataFrame) -> list[dict]:
+    """One object per (K, candidate) of a :func:`~cope_core.estimate.predict.predict` frame."""
+    prompts = df.attrs["prompts"]
+    out = []
+    for row in df.itertuples(index=False):
+        lo, hi = _num(row.tpot_lo_us), _num(row.tpot_hi_us)
+        out.append({
+            "candidate": row.candidate,
+            "residency": None if row.candidate == "layer_partition" else row.residency,
+            "execution": None if row.candidate == "layer_partition" else row.execution,
+            "experts_per_layer": int(row.experts_per_layer), "estimator": row.estimator,
+            "tpot_us": row.tpot_us, "tpot_ci_us": None if lo is None else [lo, hi],
+            "win_probability": _num(row.win_probability),
+            "equivalent_to": row.equivalent_to,
+            "shared_us": row.shared_us, "experts_us": row.experts_us,
+            "prefetch_us": row.prefetch_us, "hit_rate": row.hit_rate,
+            "prefetches": int(row.prefetches), "rank": int(row.rank),
+            "prompts": [{"prompt": int(p), "tpot_us": float(t), "hit_rate": float(h),
+                         "prefetches": int(n)}
+                        for p, t, h, n in zip(prompts, row.prompt_tpot_us, row.prompt_hit_rate,
+                                              row.prompt_prefetches)],
+        })
+    return out
+
+
+def _wins(r) -> str:
+    if r.equivalent_to:
+        return "= " + r.equivalent_to
+    return "" if not math.isfinite(r.win_probability) else f"{100 * r.win_probability:.0f} %"
+
+
+def format_table(df: pd.DataFrame) -> str:
+    """Every candidate at one K, fastest first, then the winner with its confidence."""
+    k = int(df["experts_per_layer"].iloc[0])
+    show = df.sort_values("tpot_us", kind="stable")
+    lines = [f"K = {k} experts per layer; interval: 95 % over draws of the prompts and the "
+             "profile's spread; wins: share of draws it is fastest in",
+             f"{'rank':>4}  {'candidate':<36}{'TPOT ms':>10}  {'95 % interval':<19}"
+             f"{'shared':>9}{'experts':>9}{'prefetch':>9}{'hit rate':>9}{'prefetches':>11}"
+             f"  wins"]
+    for r in show.itertuples(index=False):
+        ci = ("" if not math.isfinite(r.tpot_lo_us)
+              else f"[{r.tpot_lo_us / 1e3:.3f}, {r.tpot_hi_us / 1e3:.3f}]")
+        lines.append(f"{r.rank:>4}  {r.candidate:<36}{r.tpot_us / 1e3:>10.3f}  {ci:<19}"
+                     f"{r.shared_us / 1e3:>9.3f}{r.experts_us / 1e3:>9.3f}"
+                     f"{r.prefetch_us / 1e3:>9.3f}{r.hit_rate:>9.3f}{r.prefetches:>11}"
+                     f"  {_wins(r)}")
+    return "\n".join(lines + confidence_lines(df, k))
+
+
+def format_sweep(df: pd.DataFrame) -> str:
+    """The winner, the runner-up and the winner's win probability at each K."""
+    lines = [f"{'K':>4}  {'winner':<36}{'TPOT ms':>10}  {'runner-up':<36}{'margin':>8}"
+             f"{'wins':>7}"]
+    for k, sub in df.groupby("experts_per_layer", sort=True):
+        s = sub.sort_values("tpot_us", kind="stable")
+        w = s.iloc[0]
+        tail = f"  {'-':<36}{'':>8}"
+        if len(s) > 1:
+            ru = s.iloc[1]
+            tail = f"  {ru.candidate:<36}{(ru.tpot_us - w.tpot_us) / w.tpot_us * 100:>7.1f}%"
+        wins = "" if not math.isfinite(w.win_probability) else f"{100 * w.win_probability:.0f}%"
+        lines.append(f"{k:>4}  {w.candidate:<36}{w.tpot_us / 1e3:>10.3f}{tail}{wins:>7}")
+    return "\n".join(lines)
+
+
+def format_per_k(result: dict[str, Any]) -> str:
+    """Per cache size: the measured winner and each estimator's predicted winner (TPOT averaged
+    over prompts) and the MAPE of those averages."""
+    ests = [e for e, r in result.items() if r is not None]
+    lines = ["", "per K (TPOT averaged over prompts): measured winner; per estimator its "
+                 "predicted winner (= when it agrees) and MAPE %"]
+    first = result[ests[0]]["per_k"]
+    for i, row in enumerate(first):
+        where = " ".join(f"{k}={row[k]:g}" for k in ("K", "cpu_threads", "gpu_share") if k in row)
+        parts = []
+        for e in ests:
+            r = result[e]["per_k"][i]
+            parts.append(f"{e}: {'=' if r['agree'] else r['predicted']} {r['mape_pct']:.1f}%")
+        lines.append(f"  {where}: measured {row['measured']} | " + " | ".join(parts))
+    agree = {e: sum(r["agree"] for r in result[e]["per_k"]) for e in ests}
+    lines.append("  winner agreement: " + ", ".join(f"{e} {agree[e]}/{len(first)}" for e in ests))
+    return "\n".join(lines)

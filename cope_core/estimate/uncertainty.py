@@ -1,0 +1,250 @@
+"""How sure is a prediction: intervals, win probabilities and how much more trace would help
+(docs/design.md#uncertainty).
+
+Two sources are resampled together, ``B`` draws, seeded:
+
+* the evaluated trace's **prompts** — a bootstrap over prompts. Prompts are independent in the
+  replay, so resampling the per-prompt TPOTs is resampling the trace: no second replay;
+* the **profile's measured spread** — every row's cost drawn from the sampling distribution of
+  its median (from the row's raw samples when they are given, else a normal distribution with
+  the median, and the standard error ``sqrt(pi / 2) * (IQR / 1.349) / sqrt(samples)`` that a
+  median of that many normal samples has). Rows the profiler timed once for several keys
+  (:func:`cope_core.profile.data.same_schedule`) share a draw, and every candidate prices a draw
+  with the same row costs, so comparisons between candidates are paired. Analytic profiles have
+  no spread and contribute nothing.
+
+TPOT is linear in the row costs once the histograms are known (the cost-selected split stays
+the one the medians chose), so all draws are priced by array arithmetic
+(:func:`cope_core.estimate.predict.candidate_tpot` on costs with a leading draw dimension).
+``scipy.stats.bootstrap`` does not serve here: its resamples cannot carry the paired profile
+draws, so the two are drawn with one numpy generator.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from ..errors import CopeInputError
+from ..matrix import Candidate
+from ..profile.data import Profile, ProfileKey, same_schedule
+from ..trace.data import Trace
+from .costs import LayerCosts, atomic_costs, cope_costs
+
+DEFAULT_DRAWS = 1000
+LEVEL = 0.95
+#: win probability below which ``cope predict`` estimates the prompts that would reach it
+CONFIDENT = 0.90
+#: standard error of a median of n normal samples is sqrt(pi / 2) sigma / sqrt(n); IQR = 1.349 sigma
+_MEDIAN_SE_PER_IQR = math.sqrt(math.pi / 2) / 1.349
+
+
+def check_draws(draws: object) -> int:
+    """``draws`` as a whole number >= 0 (0 turns the bootstrap off)."""
+    if isinstance(draws, bool) or not isinstance(draws, (int, np.integer)) or draws < 0:
+        raise CopeInputError(f"expected a whole number >= 0, got {draws!r}", field="--draws")
+    return int(draws)
+
+
+def raw_key(key: ProfileKey, threads: int, share: float) -> str:
+    """The key of a row in a ``--raw-samples`` JSON file (written by ``cope profile``)."""
+    return "|".join(map(str, (*key, threads, share)))
+
+
+def row_draws(rows: pd.DataFrame, top_k: int, draws: int, rng: np.random.Generator,
+              raw_samples: Mapping[str, Sequence[float]] | None = None) -> np.ndarray | None:
+    """``B`` draws of every row's cost, shape ``(rows, B)``; None when no row has a spread.
+
+    Parameters
+    ----------
+    rows : DataFrame
+        One operating point's rows (``Profile.operating_point_rows``).
+    raw_samples : mapping, optional
+        Raw samples by :func:`raw_key`; a row found there is drawn as the median of a bootstrap
+        resample of its samples, the others from the normal approximation.
+    """
+    keys = [ProfileKey(*k) for k in rows[list(ProfileKey._fields)].itertuples(index=False)]
+    pos = {k: i for i, k in enumerate(keys)}
+    canon = np.array([pos.get(same_schedule(k, top_k), i) for i, k in enumerate(keys)])
+    med = rows["median_us"].to_numpy(np.float64)
+    iqr = np.maximum(rows["p75_us"].to_numpy(np.float64) - rows["p25_us"].to_numpy(np.float64),
+                     0.0)
+    n = np.maximum(rows["samples"].to_numpy(np.float64), 1.0)
+    se = _MEDIAN_SE_PER_IQR * iqr / np.sqrt(n)
+    threads, share = int(rows["cpu_threads"].iloc[0]), float(rows["gpu_share"].iloc[0])
+    raw = {}
+    for i in np.unique(canon):
+        samples = (raw_samples or {}).get(raw_key(keys[i], threads, share))
+        if samples is not None and len(samples) > 1:
+            raw[int(i)] = np.asarray(samples, np.float64)
+    if not raw and not (se > 0).any():
+        return None
+    out = med[:, None] + rng.standard_normal((len(keys), draws)) * se[:, None]
+    for i, samples in raw.items():
+        pick = rng.integers(0, samples.size, (draws, samples.size))
+        out[i] = np.median(samples[pick], axis=1)
+    out = out[canon]                    # rows timed once share their draw
+    return np.maximum(out, 0.0)
+
+
+def drawn_costs(profile: Profile, costs: LayerCosts, cpu_threads: int, gpu_share: float,
+                draws: int, rng: np.random.Generator,
+                raw_samples: Mapping[str, Sequence[float]] | None = None) -> LayerCosts | None:
+    """``costs`` re-priced under ``B`` draws of the profile (leading draw dimension), or None
+    when there is nothing to draw (an analytic profile, zero spread, or the roofline)."""
+    if costs.estimator not in ("cope", "atomic") or profile.analytic:
+        return None
+    rows, layout = profile.operating_point_rows(cpu_threads, gpu_share)
+    values = row_draws(rows, profile.model.top_k, draws, rng, raw_samples)
+    if values is None:
+        return None
+    op = layout.take(values)
+    build = cope_costs if costs.estimator == "cope" else atomic_costs
+    return build(op, costs.split)
+
+
+@dataclass(frozen=True)
+class KConfidence:
+    """How sure the pick is at one K: the point-estimate winner, its win probability, the
+    strongest rival, and (below :data:`CONFIDENT`) about how many prompts of trace would reach
+    it, from how the leading difference's prompt variance shrinks as 1/n while the profile's part
+    stays; ``unreachable`` says why no number of prompts would (``"tie"``: the two are equal on
+    this trace; ``"profile"``: the profile's own spread is wider than the gap). ``gap_us`` is the
+    contender's mean TPOT minus the winner's."""
+
+    winner: str
+    win_probability: float
+    contender: str | None
+    contender_probability: float
+    prompts: int
+    prompts_for_confidence: int | None
+    unreachable: str | None
+    gap_us: float
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def equivalences(point: list[np.ndarray], full: list[np.ndarray],
+                 candidates: Sequence[Candidate]) -> list[str | None]:
+    """Per candidate, the first earlier candidate whose per-prompt TPOTs equal its own at every
+    prompt and in every draw (it is the same policy on this trace and platform), else None."""
+    out: list[str | None] = [None] * len(candidates)
+    for i in range(len(candidates)):
+        for j in range(i):
+            if out[j] is None and np.array_equal(point[i], point[j]) \
+                    and np.array_equal(full[i], full[j]):
+                out[i] = candidates[j].id
+                break
+    return out
+
+
+def _resampled_means(t: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Mean over each draw's resampled prompts: ``t`` is (P,) or (B, P), ``idx`` (B, P)."""
+    if t.ndim == 1:
+        return t[idx].mean(axis=1)
+    return np.take_along_axis(t, idx, axis=1).mean(axis=1)
+
+
+def intervals(trace: Trace, point: list[np.ndarray],
+              drawn: list[np.ndarray] | None, candidates: Sequence[Candidate], draws: int,
+              rng: np.random.Generator) -> tuple[pd.DataFrame, KConfidence]:
+    """Interval, win probability and equivalence of every candidate at one K.
+
+    Parameters
+    ----------
+    point : list of ndarray (P,)
+        Each candidate's per-prompt TPOT at the profile's medians (candidate order).
+    drawn : list of ndarray (B, P), optional
+        The same under the profile draws (None: the profile has no spread).
+
+    Returns
+    -------
+    (DataFrame, KConfidence)
+        ``tpot_lo_us, tpot_hi_us, win_probability, equivalent_to`` per candidate, and the
+        winner's confidence.
+    """
+    P = trace.n_prompts
+    idx = rng.integers(0, P, (draws, P))
+    lo_q, hi_q = 50 * (1 - LEVEL), 50 * (1 + LEVEL)
+    full = drawn if drawn is not None else point
+    equivalent = equivalences(point, full, candidates)
+    means = np.stack([_resampled_means(full[i], idx) for i in range(len(candidates))], axis=1)
+    lo, hi = np.percentile(means, [lo_q, hi_q], axis=0)
+    rivals = [i for i, e in enumerate(equivalent) if e is None]
+    wins = np.bincount(np.argmin(means[:, rivals], axis=1), minlength=len(rivals)) / draws
+    prob = np.full(len(candidates), np.nan)
+    prob[rivals] = wins
+    frame = pd.DataFrame({"tpot_lo_us": lo, "tpot_hi_us": hi, "win_probability": prob,
+                          "equivalent_to": equivalent})
+    return frame, _confidence(point, drawn, candidates, rivals, prob, idx, P)
+
+
+def _confidence(point, drawn, candidates, rivals, prob, idx, P) -> KConfidence:
+    tpot = np.array([p.mean() for p in point])
+    w = min(rivals, key=lambda i: (tpot[i], i))      # the point-estimate winner (tie rule)
+    others = [i for i in rivals if i != w]
+    if not others:
+        return KConfidence(candidates[w].id, float(prob[w]), None, 0.0, P, None, None, 0.0)
+    c = max(others, key=lambda i: (prob[i], -tpot[i], -i))
+    p_win = float(prob[w])
+    d = point[c] - point[w]                           # per prompt: how much the winner gains
+    needed, why = None, None
+    if p_win < CONFIDENT:
+        v_prompt = float(np.var(d[idx].mean(axis=1)))
+        v_profile = 0.0 if drawn is None else float(np.var((drawn[c] - drawn[w]).mean(axis=1)))
+        room = (d.mean() / stats.norm.ppf(CONFIDENT)) ** 2 - v_profile
+        if d.mean() <= 0:
+            why = "tie"
+        elif room > 0 and v_prompt > 0:
+            needed = max(P + 1, math.ceil(v_prompt * P / room))
+        else:
+            why = "profile"
+    return KConfidence(candidates[w].id, p_win, candidates[c].id, float(prob[c]), P, needed,
+                       why, float(d.mean()))
+
+
+def _pct(p: float) -> str:
+    return f"{100 * p:.0f} %"
+
+
+def confidence_lines(df: pd.DataFrame, experts_per_layer: int) -> list[str]:
+    """The winner at one K of a :func:`~cope_core.estimate.predict.predict` frame, with its
+    interval, how often it wins, the strongest rival and, when below :data:`CONFIDENT`, how much
+    more trace would settle it (the lines ``cope predict`` prints and the app shows)."""
+    sub = df[df["experts_per_layer"] == experts_per_layer]
+    ranked = sub.sort_values("rank")
+    w = ranked.iloc[0]
+    conf = df.attrs.get("uncertainty", {}).get("per_k", {}).get(int(experts_per_layer))
+    if conf is None or not np.isfinite(w["tpot_lo_us"]):
+        lines = [f"winner: {w.candidate} {w.tpot_us / 1e3:.3f} ms/token (no interval: the "
+                 f"bootstrap is off, --draws 0)"]
+    else:
+        line = (f"winner: {w.candidate} {w.tpot_us / 1e3:.3f} ms/token "
+                f"[{w.tpot_lo_us / 1e3:.3f}, {w.tpot_hi_us / 1e3:.3f}], wins "
+                f"{_pct(conf['win_probability'])} of draws")
+        if conf["contender"] is not None and conf["contender_probability"] > 0:
+            line += f"; contender {conf['contender']} {_pct(conf['contender_probability'])}"
+        lines = [line]
+        if conf["win_probability"] < CONFIDENT and conf["contender"] is not None:
+            if conf["prompts_for_confidence"] is not None:
+                lines.append(f"  about {conf['prompts_for_confidence']} prompts of trace (this "
+                             f"one has {conf['prompts']}) would make it {_pct(CONFIDENT)}")
+            elif conf["unreachable"] == "tie":
+                lines.append(f"  no number of prompts would make it {_pct(CONFIDENT)}: the two "
+                             "cost the same on this trace")
+            else:
+                lines.append(f"  no number of prompts would make it {_pct(CONFIDENT)}: the "
+                             f"profile's own spread is wider than the {conf['gap_us'] / 1e3:.3f} "
+                             "ms/token gap (re-profile with a longer --min-time)")
+    if len(ranked) > 1:
+        ru = ranked.iloc[1]
+        margin = (ru.tpot_us - w.tpot_us) / w.tpot_us * 100
+        same = f", the same policy here as {ru.equivalent_to}" if ru.equivalent_to else ""
+        lines.append(f"runner-up: {ru.candidate} {ru.tpot_us / 1e3:.3f} ms/token "
+                     f"(+{margin:.1f}%{same})")
+    return lines
