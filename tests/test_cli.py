@@ -885,7 +885,8 @@ def test_evaluate_exact_mape_with_per_prompt_factors(capsys, pipeline, tmp_path)
     assert cope["pairs"] == 3 * 13
     for est in ("atomic", "hrm"):
         r = res[est]
-        assert set(r) == {"mape_pct", "spearman", "top1", "top3", "pairs"}
+        assert set(r) == {"mape_pct", "spearman", "top1", "top3", "pairs", "top1_within_noise",
+                          "top1_cells", "regret_pct", "interval_coverage"}
         assert r["pairs"] == 39 and r["top1"][1] == 3 and r["top3"][1] == 9
         assert np.isfinite(r["mape_pct"]) and -1 <= r["spearman"] <= 1
 

@@ -17,7 +17,7 @@ from ..geometry import CATALOG, GIB, get_model
 from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
 from ..platforms import resolve_platform
 from ..profile.data import read_raw_samples
-from .report import format_per_k, format_sweep, format_table, prediction_json
+from .report import format_evaluation, format_per_k, format_sweep, format_table, prediction_json
 
 
 # --- matrix / models / vram ---------------------------------------------------------------------
@@ -211,7 +211,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     trace, profile, cal, spec = _load(args)
     meas = parquet_io.read_measurements(args.measurements)
     per_k = getattr(args, "per_k", False)
-    scores = evaluate(trace, profile, meas, cal, spec=spec, cpu_threads=args.cpu_threads)
+    scores = evaluate(trace, profile, meas, cal, spec=spec, cpu_threads=args.cpu_threads,
+                      draws=check_draws(args.draws), seed=args.seed)
     result: dict[str, Any] = {est: ev.to_dict(per_k) for est, ev in scores.items()}
     if "hrm" not in scores:
         result["hrm"] = None
@@ -220,12 +221,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
         return 0
-    print(f"{'estimator':<10}{'MAPE %':>9}{'Spearman':>10}{'top-1':>10}{'top-3':>10}{'pairs':>8}")
-    for est, r in result.items():
-        if r is None:
-            continue
-        print(f"{est:<10}{r['mape_pct']:>9.2f}{r['spearman']:>10.3f}"
-              f"{r['top1'][0]:>6}/{r['top1'][1]:<3}{r['top3'][0]:>6}/{r['top3'][1]:<3}{r['pairs']:>8}")
+    print(format_evaluation(result))
     if per_k:
         print(format_per_k(result))
     return 0

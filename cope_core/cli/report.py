@@ -79,20 +79,50 @@ def format_sweep(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def format_evaluation(result: dict[str, Any]) -> str:
+    """One line per estimator: regret and tie-aware top-1 (per cell) beside MAPE, Spearman and
+    the paper's strict per-prompt top-1 and top-3."""
+    lines = [f"{'estimator':<10}{'MAPE %':>7}{'regret % mean/max':>19}{'top-1 in noise':>16}"
+             f"{'Spearman':>10}{'top-1':>10}{'top-3':>10}{'coverage':>10}{'pairs':>7}"]
+    for est, r in result.items():
+        if r is None:
+            continue
+        reg = r["regret_pct"]
+        noise = f"{r['top1_within_noise'][0]}/{r['top1_within_noise'][1]} cells"
+        cov = "-" if r["interval_coverage"] is None else f"{100 * r['interval_coverage']:.0f} %"
+        rho = "-" if r["spearman"] is None or not math.isfinite(r["spearman"]) \
+            else f"{r['spearman']:.3f}"
+        lines.append(f"{est:<10}{r['mape_pct']:>7.2f}{reg['mean']:>11.2f} / {reg['max']:<5.2f}"
+                     f"{noise:>16}{rho:>10}{r['top1'][0]:>6}/{r['top1'][1]:<3}"
+                     f"{r['top3'][0]:>6}/{r['top3'][1]:<3}{cov:>10}{r['pairs']:>7}")
+    lines.append("regret: how much slower the predicted winner measured than the measured "
+                 "winner, per cell (K, threads, GPU share); top-1 in noise: the predicted winner "
+                 "is among the candidates that measured within noise of the fastest; top-1, "
+                 "top-3: per prompt, strict; coverage: measured TPOT inside the predicted 95 % "
+                 "interval")
+    return "\n".join(lines)
+
+
 def format_per_k(result: dict[str, Any]) -> str:
-    """Per cache size: the measured winner and each estimator's predicted winner (TPOT averaged
-    over prompts) and the MAPE of those averages."""
+    """Per cell: the measured winner (and the candidates tied with it within noise), and per
+    estimator its predicted winner, regret and the MAPE of the prompt-mean TPOTs."""
     ests = [e for e, r in result.items() if r is not None]
-    lines = ["", "per K (TPOT averaged over prompts): measured winner; per estimator its "
-                 "predicted winner (= when it agrees) and MAPE %"]
+    lines = ["", "per cell (TPOT averaged over prompts): measured winner [tied within noise]; "
+                 "per estimator its predicted winner (= when it agrees, ~ when tied), regret "
+                 "and MAPE %"]
     first = result[ests[0]]["per_k"]
     for i, row in enumerate(first):
         where = " ".join(f"{k}={row[k]:g}" for k in ("K", "cpu_threads", "gpu_share") if k in row)
+        tied = [c for c in row.get("measured_tied", []) if c != row["measured"]]
         parts = []
         for e in ests:
             r = result[e]["per_k"][i]
-            parts.append(f"{e}: {'=' if r['agree'] else r['predicted']} {r['mape_pct']:.1f}%")
-        lines.append(f"  {where}: measured {row['measured']} | " + " | ".join(parts))
+            mark = "=" if r["agree"] else ("~ " + r["predicted"] if r.get("within_noise")
+                                           else r["predicted"])
+            parts.append(f"{e}: {mark} regret {r.get('regret_pct', float('nan')):.1f}% "
+                         f"MAPE {r['mape_pct']:.1f}%")
+        lines.append(f"  {where}: measured {row['measured']}"
+                     + (f" [{', '.join(tied)}]" if tied else "") + " | " + " | ".join(parts))
     agree = {e: sum(r["agree"] for r in result[e]["per_k"]) for e in ests}
     lines.append("  winner agreement: " + ", ".join(f"{e} {agree[e]}/{len(first)}" for e in ests))
     return "\n".join(lines)

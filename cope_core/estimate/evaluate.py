@@ -18,44 +18,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..errors import CopeInputError
-from ..matrix import CANDIDATE_IDS, residencies_of
+from ..matrix import residencies_of
 from ..platforms import PlatformSpec
 from ..profile.data import Profile
 from ..trace.data import Trace
 from .metrics import Accuracy, accuracy, winners_by_k
+from .noise import CELL, measured_cells, median_over_trials
 from .predict import check_compatible, price, profile_spec, replay_counts
-
-#: The columns that name a measurement cell.
-CELL = ["K", "cpu_threads", "gpu_share"]
-_TIE = {c: i for i, c in enumerate(CANDIDATE_IDS)}
-
-
-def median_over_trials(table: pd.DataFrame) -> pd.DataFrame:
-    """Measured TPOT per (cell, candidate, prompt): the median over trials.
-
-    Returns
-    -------
-    DataFrame
-        ``K, cpu_threads, gpu_share, candidate, prompt, measured_us`` (the cell columns only
-        where ``table`` has them).
-    """
-    keys = [c for c in CELL if c in table.columns] + ["candidate", "prompt"]
-    return (table.groupby(keys, as_index=False, sort=True)["tpot_us"].median()
-            .rename(columns={"tpot_us": "measured_us"}))
+from .uncertainty import DEFAULT_DRAWS, check_draws
 
 
 def measured_tpot(table: pd.DataFrame) -> pd.DataFrame:
     """Measured TPOT per (cell, candidate): the mean over prompts of the medians over trials,
-    in cell order and, within a cell, candidate order."""
-    med = median_over_trials(table)
-    keys = [c for c in CELL if c in med.columns]
-    out = med.groupby(keys + ["candidate"], as_index=False, sort=True)["measured_us"].mean()
-    out["_o"] = out["candidate"].map(_TIE)
-    return (out.sort_values(keys + ["_o"]).drop(columns="_o")
-            .rename(columns={"measured_us": "tpot_us"}).reset_index(drop=True))
+    in cell order and, within a cell, candidate order (``tpot_us``)."""
+    return measured_cells(table, draws=0)[CELL + ["candidate", "tpot_us"]]
 
 
 def measured_winners(table: pd.DataFrame) -> pd.DataFrame:
@@ -66,11 +46,8 @@ def measured_winners(table: pd.DataFrame) -> pd.DataFrame:
     DataFrame
         ``K, cpu_threads, gpu_share, candidate, tpot_us``: one row per cell.
     """
-    means = measured_tpot(table)
-    keys = [c for c in CELL if c in means.columns]
-    # measured_tpot is in candidate order within a cell, so a stable sort keeps ties in order
-    best = means.sort_values(keys + ["tpot_us"], kind="stable")
-    return best.groupby(keys, sort=True).head(1).reset_index(drop=True)
+    cells = measured_cells(table, draws=0)
+    return cells[cells["winner"]][CELL + ["candidate", "tpot_us"]].reset_index(drop=True)
 
 
 def pair_up(prediction: pd.DataFrame, measurements: pd.DataFrame,
@@ -78,11 +55,17 @@ def pair_up(prediction: pd.DataFrame, measurements: pd.DataFrame,
     """Join one cell's per-prompt predictions with the medians over trials of its measurements.
 
     Returns ``prompt, candidate, predicted_us, measured_us`` for the (prompt, candidate) pairs
-    both sides have."""
+    both sides have, with the candidate's predicted interval (``predicted_lo_us``,
+    ``predicted_hi_us``) and ``win_probability`` when the prediction has them."""
     rows = [(int(pid), cand, float(v))
             for cand, values in zip(prediction["candidate"], prediction["prompt_tpot_us"])
             for pid, v in zip(prompt_ids, values)]
     pred = pd.DataFrame(rows, columns=["prompt", "candidate", "predicted_us"])
+    extra = [c for c in ("tpot_lo_us", "tpot_hi_us", "win_probability") if c in prediction]
+    if extra:   # the candidate's interval over the trace, on each of its rows
+        pred = pred.merge(prediction[["candidate", *extra]].rename(
+            columns={"tpot_lo_us": "predicted_lo_us", "tpot_hi_us": "predicted_hi_us"}),
+            on="candidate", how="left")
     meas = median_over_trials(measurements[["candidate", "prompt", "tpot_us"]])
     return pred.merge(meas, on=["prompt", "candidate"], how="inner")
 
@@ -113,7 +96,8 @@ def default_estimators(profile: Profile, spec: PlatformSpec | None = None) -> li
 def evaluation_pairs(trace: Trace, profile: Profile, measurements: Any,
                      calibration: Trace | None = None, *,
                      estimators: Sequence[str] = ("cope",), spec: PlatformSpec | None = None,
-                     cpu_threads: int | None = None) -> dict[str, pd.DataFrame]:
+                     cpu_threads: int | None = None, draws: int = DEFAULT_DRAWS,
+                     seed: int = 0) -> dict[str, pd.DataFrame]:
     """Every measured (cell, prompt, candidate) with each estimator's prediction for it.
 
     Each cell is predicted at its own K and operating point for the candidates measured there;
@@ -123,8 +107,9 @@ def evaluation_pairs(trace: Trace, profile: Profile, measurements: Any,
     -------
     dict of str to DataFrame
         Per estimator: ``prompt, candidate, predicted_us, measured_us, K, cpu_threads,
-        gpu_share``. Measured pairs whose prompt id is not in the trace are left out, with a
-        warning that counts them.
+        gpu_share`` and, with ``draws``, the candidate's predicted interval and win probability
+        in its cell (:func:`pair_up`). Measured pairs whose prompt id is not in the trace are
+        left out, with a warning that counts them.
     """
     _check_measurements(trace, measurements)
     check_compatible(trace, profile, calibration)
@@ -139,7 +124,7 @@ def evaluation_pairs(trace: Trace, profile: Profile, measurements: Any,
             for est in estimators:
                 df = price(trace, profile, counts, int(k), cpu_threads=int(threads),
                            gpu_share=float(share), estimator=est, candidates=cands, spec=spec,
-                           calibrated=calibrated)
+                           calibrated=calibrated, draws=draws, seed=seed)
                 calibrated = True  # the fill warning once per evaluation, not per cell
                 p = pair_up(df, grp, df.attrs["prompts"])
                 p["K"], p["cpu_threads"], p["gpu_share"] = int(k), int(threads), float(share)
@@ -153,34 +138,99 @@ def evaluation_pairs(trace: Trace, profile: Profile, measurements: Any,
 
 
 @dataclass(frozen=True)
+class NoiseScore:
+    """What one estimator's picks cost against noisy measurements (docs/design.md,
+    "Noise-aware evaluation"): ``top1_within_noise`` and ``top1_cells`` are (cells whose
+    predicted winner is in the measured-tied set / is the measured winner, cells);
+    ``regret_pct`` the mean and max over cells of how much slower the predicted winner measured
+    than the measured winner; ``interval_coverage`` the share of (cell, candidate) whose measured
+    TPOT lies in the predicted 95 % interval (None for analytic profiles or without draws)."""
+
+    top1_within_noise: tuple[int, int]
+    top1_cells: tuple[int, int]
+    regret_mean_pct: float
+    regret_max_pct: float
+    interval_coverage: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"top1_within_noise": list(self.top1_within_noise),
+                "top1_cells": list(self.top1_cells),
+                "regret_pct": {"mean": self.regret_mean_pct, "max": self.regret_max_pct},
+                "interval_coverage": self.interval_coverage}
+
+
+@dataclass(frozen=True)
 class Evaluation:
     """One estimator scored against measurements: the accuracy over (prompt, candidate) pairs,
-    the winner per cell, and the pairs themselves."""
+    the winner per cell (with regret and the tie test when measured cells are given), the
+    noise-aware scores and the pairs themselves."""
 
     estimator: str
     accuracy: Accuracy
     per_k: list[dict] = field(default_factory=list)
     pairs: pd.DataFrame | None = field(default=None, compare=False, repr=False)
+    noise: NoiseScore | None = None
 
     def to_dict(self, per_k: bool = False) -> dict[str, Any]:
         """The JSON of ``cope evaluate`` for this estimator."""
         d = self.accuracy.to_dict() | {"pairs": self.accuracy.pairs}
+        if self.noise is not None:
+            d |= self.noise.to_dict()
         if per_k:
             d["per_k"] = self.per_k
         return d
 
 
-def score(pairs: dict[str, pd.DataFrame]) -> dict[str, Evaluation]:
-    """:class:`Evaluation` of each estimator's pairs."""
-    return {est: Evaluation(est, accuracy(p, est), winners_by_k(p, est), p)
-            for est, p in pairs.items()}
+def _noise(per_k: list[dict], pairs: pd.DataFrame, measured: pd.DataFrame,
+           intervals: bool) -> NoiseScore:
+    """Add regret and the tie test to each cell of ``per_k`` and score them."""
+    cells = measured.set_index(CELL + ["candidate"])
+    regrets, within, agree = [], 0, 0
+    for row in per_k:
+        key = tuple(row[c] for c in CELL)
+        cell = cells.loc[key]
+        best = cell.index[cell["winner"].to_numpy()][0]
+        row["regret_pct"] = float(100 * (cell.loc[row["predicted"], "tpot_us"]
+                                         / cell.loc[best, "tpot_us"] - 1))
+        row["measured_tied"] = [c for c in cell.index if cell.loc[c, "tied"]]
+        row["within_noise"] = bool(cell.loc[row["predicted"], "tied"])
+        row["measured_tpot_ci_us"] = [_finite(cell.loc[best, "tpot_lo_us"]),
+                                      _finite(cell.loc[best, "tpot_hi_us"])]
+        regrets.append(row["regret_pct"])
+        within += row["within_noise"]
+        agree += row["agree"]
+    coverage = None
+    if intervals and "predicted_lo_us" in pairs and pairs["predicted_lo_us"].notna().all():
+        pred = pairs.groupby(CELL + ["candidate"])[["predicted_lo_us", "predicted_hi_us"]].first()
+        j = pred.join(cells["tpot_us"], how="inner")
+        coverage = float(((j["predicted_lo_us"] <= j["tpot_us"])
+                          & (j["tpot_us"] <= j["predicted_hi_us"])).mean())
+    return NoiseScore((within, len(per_k)), (agree, len(per_k)), float(np.mean(regrets)),
+                      float(np.max(regrets)), coverage)
+
+
+def _finite(v: float) -> float | None:
+    return float(v) if np.isfinite(v) else None
+
+
+def score(pairs: dict[str, pd.DataFrame], measured: pd.DataFrame | None = None, *,
+          intervals: bool = True) -> dict[str, Evaluation]:
+    """:class:`Evaluation` of each estimator's pairs; with ``measured``
+    (:func:`cope_core.estimate.noise.measured_cells`) also the noise-aware scores
+    (``intervals``: whether predicted intervals are meaningful, i.e. not an analytic profile)."""
+    out = {}
+    for est, p in pairs.items():
+        per_k = winners_by_k(p, est)
+        noise = None if measured is None else _noise(per_k, p, measured, intervals)
+        out[est] = Evaluation(est, accuracy(p, est), per_k, p, noise)
+    return out
 
 
 def evaluate(trace: Trace, profile: Profile, measurements: Any,
              calibration: Trace | None = None, *, estimators: Sequence[str] | None = None,
-             spec: PlatformSpec | None = None,
-             cpu_threads: int | None = None) -> dict[str, Evaluation]:
-    """Score estimators against measured TPOT.
+             spec: PlatformSpec | None = None, cpu_threads: int | None = None,
+             draws: int = DEFAULT_DRAWS, seed: int = 0) -> dict[str, Evaluation]:
+    """Score estimators against measured TPOT, strictly and within the measurement noise.
 
     Parameters
     ----------
@@ -194,15 +244,20 @@ def evaluate(trace: Trace, profile: Profile, measurements: Any,
         Roofline peaks for ``hrm`` (default: the profile's).
     cpu_threads : int, optional
         Score only the measurements at this thread count.
+    draws, seed : int
+        Bootstrap draws (and their seed) of the predicted and measured intervals and of the tie
+        test; 0 leaves intervals out and ties only exact equality.
 
     Returns
     -------
     dict of str to Evaluation
     """
     _check_measurements(trace, measurements)
-    _selected(measurements, cpu_threads)
+    table = _selected(measurements, cpu_threads)
+    draws = check_draws(draws)
     if estimators is None:
         estimators = default_estimators(profile, spec)
     pairs = evaluation_pairs(trace, profile, measurements, calibration, estimators=estimators,
-                             spec=spec, cpu_threads=cpu_threads)
-    return score(pairs)
+                             spec=spec, cpu_threads=cpu_threads, draws=draws, seed=seed)
+    measured = measured_cells(table, draws=draws, seed=seed)
+    return score(pairs, measured, intervals=draws > 0 and not profile.analytic)
