@@ -32,7 +32,6 @@ from scipy import stats
 from ..errors import CopeInputError
 from ..matrix import Candidate
 from ..profile.data import Profile, ProfileKey, same_schedule
-from ..trace.data import Trace
 from .costs import LayerCosts, atomic_costs, cope_costs
 
 DEFAULT_DRAWS = 1000
@@ -150,7 +149,7 @@ def _resampled_means(t: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.take_along_axis(t, idx, axis=1).mean(axis=1)
 
 
-def intervals(trace: Trace, point: list[np.ndarray],
+def intervals(point: list[np.ndarray],
               drawn: list[np.ndarray] | None, candidates: Sequence[Candidate], draws: int,
               rng: np.random.Generator) -> tuple[pd.DataFrame, KConfidence]:
     """Interval, win probability and equivalence of every candidate at one K.
@@ -168,7 +167,7 @@ def intervals(trace: Trace, point: list[np.ndarray],
         ``tpot_lo_us, tpot_hi_us, win_probability, equivalent_to`` per candidate, and the
         winner's confidence.
     """
-    P = trace.n_prompts
+    P = point[0].shape[-1]
     idx = rng.integers(0, P, (draws, P))
     lo_q, hi_q = 50 * (1 - LEVEL), 50 * (1 + LEVEL)
     full = drawn if drawn is not None else point
@@ -180,7 +179,7 @@ def intervals(trace: Trace, point: list[np.ndarray],
     prob = np.full(len(candidates), np.nan)
     prob[rivals] = wins
     frame = pd.DataFrame({"tpot_lo_us": lo, "tpot_hi_us": hi, "win_probability": prob,
-                          "equivalent_to": equivalent})
+                          "equivalent_to": pd.Series(equivalent, dtype=object)})
     return frame, _confidence(point, drawn, candidates, rivals, prob, idx, P)
 
 
