@@ -550,3 +550,36 @@ def test_shipped_example_deepseek(capsys):
     assert not re.search(pattern, "blk.21.ffn_down_exps.weight")
     assert not re.search(pattern, "blk.0.ffn_down.weight")
     assert layer_plan(CATALOG["deepseek-v2-lite"], 16).n_cpu == 20
+
+
+def test_policy_carries_the_interval_and_confidence(tmp_path):
+    from tiny import tiny_profile, tiny_trace
+
+    from cope_core.export import build_policy, read_policy, render, write_policy
+    tr = tiny_trace()
+    policy = build_policy(tr, tiny_profile(), tr, experts_per_layer=2)
+    df = predict(tr, tiny_profile(), 2, calibration=tr)
+    row = df[df["candidate"] == policy.candidate].iloc[0]
+    assert policy.interval_us() == pytest.approx((row.tpot_lo_us, row.tpot_hi_us))
+    assert policy.win_probability() == pytest.approx(row.win_probability)
+    write_policy(policy, tmp_path / "p.json")
+    back = read_policy(tmp_path / "p.json")
+    assert back.interval_us() == policy.interval_us()
+    assert back.confidence["draws"] == 1000 and back.confidence["sources"] == ["prompts",
+                                                                                "profile"]
+    for fmt in ("llama.cpp", "ktransformers", "vllm"):
+        text = render(back, fmt).text
+        lo, hi = policy.interval_us()
+        assert f"# 95 % interval [{lo / 1e3:.3f} ms, {hi / 1e3:.3f} ms]/token" in text
+    # a record written before the confidence existed still reads, with nothing to say
+    import json
+    data = json.loads((tmp_path / "p.json").read_text())
+    del data["confidence"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(data))
+    assert read_policy(old).interval_us() is None
+    assert "95 % interval" not in render(read_policy(old), "llama.cpp").text
+    data["confidence"] = {"tpot_ci_us": {policy.candidate: [5.0, 1.0]}}
+    old.write_text(json.dumps(data))
+    with pytest.raises(CopeInputError, match="confidence.tpot_ci_us"):
+        read_policy(old)

@@ -81,6 +81,7 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
     chosen = None if candidate == "best" else get_candidate(candidate).id
 
     tables: dict[str, dict[str, float] | None] = {}
+    confidence: dict = {}
     notes: dict[str, str] = {}
     attrs: dict = {}
     if spec is None:
@@ -105,6 +106,8 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
                        calibrated=calibration is not None or fill_by_id)
         tables[est] = {row.candidate: float(row.tpot_us) for row in df.itertuples(index=False)}
         attrs = attrs or dict(df.attrs)
+        if est == "cope":
+            confidence = _confidence(df)
     if chosen is None:
         chosen = min(tables["cope"].items(), key=lambda kv: kv[1])[0]  # first of exact ties
 
@@ -125,7 +128,25 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
         trace={"source": trace.source, "prompts": trace.n_prompts, "tokens": trace.n_tokens},
         provenance={"inputs": inputs, "tool": TOOL, "version": __version__,
                     "created": created or datetime.now(UTC).isoformat(timespec="seconds")},
+        confidence=confidence,
     )
+
+
+def _confidence(df) -> dict:
+    """The cope.policy/1 ``confidence`` of COPE's prediction frame at one K."""
+    u = df.attrs.get("uncertainty", {})
+    if not u.get("draws"):
+        return {"draws": 0}
+    conf = next(iter(u["per_k"].values()))
+    rows = list(df.itertuples(index=False))
+    return {"draws": u["draws"], "seed": u["seed"], "level": u["level"],
+            "sources": list(u["sources"]), "profile_spread": u["profile_spread"],
+            "tpot_ci_us": {r.candidate: [float(r.tpot_lo_us), float(r.tpot_hi_us)]
+                           if math.isfinite(r.tpot_lo_us) else None for r in rows},
+            "win_probability": {r.candidate: float(r.win_probability)
+                                if math.isfinite(r.win_probability) else None for r in rows},
+            "equivalent_to": {r.candidate: r.equivalent_to for r in rows},
+            "prompts_for_confidence": conf["prompts_for_confidence"]}
 
 
 def _describe(obj) -> dict | None:

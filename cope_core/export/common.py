@@ -60,6 +60,17 @@ def header(policy: Policy, runtime: str) -> list[str]:
         f"predicted TPOT (cope) {ms(policy.tpot_us())}/token on {gpu}, cpu_threads="
         f"{policy.cpu_threads}, gpu_share={policy.gpu_share:g}; {kind}",
     ]
+    ci, win = policy.interval_us(), policy.win_probability()
+    if ci is not None:
+        eq = policy.confidence.get("equivalent_to", {}).get(policy.candidate)
+        wins = (f"the same policy here as {eq}" if eq else
+                "wins" + ("" if win is None else f" {100 * win:.0f} %") + " of "
+                f"{policy.confidence['draws']} draws")
+        what = ("the trace's prompts and the profile's spread"
+                if "profile" in policy.confidence.get("sources", []) else
+                "the trace's prompts; the profile has no spread")
+        lines.append(f"95 % interval [{ms(ci[0])}, {ms(ci[1])}]/token; {wins} (bootstrap of "
+                     f"{what})")
     if policy.fill.get("source") == "trace":
         lines.append("resident experts filled from the evaluated trace (no calibration trace): "
                      "the prediction is optimistic")

@@ -60,6 +60,11 @@ class Policy:
         Summary of the evaluated trace: ``source``, ``prompts``, ``tokens``.
     provenance : dict
         ``inputs`` (role -> ``{"path", "sha256"}``), ``tool``, ``version``, ``created`` (UTC).
+    confidence : dict
+        How sure COPE's prediction is (:mod:`cope_core.estimate.uncertainty`): ``draws``,
+        ``seed``, ``level``, ``sources``, and per candidate ``tpot_ci_us`` ([low, high] or
+        None), ``win_probability`` (None for an equivalent candidate) and ``equivalent_to``;
+        plus ``prompts_for_confidence``. Empty for records written before it existed.
     path : str or None
         File it was read from, for messages.
     """
@@ -79,6 +84,7 @@ class Policy:
     estimator_notes: dict[str, str] = field(default_factory=dict)
     trace: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
+    confidence: dict[str, Any] = field(default_factory=dict)
     path: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -119,6 +125,16 @@ class Policy:
         """The fastest other candidate by COPE."""
         return next((c, t) for c, t in self.ranking() if c != self.candidate)
 
+    def interval_us(self, candidate: str | None = None) -> tuple[float, float] | None:
+        """COPE's 95 % interval of ``candidate``'s TPOT (default: the chosen one), if known."""
+        ci = self.confidence.get("tpot_ci_us", {}).get(candidate or self.candidate)
+        return None if ci is None else (float(ci[0]), float(ci[1]))
+
+    def win_probability(self, candidate: str | None = None) -> float | None:
+        """Share of the draws in which ``candidate`` (default: the chosen one) is fastest."""
+        p = self.confidence.get("win_probability", {}).get(candidate or self.candidate)
+        return None if p is None else float(p)
+
     @property
     def margin_pct(self) -> float:
         """Runner-up's TPOT over the chosen one's, in percent (negative: another is faster)."""
@@ -151,6 +167,7 @@ class Policy:
             "predictions_us": self.predictions_us,
             "trace": self.trace,
             "provenance": self.provenance,
+            "confidence": self.confidence,
         }
 
     @classmethod
@@ -181,6 +198,7 @@ class Policy:
             estimator_notes=dict(get("estimator_notes", Mapping)),
             trace=dict(get("trace", Mapping)),
             provenance=dict(get("provenance", Mapping)),
+            confidence=dict(data.get("confidence") or {}),
             path=source,
         )
         derived = policy.to_dict()
@@ -304,9 +322,27 @@ def _check(p: Policy, src: str | None) -> None:
     if p.chosen_by not in ("best", "user"):
         raise CopeInputError(f"got {p.chosen_by!r}, expected 'best' or 'user'", source=src,
                              field="candidate.chosen_by")
+    _check_confidence(p.confidence, src)
     if isinstance(p.cpu_threads, bool) or not isinstance(p.cpu_threads, int) or p.cpu_threads < 1:
         raise CopeInputError(f"expected a positive whole number, got {p.cpu_threads!r}",
                              source=src, field="operating_point.cpu_threads")
+
+
+def _check_confidence(conf: Mapping, src: str | None) -> None:
+    if not isinstance(conf, Mapping):
+        raise CopeInputError(f"expected an object, got {conf!r}", source=src, field="confidence")
+    for cid, ci in (conf.get("tpot_ci_us") or {}).items():
+        ok = ci is None or (isinstance(ci, (list, tuple)) and len(ci) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in ci) and ci[0] <= ci[1])
+        if cid not in CANDIDATE_IDS or not ok:
+            raise CopeInputError(f"{cid}: expected [low, high] in microseconds or null, got "
+                                 f"{ci!r}", source=src, field="confidence.tpot_ci_us")
+    for cid, v in (conf.get("win_probability") or {}).items():
+        if cid not in CANDIDATE_IDS or not (v is None or (
+                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1)):
+            raise CopeInputError(f"{cid}: expected a probability in [0, 1] or null, got {v!r}",
+                                 source=src, field="confidence.win_probability")
 
 
 def get_candidate_checked(cid: Any, src: str | None) -> None:
