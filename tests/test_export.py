@@ -281,10 +281,15 @@ def test_ktransformers_per_expert_candidate_explained():
 
 # --- SGLang-KT ----------------------------------------------------------------------------------
 def load_pt(r, tmp_path):
+    """The scores SGLang-KT reads: ``logical_count`` summed over its buffer dimension."""
     (name, data), = r.files
     path = tmp_path / "loc.pt"
     path.write_bytes(data)
-    return name, torch.load(path, weights_only=True)
+    loaded = torch.load(path, weights_only=True)
+    assert isinstance(loaded, dict) and set(loaded) == {"logical_count"}
+    counts = loaded["logical_count"]
+    assert counts.dim() == 3 and counts.shape[0] == 1
+    return name, counts.sum(dim=0)
 
 
 def kt_selection(t, moe_rows, n):

@@ -1,11 +1,23 @@
-"""SGLang-KT (KTransformers' SGLang integration) flags and expert-location tensor.
+"""SGLang-KT (kvcache-ai's SGLang fork, ``pip install sglang-kt``) flags and expert-location file.
 
-With ``--kt-expert-placement-strategy frequency`` SGLang-KT reads ``--init-expert-location``, a
-tensor ``[num_hidden_layers, n_experts]`` of scores (dense-prefix rows included), and puts on the
-GPU the ``--kt-num-gpu-experts`` x (MoE layers) experts with the highest scores over all MoE
-layers. A 0/1 tensor with exactly ``K`` ones per MoE layer therefore selects exactly the fixed
-fill. The other experts run on the CPU concurrently with the GPU hits: the runtime's execution
-is ``parallel``, and its residency never changes during decode.
+Read in kvcache-ai/sglang at 04653fa88f5ce4ea83632c4ad436343db6bc8324 (2026-07-15; the same code
+in the sglang-kt 0.7.2 wheel):
+
+* ``python/sglang/srt/eplb/expert_location.py``, ``compute_initial_expert_location_metadata``:
+  ``--init-expert-location X.pt`` is ``torch.load(X, weights_only=True)`` and must be a dict
+  with ``physical_to_logical_map`` or ``logical_count`` (a bare tensor fails ``in`` with a
+  RuntimeError); with ``--kt-weight-path`` set, ``logical_count`` is left to the KT layer.
+* ``python/sglang/srt/layers/moe/kt_ep_wrapper.py``, ``_init_kt_gpu_experts_masks``: under
+  ``--kt-expert-placement-strategy frequency`` it takes ``logical_count``, requires 3 dims
+  ``[buffer_size, num_layers, num_experts]`` with ``num_layers = num_hidden_layers`` (dense
+  prefix included), sums dim 0 and puts on the GPU the ``--kt-num-gpu-experts`` x (MoE layers)
+  experts with the highest scores over all layers at once (kt-kernel's
+  ``generate_gpu_experts_masks``, a global top-k); ``--kt-gpu-experts-ratio R`` instead takes
+  ``int(R * MoE layers * E)`` experts.
+
+So ``{"logical_count": T[1, blocks, E]}`` with exactly ``K`` ones per MoE row selects exactly the
+fixed fill. The other experts run on the CPU concurrently with the GPU hits: the runtime's
+execution is ``parallel``, and its residency never changes during decode.
 """
 from __future__ import annotations
 
@@ -39,6 +51,12 @@ def expert_location(policy: Policy):
     return t
 
 
+def expert_location_file(t):
+    """What ``--init-expert-location`` loads: the activation counts SGLang-KT's recorder writes,
+    ``{"logical_count": [buffer_size = 1, num_hidden_layers, E]}``."""
+    return {"logical_count": t.unsqueeze(0)}
+
+
 def _count_flags(policy: Policy) -> str:
     """How many experts the runtime puts on the GPU, so that its top-k picks exactly the ones."""
     g = policy.model
@@ -60,7 +78,7 @@ def render_sglang_kt(policy: Policy, pt_path: str = DEFAULT_PT) -> Rendered:
     g = policy.model
     t = expert_location(policy)
     buf = io.BytesIO()
-    torch.save(t, buf)
+    torch.save(expert_location_file(t), buf)
     exact = policy.candidate in (DEPLOYED, LAYER_PARTITION)
     lines = header(policy, "SGLang-KT")
     summary = ""
@@ -103,8 +121,8 @@ def render_sglang_kt(policy: Policy, pt_path: str = DEFAULT_PT) -> Rendered:
     dense = ("" if not g.dense_layers else " (dense-prefix row 0 all zero)" if g.dense_layers == 1
              else f" (dense-prefix rows 0-{g.dense_layers - 1} all zero)")
     lines += [
-        f"# {pt_path}: float32 [{g.dense_layers + g.n_layers} blocks, {g.n_experts} experts], "
-        f"1.0 at the {int(t.sum())} GPU experts, 0.0 elsewhere{dense}",
+        f"# {pt_path}: {{'logical_count': float32 [1, {g.dense_layers + g.n_layers} blocks, "
+        f"{g.n_experts} experts]}}, 1.0 at the {int(t.sum())} GPU experts, 0.0 elsewhere{dense}",
         "# do not add --kt-enable-dynamic-expert-update: it would change the placement.",
         f"python -m sglang.launch_server --model-path MODEL --kt-weight-path KT_WEIGHTS "
         f"--kt-cpuinfer {policy.cpu_threads} {_count_flags(policy)} "

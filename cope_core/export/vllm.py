@@ -7,6 +7,13 @@ and moves each MoE layer's expert tensors (``w13_weight``, then ``w2_weight``, e
 experts' weights of those layers over the link at every token (zero-copy). Nothing runs on the
 CPU and nothing is cached, so no Policy Matrix candidate is expressible (GPU zero-copy reads of
 host memory are outside the matrix, docs/design.md#the-policy-matrix).
+
+Read in the vllm 0.33.0 wheel (``vllm/config/offload.py``, ``vllm/engine/arg_utils.py``,
+``vllm/model_executor/offloader/uva.py``) and dated with the 0.16.0 and 0.17.0 wheels: the three
+flags first appear in **vLLM 0.17.0** (``--cpu-offload-params`` from PR
+vllm-project/vllm#34535); ``--cpu-offload-gb`` is GiB **per GPU**; ``--cpu-offload-params`` takes
+space-separated name segments (``experts`` also matches quantized ``*_scale`` parameters, not
+``shared_experts``). The tests parse the emitted flags with vLLM's own ``EngineArgs``.
 """
 from __future__ import annotations
 
@@ -118,6 +125,7 @@ def render_vllm(policy: Policy) -> Rendered:
     lines += [
         "# (--offload-backend prefetch with --offload-params experts copies whole layers ahead of "
         "use instead: also outside the matrix.)",
+        "# needs vLLM >= 0.17.0; --cpu-offload-gb is GiB per GPU (COPE's budget is one GPU's)",
         f"vllm serve MODEL --offload-backend uva --cpu-offload-gb {off.cpu_offload_gb:.2f} "
         "--cpu-offload-params experts",
     ]
