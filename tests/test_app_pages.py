@@ -462,29 +462,33 @@ def test_export_page_renders_every_runtime_format(qwen, downloads):
     assert pol.candidate == w.candidate
     stem = f"qwen3-30b-a3b-{w.candidate.replace('/', '-')}-K{k}"
     shown = _shown(at)
-    assert list(shown) == list(FORMATS)
+    # legacy KTransformers runs Qwen3-MoE only through balance_serve, with no GPU experts layer:
+    # the page shows the library's one-line refusal instead of rules
+    with pytest.raises(CopeInputError) as refusal:
+        render(pol, "ktransformers")
+    assert list(shown) == [f for f in FORMATS if f != "ktransformers"]
     assert _without_time(shown["json"]) == _without_time(policy_json(pol))
-    lib = {f: render(pol, f) for f in ("llama.cpp", "ktransformers", "vllm")}
+    lib = {f: render(pol, f) for f in ("llama.cpp", "vllm")}
     lib["sglang-kt"] = render(pol, "sglang-kt", pt_path=stem + ".pt")
     for fmt, r in lib.items():
         assert shown[fmt] == r.text.rstrip("\n")      # st.code drops the final newline
     assert downloads[stem + ".llama.cpp.sh"] == lib["llama.cpp"].text.encode()
-    assert downloads[stem + ".ktransformers.yaml"] == lib["ktransformers"].text.encode()
     assert downloads[stem + ".vllm.sh"] == lib["vllm"].text.encode()
     assert downloads[stem + ".sglang-kt.sh"] == lib["sglang-kt"].text.encode()
     assert _without_time(downloads[stem + ".policy.json"].decode()) == \
         _without_time(policy_json(pol))
     assert f"--init-expert-location {stem}.pt" in shown["sglang-kt"]
     # exact or not, as the renderer says, with its summary (nearest policy and the TPOT gap)
-    assert not at.error
+    assert [e.value for e in at.error] == [str(refusal.value)]
     assert [x.value for x in at.warning] == [r.summary for r in lib.values() if not r.exact]
     assert [x.value for x in at.success] == [f"{lbl} runs exactly {w.candidate}." for lbl, r in
-                                             zip(("llama.cpp", "KTransformers", "vLLM",
-                                                  "SGLang-KT"), lib.values()) if r.exact]
+                                             zip(("llama.cpp", "vLLM", "SGLang-KT"),
+                                                 lib.values()) if r.exact]
     assert any("layer_partition is predicted at" in x.value for x in at.warning)
 
-    # the expert-location tensor: [dense + L, E], ones exactly at each layer's K fill experts
-    t = torch.load(io.BytesIO(downloads[stem + ".pt"]), weights_only=True)
+    # the expert-location file: {"logical_count": [1, dense + L, E]}, ones exactly at each
+    # layer's K fill experts
+    t = torch.load(io.BytesIO(downloads[stem + ".pt"]), weights_only=True)["logical_count"][0]
     g = tr.model
     assert t.dtype == torch.float32 and tuple(t.shape) == (g.dense_layers + g.n_layers,
                                                            g.n_experts)
@@ -520,14 +524,16 @@ def test_export_page_strict_makes_an_inexpressible_candidate_an_error(qwen):
     assert [e.value for e in at.error] == messages          # one line each, nothing rendered
     assert all("\n" not in m for m in messages)
     assert list(_shown(at)) == ["json"] and not at.warning
-    # layer_partition runs exactly on the layer-granular runtimes and SGLang-KT; vLLM never
+    # layer_partition runs exactly on llama.cpp and SGLang-KT; vLLM never; legacy KTransformers
+    # cannot run this Qwen3-MoE placement at all (strict or not)
     at.selectbox(key="_w_cand").set_value("layer_partition")
     rerun(at)
-    assert len(at.error) == 1 and at.error[0].value.startswith("field 'format': vLLM cannot")
-    assert list(_shown(at)) == ["json", "llama.cpp", "ktransformers", "sglang-kt"]
+    assert len(at.error) == 2 and "balance_serve" in at.error[0].value
+    assert at.error[1].value.startswith("field 'format': vLLM cannot")
+    assert list(_shown(at)) == ["json", "llama.cpp", "sglang-kt"]
     at.toggle(key="_w_strict").set_value(False)
     rerun(at)
-    assert not at.error and list(_shown(at)) == list(FORMATS)
+    assert len(at.error) == 1 and list(_shown(at)) == [f for f in FORMATS if f != "ktransformers"]
     assert at.query_params["strict"] == "0"
 
 

@@ -87,8 +87,9 @@ def make_policy(g, K, candidate="fixed/parallel", seed=0) -> Policy:
                   estimator_notes={"hrm": "skipped"})
 
 
-def gguf_names(g, *, fused=False, biases=False) -> list[str]:
-    """Every tensor name of a GGUF of this geometry (llama.cpp naming)."""
+def gguf_names(g, *, fused=False, biases=False, scales=False) -> list[str]:
+    """Every tensor name of a GGUF of this geometry (llama.cpp naming; ``scales``: the
+    ``.scale``/``.input_scale`` tensors llama-model.cpp loads for quantized experts)."""
     names = ["token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight"]
     for b in range(g.dense_layers + g.n_layers):
         p = f"blk.{b}."
@@ -109,6 +110,10 @@ def gguf_names(g, *, fused=False, biases=False) -> list[str]:
             names.append(f"{p}ffn_{proj}_exps.weight")
             if biases:
                 names.append(f"{p}ffn_{proj}_exps.bias")
+            if scales:
+                names += [f"{p}ffn_{proj}_exps.scale", f"{p}ffn_{proj}_exps.input_scale"]
+        if scales:
+            names += [f"{p}ffn_{proj}_shexp.scale" for proj in ("gate", "up", "down")]
     return names
 
 
@@ -177,10 +182,11 @@ def test_int_set_regex_matches_exactly_the_set(values):
 # --- llama.cpp ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["deepseek-v2-lite", "qwen3-30b-a3b", "gpt-oss-20b",
                                   "mixtral-8x7b", "olmoe-1b-7b"])
-@pytest.mark.parametrize("fused", [False, True])
-def test_llamacpp_regex_matches_exactly_the_cpu_blocks_expert_tensors(name, fused):
+@pytest.mark.parametrize("fused,scales", [(False, False), (True, False), (False, True)])
+def test_llamacpp_regex_matches_exactly_the_cpu_blocks_expert_tensors(name, fused, scales):
+    # scale tensors of quantized experts follow their weights, as with llama.cpp's --n-cpu-moe
     g = CATALOG[name]
-    names = gguf_names(g, fused=fused, biases=name == "gpt-oss-20b")
+    names = gguf_names(g, fused=fused, biases=name == "gpt-oss-20b", scales=scales)
     for K in sorted({0, 1, g.n_experts // 4, g.n_experts // 2 + 1, g.n_experts - 1}):
         text = render(make_policy(g, K, "layer_partition"), "llama.cpp").text
         n_cpu_moe, pattern = llama_flags(text)
@@ -246,15 +252,21 @@ def first_match(rules, name):
 
 
 @pytest.mark.parametrize("name,K", [("deepseek-v2-lite", 16), ("deepseek-v2-lite", 0),
-                                    ("deepseek-v2-lite", 64), ("qwen3-30b-a3b", 29),
-                                    ("mixtral-8x7b", 3), ("gpt-oss-20b", 20)])
+                                    ("deepseek-v2-lite", 64), ("qwen3-30b-a3b", 2),
+                                    ("mixtral-8x7b", 3), ("qwen1.5-moe-a2.7b", 30)])
 def test_ktransformers_rules_place_every_layer(name, K):
+    # the shipped rule files' forms: KTransformersExperts (V2 for Qwen3-MoE, served by
+    # balance_serve), KExpertsCPU on the CPU, KExpertsMarlin on cuda:0 for GPU experts
     g = CATALOG[name]
     text = render(make_policy(g, K, "layer_partition"), "ktransformers").text
+    assert "legacy KTransformers (<= 0.4.1)" in text and "--format sglang-kt" in text
     rules = yaml.safe_load(text)
     n_gpu = K * g.n_layers // g.n_experts
     n_cpu = g.n_layers - n_gpu
+    assert ("CUDA graphs off" in text) == (n_gpu > 0)
     module = "block_sparse_moe.experts" if name == "mixtral-8x7b" else "mlp.experts"
+    cls = ("ktransformers.operators.experts.KTransformersExpertsV2" if name.startswith("qwen3")
+           else "ktransformers.operators.experts.KTransformersExperts")
     for block in range(g.dense_layers + g.n_layers + 30):
         rule = first_match(rules, f"model.layers.{block}.{module}")
         if block < g.dense_layers or block >= g.dense_layers + g.n_layers:
@@ -263,8 +275,8 @@ def test_ktransformers_rules_place_every_layer(name, K):
         kw = rule["replace"]["kwargs"]
         on_cpu = block < g.dense_layers + n_cpu
         assert (kw["generate_device"], kw["generate_op"]) == \
-            (("cpu", "KExpertsCPU") if on_cpu else ("cuda", "KExpertsTorch")), block
-        assert rule["replace"]["class"] == "ktransformers.operators.experts.KTransformersExperts"
+            (("cpu", "KExpertsCPU") if on_cpu else ("cuda:0", "KExpertsMarlin")), block
+        assert rule["replace"]["class"] == cls
         assert rule["recursive"] is False
         for other in (f"model.layers.{block}.mlp", f"model.layers.{block}.{module}.0",
                       f"model.layers.{block}.mlp.shared_experts",
@@ -272,8 +284,20 @@ def test_ktransformers_rules_place_every_layer(name, K):
             assert first_match(rules, other) is None, other
 
 
+@pytest.mark.parametrize("name,K,needle", [
+    ("olmoe-1b-7b", 16, "no model class for OLMoE"),
+    ("qwen3.5-35b-a3b", 16, "no model class for Qwen3.5"),
+    ("gpt-oss-20b", 8, "no model class for gpt-oss"),
+    ("qwen3-30b-a3b", 29, "GPU-resident expert layers cannot be expressed"),
+])
+def test_ktransformers_refuses_what_legacy_ktransformers_cannot_run(name, K, needle):
+    with pytest.raises(CopeInputError, match=needle) as e:
+        render(make_policy(CATALOG[name], K, "layer_partition"), "ktransformers")
+    assert "--format sglang-kt" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_ktransformers_per_expert_candidate_explained():
-    r = render(make_policy(CATALOG["qwen3-30b-a3b"], 29, "fixed/cost_selected"), "ktransformers")
+    r = render(make_policy(CATALOG["deepseek-v2-lite"], 29, "fixed/cost_selected"), "ktransformers")
     assert not r.exact and "CANNOT express fixed/cost_selected" in r.text
     assert "gap -4.000 ms (-80.0%)" in r.text  # fixed/cost_selected: index 4 -> 5 ms; lp 1 ms
     assert yaml.safe_load(r.text)  # comments do not break the YAML
@@ -470,8 +494,8 @@ def test_cli_sglang_writes_pt_next_to_output(capsys, files):
     pt = out.with_suffix(".pt")
     assert pt.is_file() and out.read_text() == stdout
     assert f"--init-expert-location {pt}" in stdout
-    t = torch.load(pt, weights_only=True)
-    assert tuple(t.shape) == (3, 6) and float(t.sum()) == 6.0
+    t = torch.load(pt, weights_only=True)["logical_count"]
+    assert tuple(t.shape) == (1, 3, 6) and float(t.sum()) == 6.0
     # refused without --force, and nothing is half-written
     before = pt.read_bytes()
     one_line_error(*run(capsys, *build_args(files, "-K", "1", "--format", "sglang-kt", "-o", out)),
@@ -479,7 +503,7 @@ def test_cli_sglang_writes_pt_next_to_output(capsys, files):
     assert pt.read_bytes() == before
     code, *_ = run(capsys, *build_args(files, "-K", "1", "--format", "sglang-kt", "-o", out,
                                        "--force"))
-    assert code == 0 and float(torch.load(pt, weights_only=True).sum()) == 3.0
+    assert code == 0 and float(torch.load(pt, weights_only=True)["logical_count"].sum()) == 3.0
 
 
 def test_cli_warns_when_not_exact(capsys, files):

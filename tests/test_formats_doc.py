@@ -204,13 +204,16 @@ def test_ktransformers_rule_keys_are_documented(work):
 
 def test_sglang_tensor_is_as_documented(work):
     torch = pytest.importorskip("torch")
-    t = torch.load(work / "experts.pt", weights_only=True)
+    data = torch.load(work / "experts.pt", weights_only=True)
+    assert isinstance(data, dict) and list(data) == ["logical_count"]
+    t = data["logical_count"]
     g = tiny_geometry()
     assert t.dtype == torch.float32
-    assert tuple(t.shape) == (g.dense_layers + g.n_layers, g.n_experts)
+    assert tuple(t.shape) == (1, g.dense_layers + g.n_layers, g.n_experts)
     assert t.sum().item() == 2 * g.n_layers  # K ones per MoE row
     body = section(section(DOC, 2, "Runtime formats"), 3, "SGLang-KT")
-    assert "`float32`" in body and "`[dense_layers + n_layers, n_experts]`" in body
+    assert "`float32`" in body and "`[1, dense_layers + n_layers, n_experts]`" in body
+    assert "`logical_count`" in body
 
 
 # --- predictor and hidden states ----------------------------------------------------------------

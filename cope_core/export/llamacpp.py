@@ -57,7 +57,8 @@ def render_llamacpp(policy: Policy) -> Rendered:
     summary = ""
     if not exact:
         summary = layer_partition_summary(
-            policy, "llama.cpp cannot express {candidate}: it places whole MoE layers only")
+            policy, "llama.cpp cannot express {candidate}: it places expert tensors (whole "
+                    "layers or projections), never single experts")
         lines += [
             f"# llama.cpp CANNOT express {policy.candidate}: GGUF keeps all experts of a layer in "
             "one tensor per projection",

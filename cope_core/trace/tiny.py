@@ -34,34 +34,33 @@ def build_tokenizer(folder: str | Path, words: Sequence[str] = WORDS) -> None:
 
 def tiny_config(family: str, layers: int = 3, **overrides: Any):
     """A transformers config of ``family`` with 8 experts (top-2), hidden size 32 and ``layers``
-    decoder blocks; ``overrides`` replace any common field (e.g. ``vocab_size``)."""
+    decoder blocks; ``overrides`` replace any field (e.g. ``vocab_size``, ``q_lora_rank``)."""
     import transformers as tf
 
     common = dict(vocab_size=48, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=256, num_hidden_layers=layers, intermediate_size=16,
                   num_experts_per_tok=2, eos_token_id=1, bos_token_id=None, pad_token_id=None)
-    common.update(overrides)
     mla = dict(num_key_value_heads=4, moe_intermediate_size=16, n_routed_experts=8,
                n_shared_experts=1, first_k_dense_replace=1, n_group=4, topk_group=2,
                kv_lora_rank=16, qk_rope_head_dim=8, v_head_dim=8, qk_nope_head_dim=8)
-    if family == "mixtral":
-        return tf.MixtralConfig(**common, num_local_experts=8)
-    if family == "qwen2_moe":  # one dense layer in the middle (mlp_only_layers)
-        return tf.Qwen2MoeConfig(**common, moe_intermediate_size=16, num_experts=8,
-                                 shared_expert_intermediate_size=16, mlp_only_layers=[1])
-    if family == "qwen3_moe":
-        return tf.Qwen3MoeConfig(**common, moe_intermediate_size=16, num_experts=8, head_dim=8,
-                                 norm_topk_prob=True)
-    if family == "deepseek_v2":
-        return tf.DeepseekV2Config(**{**common, **mla}, topk_method="group_limited_greedy",
-                                   q_lora_rank=None)
-    if family == "deepseek_v3":
-        return tf.DeepseekV3Config(**{**common, **mla}, q_lora_rank=16, norm_topk_prob=True)
-    if family == "olmoe":
-        return tf.OlmoeConfig(**common, num_experts=8)
-    if family == "gpt_oss":
-        return tf.GptOssConfig(**common, num_local_experts=8, head_dim=8)
-    raise ValueError(f"unknown family {family!r}, expected one of {FAMILIES}")
+    family_args = {
+        "mixtral": (tf.MixtralConfig, dict(num_local_experts=8)),
+        # one dense layer in the middle (mlp_only_layers)
+        "qwen2_moe": (tf.Qwen2MoeConfig, dict(moe_intermediate_size=16, num_experts=8,
+                                             shared_expert_intermediate_size=16,
+                                             mlp_only_layers=[1])),
+        "qwen3_moe": (tf.Qwen3MoeConfig, dict(moe_intermediate_size=16, num_experts=8,
+                                             head_dim=8, norm_topk_prob=True)),
+        "deepseek_v2": (tf.DeepseekV2Config, dict(mla, topk_method="group_limited_greedy",
+                                                 q_lora_rank=None)),
+        "deepseek_v3": (tf.DeepseekV3Config, dict(mla, q_lora_rank=16, norm_topk_prob=True)),
+        "olmoe": (tf.OlmoeConfig, dict(num_experts=8)),
+        "gpt_oss": (tf.GptOssConfig, dict(num_local_experts=8, head_dim=8)),
+    }
+    if family not in family_args:
+        raise ValueError(f"unknown family {family!r}, expected one of {FAMILIES}")
+    cls, extra = family_args[family]
+    return cls(**{**common, **extra, **overrides})
 
 
 def build_tiny_model(family: str, folder: str | Path, *, layers: int = 3, seed: int = 0,
