@@ -22,3 +22,9 @@ class CopeInputError(ValueError):
         self.source = source
         self.field = field
         self.detail = message
+
+
+class UnsupportedByRuntime(CopeInputError):
+    """A runtime that cannot run this model (or this placement of it) at all, e.g. a family it
+    has no model class for: still a one-line input error on the command line, but the app shows
+    it as information about that runtime rather than as a mistake of the user's."""

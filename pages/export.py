@@ -4,7 +4,7 @@ import streamlit as st
 
 from cope_core.app import dataset as dsm
 from cope_core.app import results, session
-from cope_core.errors import CopeInputError
+from cope_core.errors import CopeInputError, UnsupportedByRuntime
 from cope_core.export import FORMATS, render
 from cope_core.matrix import CANDIDATE_IDS
 
@@ -53,6 +53,9 @@ for fmt, tab in zip(FORMATS, st.tabs([VIEWS[f][0] for f in FORMATS])):
     with tab:
         try:
             out = render(policy, fmt, strict=strict, pt_path=stem + ".pt")
+        except UnsupportedByRuntime as exc:   # not this model, whatever the candidate
+            st.info(exc.detail)
+            continue
         except CopeInputError as exc:   # strict, and this runtime cannot run the candidate
             st.error(str(exc))
             continue

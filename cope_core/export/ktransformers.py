@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import CopeInputError
+from ..errors import CopeInputError, UnsupportedByRuntime
 from ..matrix import LAYER_PARTITION
 from .common import Rendered, gap_line, header, layer_partition_summary, whole_layer_equivalent
 from .layers import describe_blocks, int_set_regex
@@ -65,7 +65,7 @@ def family(model_name: str) -> Family:
     name = model_name.lower()
     for key, label in UNSUPPORTED.items():
         if key in name:
-            raise CopeInputError(f"legacy KTransformers (<= 0.4.1) has no model class for "
+            raise UnsupportedByRuntime(f"legacy KTransformers (<= 0.4.1) has no model class for "
                                  f"{label} ({model_name}); use --format sglang-kt (current "
                                  "KTransformers serves through SGLang-KT)", field="--format")
     for key in ("deepseek", "mixtral", "qwen3", "qwen2", "qwen1.5"):
@@ -99,7 +99,7 @@ def ktransformers_rules(policy: Policy) -> list[dict]:
     plan = policy.layer_plan
     fam = family(policy.model.name)
     if plan.gpu_blocks and not fam.gpu_experts:
-        raise CopeInputError(
+        raise UnsupportedByRuntime(
             f"legacy KTransformers runs {fam.name} only through balance_serve, whose "
             f"{fam.experts_class.rsplit('.', 1)[1]} calls the experts with five arguments that "
             "only KExpertsCPU takes: GPU-resident expert layers cannot be expressed there (this "
