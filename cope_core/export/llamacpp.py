@@ -19,8 +19,8 @@ the tests build and run):
   tensors and shrinking the context to fit device memory on its own.
 
 Models whose MoE layers interleave with dense ones (Llama-4's ``interleave_moe_layer_step``)
-cannot be described by COPE's geometry (a dense prefix, then MoE layers), so they never reach
-this renderer.
+do not fit COPE's geometry (a dense prefix, then MoE layers); ``cope trace collect`` warns when
+a model's dense blocks sit between MoE ones, since the block numbers here would be wrong for it.
 """
 from __future__ import annotations
 

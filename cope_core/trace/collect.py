@@ -29,6 +29,7 @@ import inspect
 import json
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,6 +158,15 @@ def load_model(path: str | os.PathLike, *, dtype: str = "auto", device: str = "c
         raise CopeInputError("no MoE layers (router + experts) found", source=src,
                              field="model_type")
     g = _geometry(model, layers, name or Path(path).resolve().name.lower())
+    blocks = [m.index for m in layers]
+    n_blocks = len(model.model.layers)
+    if blocks != list(range(n_blocks - len(blocks), n_blocks)):
+        # COPE's geometry is a dense prefix then MoE layers: predictions are unaffected (the
+        # dense blocks' work is shared), but a runtime export numbers blocks that way
+        warnings.warn(f"{src}: the MoE layers are blocks {blocks} of {n_blocks}, interleaved "
+                      "with dense ones; COPE counts the dense blocks as a prefix, so the block "
+                      "numbers of `cope export` for this model are wrong: do not deploy them",
+                      stacklevel=2)
     eos = model.generation_config.eos_token_id if model.generation_config else None
     eos = eos if eos is not None else tok.eos_token_id
     eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
