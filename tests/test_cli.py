@@ -287,7 +287,7 @@ TRACE_CASES = {
     "token gap": (_token_gap, "token"),
     "profile passed as trace": (_profile_as_trace, "cope.profile/1"),
     "measurements passed as trace": (_measurements_as_trace, "cope.measurements/1"),
-    "a directory": (_directory, "not a file"),
+    "a directory": (_directory, "folder holds no .parquet files"),
     "missing file": (_missing, "not found"),
 }
 

@@ -265,7 +265,9 @@ def test_truncated(trace_file):
 
 
 def test_directory(tmp_path):
-    expect_error(read_trace, tmp_path, None, "not a file")
+    expect_error(read_profile, tmp_path, None, "not a file")
+    # a folder is a sharded trace: an empty one says what it should hold
+    expect_error(read_trace, tmp_path, None, "no .parquet files")
 
 
 def test_no_cope_metadata(trace_file):

@@ -78,14 +78,21 @@ def _meta_value(meta: dict, key: str, types: type | tuple, src: str, default: An
     return value
 
 
-def _read(path: str | os.PathLike, expected: str) -> tuple[pa.Table, dict, str, ModelGeometry]:
+def _open_checked(path: str | os.PathLike,
+                  expected: str) -> tuple[pq.ParquetFile, dict, str, ModelGeometry]:
+    """Open a COPE file of schema ``expected``: its reader, metadata, name and model geometry."""
     pf, src = _open(path)
     meta = _parse_meta(pf, src, expected)
+    return pf, meta, src, ModelGeometry.from_dict(_meta_value(meta, "model", dict, src), src)
+
+
+def _read(path: str | os.PathLike, expected: str) -> tuple[pa.Table, dict, str, ModelGeometry]:
+    pf, meta, src, g = _open_checked(path, expected)
     try:
         table = pf.read()
     except (pa.ArrowException, OSError) as exc:
         raise CopeInputError(f"not a readable Parquet file ({_short(exc)})", source=src) from None
-    return table, meta, src, ModelGeometry.from_dict(_meta_value(meta, "model", dict, src), src)
+    return table, meta, src, g
 
 
 def _about(meta: dict, src: str) -> dict[str, Any]:
@@ -118,22 +125,46 @@ def detect_schema(path: str | os.PathLike) -> str:
 
 
 # --- columns ------------------------------------------------------------------------------------
-def _fit_int(values: np.ndarray, want: str, src: str, name: str,
-             row_of: Callable[[int], int] = int) -> np.ndarray:
-    """Cast integers to ``want``, failing on the first value that does not fit."""
+def _first_unfit(values: np.ndarray, want: str) -> int:
+    """Index of the first integer that does not fit ``want``, or -1."""
+    if values.dtype == np.dtype(want) or values.size == 0:
+        return -1
     info = np.iinfo(want)
     bad = values > info.max
     if values.dtype.kind != "u":
         bad |= values < info.min
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
+    return int(np.argmax(bad)) if bad.any() else -1
+
+
+def _fit_int(values: np.ndarray, want: str, src: str, name: str,
+             row_of: Callable[[int], int] = int) -> np.ndarray:
+    """Cast integers to ``want``, failing on the first value that does not fit."""
+    i = _first_unfit(values, want)
+    if i >= 0:
         raise CopeInputError(f"row {row_of(i)}: value {values[i]} does not fit {want}",
                              source=src, field=name)
     return values.astype(want, copy=False)
 
 
+def _type_ok(t: pa.DataType, want: str) -> bool:
+    """Whether a column of Arrow type ``t`` (dictionaries already decoded) can hold ``want``."""
+    if want == "string":
+        return pa.types.is_string(t) or pa.types.is_large_string(t) or str(t) == "string_view"
+    if want.startswith("list"):
+        # pandas infers list<null> for a column of empty lists: no ids, so nothing to cast;
+        # a non-empty one fails later as a null id
+        return ((pa.types.is_list(t) or pa.types.is_large_list(t)
+                 or pa.types.is_fixed_size_list(t))
+                and (pa.types.is_integer(t.value_type) or pa.types.is_null(t.value_type)))
+    if want.startswith("float"):  # integers are exact numbers too; strings are not
+        return pa.types.is_floating(t) or pa.types.is_integer(t)
+    # floats are refused even when whole: a float id means the writer got it wrong
+    return pa.types.is_integer(t)
+
+
 def _columns(table: pa.Table, spec: dict[str, str], schema: str, src: str) -> dict[str, Any]:
-    """Check and cast every column of ``spec``; list columns come back as (offsets, values)."""
+    """Check and cast every column of ``spec`` (scalar and string columns: traces, whose id
+    lists need streaming, have their own reader in :mod:`._trace_read`)."""
     missing = [c for c in spec if c not in table.column_names]
     if missing:
         raise CopeInputError(f"missing column(s) {missing}; a {schema} file has columns "
@@ -146,36 +177,11 @@ def _columns(table: pa.Table, spec: dict[str, str], schema: str, src: str) -> di
             raise CopeInputError(f"row {row} is null, expected {want}", source=src, field=name)
         if pa.types.is_dictionary(t):  # pandas categoricals arrive dictionary-encoded
             col, t = col.cast(t.value_type), t.value_type
-        if want == "string":
-            ok = pa.types.is_string(t) or pa.types.is_large_string(t) or str(t) == "string_view"
-        elif want.startswith("list"):
-            # pandas infers list<null> for a column of empty lists: no ids, so nothing to cast;
-            # a non-empty one fails below as a null id
-            ok = ((pa.types.is_list(t) or pa.types.is_large_list(t)
-                   or pa.types.is_fixed_size_list(t))
-                  and (pa.types.is_integer(t.value_type) or pa.types.is_null(t.value_type)))
-        elif want.startswith("float"):  # integers are exact numbers too; strings are not
-            ok = pa.types.is_floating(t) or pa.types.is_integer(t)
-        else:  # floats are refused even when whole: a float id means the writer got it wrong
-            ok = pa.types.is_integer(t)
+        ok = _type_ok(t, want)
         if not ok:
             raise CopeInputError(f"column type {t}, expected {want}", source=src, field=name)
         if want == "string":
             out[name] = col.to_numpy(zero_copy_only=False).astype(object)
-        elif want.startswith("list"):
-            lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False).astype(np.int64)
-            offsets = np.concatenate([[0], np.cumsum(lengths)])
-            flat = pc.list_flatten(col)
-
-            def row_of(i: int, offsets: np.ndarray = offsets) -> int:
-                return int(np.searchsorted(offsets, i, side="right") - 1)
-
-            if flat.null_count:
-                i = int(np.flatnonzero(pc.is_null(flat).to_numpy(zero_copy_only=False))[0])
-                raise CopeInputError(f"row {row_of(i)}: null id inside the list, expected int16",
-                                     source=src, field=name)
-            values = flat.to_numpy(zero_copy_only=False) if len(flat) else np.zeros(0, np.int16)
-            out[name] = (offsets, _fit_int(values, "int16", src, name, row_of))
         elif want.startswith("float"):
             out[name] = col.to_numpy(zero_copy_only=False).astype(want)
         else:
@@ -232,18 +238,21 @@ def _write_frame(df: pd.DataFrame, check: Callable[[pa.Table, str], pd.DataFrame
 
 
 # --- writing -----------------------------------------------------------------------------------
+def meta_bytes(meta: dict[str, Any], src: str) -> bytes:
+    """The ``cope`` metadata as strict JSON, or a one-line error for what JSON cannot hold."""
+    try:
+        return json.dumps(meta, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise CopeInputError(f"metadata is not plain JSON ({_short(exc)})", source=src,
+                             field="cope") from None
+
+
 def _write(table: pa.Table, meta: dict[str, Any], path: str | os.PathLike, overwrite: bool) -> None:
     """Write ``table`` with ``meta`` under the ``cope`` key, atomically (:mod:`cope_core.files`).
 
     An existing file is an error unless ``overwrite``; parent directories are created.
     """
-    src = str(path)
     check_writable(path, overwrite=overwrite)
-    try:
-        text = json.dumps(meta, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise CopeInputError(f"metadata is not plain JSON ({_short(exc)})", source=src,
-                             field="cope") from None
-    table = table.replace_schema_metadata({META_KEY: text.encode()})
+    table = table.replace_schema_metadata({META_KEY: meta_bytes(meta, str(path))})
     with atomic_path(path, overwrite=overwrite, errors=(pa.ArrowException,)) as tmp:
         pq.write_table(table, tmp)

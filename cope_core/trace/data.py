@@ -10,6 +10,14 @@ import numpy as np
 
 from ..errors import CopeInputError
 from ..geometry import ModelGeometry
+from ._kernels import (
+    DUPLICATE,
+    LAST_LAYER,
+    OUT_OF_RANGE,
+    PAD_INSIDE,
+    first_list_problem,
+    popularity_counts,
+)
 
 SOURCES = ("collected", "synthetic", "imported")
 
@@ -76,9 +84,7 @@ class Trace:
     def popularity(self) -> np.ndarray:
         """``counts[l, e]``: tokens whose routed set at layer ``l`` contains ``e`` (computed once;
         the arrays of a trace are never modified)."""
-        L, E = self.model.n_layers, self.model.n_experts
-        flat = (np.arange(L, dtype=np.int64)[None, :, None] * E + self.routed).ravel()
-        counts = np.bincount(flat, minlength=L * E).reshape(L, E)
+        counts = popularity_counts(self.routed, self.model.n_experts)
         counts.flags.writeable = False
         return counts
 
@@ -110,37 +116,29 @@ class Trace:
         if self.context.shape != (n,) or (self.context < 0).any():
             raise CopeInputError("expected one non-negative context per token", source=src,
                                  field="context")
-        bad = (r < 0) | (r >= E)
-        if bad.any():
-            t, l, _ = np.argwhere(bad)[0]
-            raise CopeInputError(f"token row {t} layer {l}: id {int(r[t, l][bad[t, l]][0])} out of "
-                                 f"range, expected 0..{E - 1}", source=src, field="routed")
-        if k > 1:
-            s = np.sort(r, axis=2)
-            dup = (s[:, :, 1:] == s[:, :, :-1]).any(axis=2)
-            if dup.any():
-                t, l = np.argwhere(dup)[0]
-                raise CopeInputError(f"token row {t} layer {l}: duplicated ids {r[t, l].tolist()}, "
-                                     f"expected {k} distinct", source=src, field="routed")
+        found = first_list_problem(r, E, padded=False)
+        if found[OUT_OF_RANGE] >= 0 or found[DUPLICATE] >= 0:
+            dup = found[OUT_OF_RANGE] < 0
+            t, l = divmod(int(found[DUPLICATE if dup else OUT_OF_RANGE]), L)
+            ids = r[t, l].tolist()
+            if dup:
+                raise CopeInputError(f"token row {t} layer {l}: duplicated ids {ids}, expected "
+                                     f"{k} distinct", source=src, field="routed")
+            bad = next(v for v in ids if not 0 <= v < E)
+            raise CopeInputError(f"token row {t} layer {l}: id {bad} out of range, expected "
+                                 f"0..{E - 1}", source=src, field="routed")
         p = self.predicted
         if p.dtype != np.int16 or p.ndim != 3 or p.shape[:2] != (n, L):
             raise CopeInputError(f"expected int16 array [tokens, {L}, W], got {p.dtype} {p.shape}",
                                  source=src, field="predicted")
         if p.shape[2]:
-            if ((p < -1) | (p >= E)).any():
-                raise CopeInputError(f"ids must be in 0..{E - 1}", source=src, field="predicted")
-            if (p[:, L - 1, :] >= 0).any():
-                raise CopeInputError("must be empty at the last layer", source=src,
-                                     field="predicted")
-            valid = p >= 0
-            # padding must be a suffix: once -1 appears, only -1 follows
-            if (valid[:, :, 1:] & ~valid[:, :, :-1]).any():
-                raise CopeInputError("padding (-1) inside a ranked list", source=src,
-                                     field="predicted")
-            s = np.sort(np.where(valid, p, -1 - np.arange(p.shape[2], dtype=np.int16)), axis=2)
-            if p.shape[2] > 1 and (s[:, :, 1:] == s[:, :, :-1]).any():
-                raise CopeInputError("duplicated ids in a ranked list", source=src,
-                                     field="predicted")
+            found = first_list_problem(p, E, padded=True, last_empty=True)
+            for kind, says in ((OUT_OF_RANGE, f"ids must be in 0..{E - 1}"),
+                               (LAST_LAYER, "must be empty at the last layer"),
+                               (PAD_INSIDE, "padding (-1) inside a ranked list"),
+                               (DUPLICATE, "duplicated ids in a ranked list")):
+                if found[kind] >= 0:
+                    raise CopeInputError(says, source=src, field="predicted")
 
 
 def fill_order(calibration: Trace, *, by_id: bool = False) -> np.ndarray:
