@@ -92,7 +92,7 @@ def cmd_vram(args: argparse.Namespace) -> int:
 
 # --- producing files ----------------------------------------------------------------------------
 def cmd_synth(args: argparse.Namespace) -> int:
-    from ..trace.synth import synthesize
+    from ..trace.synth import synthesize_parts
     fit = None
     if args.fit:
         from ..trace.fit import check_fit_input, fit_synth
@@ -131,11 +131,12 @@ def cmd_synth(args: argparse.Namespace) -> int:
     desc = args.description
     if fit is not None:
         desc = f"{desc.strip()}; fitted to {args.fit}: {fit.describe()}".lstrip("; ")
-    tr = synthesize(g, prompts=prompts, tokens=tokens, seed=args.seed, skew=skew,
-                    reuse=reuse, predictor_accuracy=acc, description=desc)
-    parquet_io.write_trace(tr, args.output, overwrite=args.force)
+    # written in parts of whole prompts, so memory stays bounded whatever the trace's size
+    parts = synthesize_parts(g, prompts=prompts, tokens=tokens, seed=args.seed, skew=skew,
+                             reuse=reuse, predictor_accuracy=acc, description=desc)
+    parquet_io.write_trace_parts(parts, args.output, overwrite=args.force)
     print(f"wrote {args.output}: SYNTHETIC trace, {g.name} geometry ({g.n_layers} MoE layers, "
-          f"top-{g.top_k} of {g.n_experts}), {tr.n_prompts} prompts x {tokens} tokens, "
+          f"top-{g.top_k} of {g.n_experts}), {prompts} prompts x {tokens} tokens, "
           f"seed {args.seed}")
     if fit is not None:
         print(f"  {fit.describe()}")

@@ -12,10 +12,12 @@ Popularity
     ``skew = 0`` is uniform.
 Reuse
     Token 0 of a prompt samples all ``top_k`` experts of a layer without replacement from the
-    layer's weights. For token ``t > 0`` each of token ``t - 1``'s experts at that layer is kept
-    independently with probability ``reuse``; the remaining slots are sampled without replacement
-    from the weights, excluding the kept ids (a dropped id may come back). The ``top_k`` ids are
-    then shuffled: synthetic data has no score order. ``reuse = 1`` repeats token 0's sets.
+    layer's weights (successive weighted draws: each id with probability proportional to its
+    weight among those not yet taken). For token ``t > 0`` each of token ``t - 1``'s experts at
+    that layer is kept independently with probability ``reuse``; the remaining slots are sampled
+    without replacement from the weights, excluding the kept ids (a dropped id may come back).
+    The ``top_k`` ids are then shuffled: synthetic data has no score order. ``reuse = 1``
+    repeats token 0's sets.
 Predictions (``predictor_accuracy = p``)
     At layer ``l < L - 1`` the list predicted for layer ``l + 1`` holds ``top_k`` ids: every id
     routed at ``(t, l + 1)`` is included independently with probability ``p`` and the rest of the
@@ -27,14 +29,21 @@ Context
     Each prompt starts at a context drawn uniformly from ``prompt_context`` (both ends
     inclusive) and grows by one per decoded token.
 
-Everything is drawn from one ``numpy.random.Generator(PCG64(seed))``: the same arguments give an
-identical trace. Every prompt has ``tokens`` decode tokens.
+Random streams are ``numpy.random.Generator(PCG64)`` seeded from
+``SeedSequence(seed, spawn_key=...)``: key ``(0,)`` draws the popularity permutation and key
+``(1, i)`` everything of prompt ``i`` (its starting context, routing and predictions). The same
+arguments give an identical trace, prompt ``i`` does not depend on how many prompts are made, and
+prompts can be generated in parallel and in parts (:func:`synthesize_parts`) with the same result.
+Every prompt has ``tokens`` decode tokens.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from numbers import Integral, Real
 
@@ -42,9 +51,10 @@ import numpy as np
 
 from ..errors import CopeInputError
 from ..geometry import ModelGeometry
+from ._synth_kernels import _alias_tables, _predicted_prompt, _routed_prompt
 from .data import Trace
 
-__all__ = ["SynthParams", "popularity_weights", "synthesize"]
+__all__ = ["SynthParams", "popularity_weights", "synthesize", "synthesize_parts"]
 
 
 def popularity_weights(n_experts: int, skew: float) -> np.ndarray:
@@ -139,7 +149,7 @@ def synthesize(model: ModelGeometry, *, prompts: int, tokens: int, seed: int, sk
     prompts, tokens : int
         Number of prompts (>= 1) and decode tokens per prompt (>= 1).
     seed : int
-        Seed (>= 0) of the PCG64 generator; the same arguments give an identical trace.
+        Seed (>= 0) of the random streams; the same arguments give an identical trace.
     skew : float
         Power-law exponent of per-layer popularity (>= 0; 0 is uniform).
     reuse : float
@@ -162,89 +172,74 @@ def synthesize(model: ModelGeometry, *, prompts: int, tokens: int, seed: int, sk
     CopeInputError
         When a parameter is out of range.
     """
+    par = _params(model, prompts, tokens, seed, skew, reuse, predictor_accuracy, prompt_context)
+    return _generate(model, par, description, 0, par.prompts)
+
+
+def synthesize_parts(model: ModelGeometry, *, prompts: int, tokens: int, seed: int,
+                     skew: float = 1.0, reuse: float = 0.5,
+                     predictor_accuracy: float | None = 0.7,
+                     prompt_context: tuple[int, int] = (128, 2048), description: str = "",
+                     part_rows: int = 1 << 20) -> Iterator[Trace]:
+    """:func:`synthesize` in consecutive parts of whole prompts, for writing a trace larger than
+    memory (:func:`cope_core.parquet_io.write_trace_parts`); arguments as :func:`synthesize`.
+
+    Parameters
+    ----------
+    part_rows : int
+        Rows (tokens x layers) per part, at least one prompt's. The parts together are exactly
+        the trace :func:`synthesize` returns.
+    """
+    par = _params(model, prompts, tokens, seed, skew, reuse, predictor_accuracy, prompt_context)
+    step = max(1, int(part_rows) // (par.tokens * model.n_layers))
+    for lo in range(0, par.prompts, step):
+        yield _generate(model, par, description, lo, min(par.prompts, lo + step))
+
+
+def _params(model, prompts, tokens, seed, skew, reuse, predictor_accuracy,
+            prompt_context) -> SynthParams:
     if not isinstance(model, ModelGeometry):
         raise CopeInputError(f"expected a ModelGeometry, got {type(model).__name__}", field="model")
-    par = SynthParams(prompts=prompts, tokens=tokens, seed=seed, skew=skew, reuse=reuse,
-                      predictor_accuracy=predictor_accuracy, prompt_context=prompt_context)
+    return SynthParams(prompts=prompts, tokens=tokens, seed=seed, skew=skew, reuse=reuse,
+                       predictor_accuracy=predictor_accuracy, prompt_context=prompt_context)
+
+
+def _stream(seed: int, *key: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
+
+
+def _generate(model: ModelGeometry, par: SynthParams, description: str, lo: int,
+              hi: int) -> Trace:
+    """Prompts ``lo .. hi - 1`` of the trace ``par`` describes."""
     L, E, k = model.n_layers, model.n_experts, model.top_k
-    P, T = par.prompts, par.tokens
-    rng = np.random.Generator(np.random.PCG64(par.seed))
+    T, P = par.tokens, hi - lo
+    by_rank = np.argsort(_stream(par.seed, 0).random((L, E)), axis=1)  # [l, rank] -> expert id
+    rank_of = np.argsort(by_rank, axis=1)                                # [l, id] -> rank
+    weight = popularity_weights(E, par.skew)[rank_of]                    # [l, id]
+    prob, alias = np.empty((L, E)), np.empty((L, E), np.int64)
+    _alias_tables(weight, prob, alias)
+    p = par.predictor_accuracy
+    routed = np.empty((P, T, L, k), np.int16)
+    predicted = np.empty((P, T, L, k if p is not None else 0), np.int16)
+    start = np.empty(P, np.int64)
+    low, high = par.prompt_context
 
-    by_rank = np.argsort(rng.random((L, E)), axis=1)      # [l, rank] -> expert id
-    rank_of = np.argsort(by_rank, axis=1)                 # [l, id] -> rank
-    cost = float(par.skew) * np.log1p(rank_of.astype(np.float64))  # -log weight, up to a shift
+    def one(i: int) -> None:
+        rng = _stream(par.seed, 1, lo + i)
+        start[i] = rng.integers(low, high + 1)
+        mark = np.empty(E, np.int64)
+        _routed_prompt(rng, prob, alias, weight, by_rank, float(par.reuse), routed[i], mark)
+        if p is not None:
+            _predicted_prompt(rng, routed[i], by_rank, float(p), predicted[i], mark)
 
-    routed = _sample_routed(rng, cost, P, T, k, float(par.reuse))
+    # the kernels release the GIL and each prompt has its own stream: threads change nothing
+    with ThreadPoolExecutor(max_workers=min(P, os.cpu_count() or 1)) as pool:
+        list(pool.map(one, range(P)))
     n = P * T
-    routed = np.ascontiguousarray(routed.transpose(1, 0, 2, 3)).reshape(n, L, k)
-
-    if par.predictor_accuracy is None:
-        predicted = np.empty((n, L, 0), dtype=np.int16)
-        predictor = None
-    else:
-        predicted = _predict(rng, routed, by_rank, float(par.predictor_accuracy))
-        predictor = {"kind": "synthetic", "accuracy": float(par.predictor_accuracy)}
-
-    lo, hi = par.prompt_context
-    start = rng.integers(lo, hi + 1, size=P)
     context = (start[:, None] + np.arange(T)[None, :]).reshape(n).astype(np.int32)
     text = f"{description.strip()}; {par.describe()}" if description.strip() else par.describe()
-    return Trace(model=model, prompt_ids=np.arange(P, dtype=np.int32),
+    return Trace(model=model, prompt_ids=np.arange(lo, hi, dtype=np.int32),
                  prompt_start=np.arange(P + 1, dtype=np.int64) * T, context=context,
-                 routed=routed, predicted=predicted, source="synthetic", description=text,
-                 predictor=predictor)
-
-
-def _sample_routed(rng: np.random.Generator, cost: np.ndarray, P: int, T: int, k: int,
-                   reuse: float) -> np.ndarray:
-    """Routed ids [T, P, L, k]; the token recursion is a loop, prompts and layers are vectorised.
-
-    Weighted sampling without replacement uses exponential races (Efraimidis-Spirakis): the k
-    smallest ``log(Exp(1)) + cost`` are a without-replacement draw proportional to ``exp(-cost)``.
-    Kept ids get key ``-inf`` so they always win a slot and are excluded from the fresh draw.
-    """
-    L, E = cost.shape
-    out = np.empty((T, P, L, k), dtype=np.int16)
-    prev = None
-    for t in range(T):
-        keys = np.log(rng.standard_exponential((P, L, E))) + cost
-        if prev is not None and reuse > 0:
-            keep = rng.random((P, L, k)) < reuse
-            vals = np.take_along_axis(keys, prev, axis=2)
-            np.put_along_axis(keys, prev, np.where(keep, -np.inf, vals), axis=2)
-        sel = np.argpartition(keys, k - 1, axis=2)[:, :, :k] if k < E else \
-            np.broadcast_to(np.arange(E), (P, L, E)).copy()
-        # argpartition leaves kept ids clustered first; the trace must not leak that order
-        sel = np.take_along_axis(sel, np.argsort(rng.random((P, L, k)), axis=2), axis=2)
-        out[t] = sel
-        prev = sel
-    return out
-
-
-def _predict(rng: np.random.Generator, routed: np.ndarray, by_rank: np.ndarray,
-             p: float) -> np.ndarray:
-    """Predicted ids [N, L, k] for layer l + 1, made at layer l (see module docstring)."""
-    n, L, k = routed.shape
-    E = by_rank.shape[1]
-    out = np.full((n, L, k), -1, dtype=np.int16)
-    if L < 2:
-        return out
-    true = routed[:, 1:, :].astype(np.int64)                         # [n, L-1, k]
-    # at most k popular ids are routed, so the 2k most popular hold every wrong guess needed
-    c = min(2 * k, E)
-    cand = np.broadcast_to(by_rank[None, 1:, :c], (n, L - 1, c))
-    wrong_ok = ~(cand[..., :, None] == true[..., None, :]).any(axis=3)
-    incl = rng.random(true.shape) < p
-    pool = np.concatenate([true, cand], axis=2)
-    ok = np.concatenate([incl, wrong_ok], axis=2)
-    # stable sort moves usable entries forward keeping order: included true ids, then the
-    # wrong guesses by popularity; the first k are the list
-    order = np.argsort(~ok, axis=2, kind="stable")[:, :, :k]
-    lst = np.take_along_axis(pool, order, axis=2)
-    valid = np.take_along_axis(ok, order, axis=2)
-    # shuffle the usable entries among themselves; padding keys (2.0) keep -1 at the end
-    shuffle_keys = np.where(valid, rng.random(valid.shape), 2.0)
-    perm = np.argsort(shuffle_keys, axis=2)
-    lst = np.take_along_axis(np.where(valid, lst, -1), perm, axis=2)
-    out[:, :-1, :] = lst
-    return out
+                 routed=routed.reshape(n, L, k), predicted=predicted.reshape(n, L, -1),
+                 source="synthetic", description=text,
+                 predictor=None if p is None else {"kind": "synthetic", "accuracy": float(p)})
