@@ -1,6 +1,6 @@
-"""Traces: routing popularity (layer x expert), token-to-token reuse, hit rate against K per
-residency, and the next-layer predictor's recall; skew, reuse and recall are those of
-cope_core.trace.stats."""
+"""Traces: whether a hot set exists, routing popularity (layer x expert), token-to-token reuse,
+hit rate against K per residency, and the next-layer predictor's recall; all statistics are
+those of cope_core.trace.stats."""
 import streamlit as st
 
 from cope_core.app import dataset as dsm
@@ -22,6 +22,12 @@ with c2:
 tr = ds.calibration if which == "calibration trace" else ds.trace
 st.markdown(f"**{dsm.trace_label(tr)}** · {tr.n_prompts} prompts · {tr.n_tokens} tokens · "
             f"{tr.model.n_layers} MoE layers · top-{tr.model.top_k} of {tr.model.n_experts}")
+
+st.subheader("Is there a hot set?")
+cal = ds.calibration if which == "evaluated trace" else None
+hs = trace_stats.hot_set(tr, cal)
+(st.success if hs.kind == "pays" else st.warning)(hs.verdict)
+st.dataframe(inputs.hot_set_frame(hs), hide_index=True)
 
 share = inputs.popularity_share(tr, sort=sort)
 skew = trace_stats.skew(tr)

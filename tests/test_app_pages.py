@@ -381,7 +381,13 @@ def test_traces_page_shows_the_trace_stats_module_numbers(qwen):
     for name, col in zip(lines, (ref.recall, ref.recall_previous_token, ref.recall_popularity)):
         assert len(col) == tr.model.n_layers - 1
         np.testing.assert_allclose(lines[name], col)
-    table = at.dataframe[0].value
+    hot = at.dataframe[0].value
+    assert hot["experts per layer"].tolist() == list(ref.hot_set.ks) == [13, 32, 64]
+    np.testing.assert_allclose(hot["routed experts caught (%)"],
+                               100 * np.array(ref.hot_set.caught))
+    said = [m.value for m in [*at.success, *at.warning] if "cache" in m.value]
+    assert said == [ref.hot_set.verdict]
+    table = at.dataframe[1].value
     assert table.columns.tolist() == ["predictor", "previous token", "popularity"]
     np.testing.assert_allclose(table.iloc[0].to_numpy(float),
                                [ref.to_dict()["mean"][m] for m in

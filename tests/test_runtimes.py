@@ -267,3 +267,24 @@ def test_sglang_kt_loaders_accept_the_file_and_select_the_fill(tmp_path):
     for layer, row in enumerate(pol.resident_experts):
         assert torch.nonzero(mask[dense + layer]).ravel().tolist() == sorted(row)
     assert not mask[:dense].any()
+
+
+# --- vLLM's own output classes write the routing dumps the importer reads -----------------------
+def test_vllm_writes_the_import_fixtures(tmp_path):
+    """scripts/make_import_fixtures.py run with vLLM's Python gives exactly the committed
+    tests/data/import files (RequestOutput/CompletionOutput, CompletionResponse, numpy2base64)."""
+    if not VLLM_PY.is_file():
+        pytest.skip(f"vLLM 0.33.0 is not set up: {SETUP}")
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([str(VLLM_PY), str(root / "scripts" / "make_import_fixtures.py"), "vllm",
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, VLLM_TARGET_DEVICE="cpu"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    data = root / "tests" / "data" / "import"
+    for name in ("vllm-offline.jsonl", "vllm-openai.jsonl"):
+        got = [json.loads(x) for x in (tmp_path / name).read_text().splitlines()]
+        assert got == [json.loads(x) for x in (data / name).read_text().splitlines()], name
+    a, b = np.load(tmp_path / "vllm-request.npz"), np.load(data / "vllm-request.npz")
+    assert sorted(a.files) == sorted(b.files)
+    for k in a.files:
+        np.testing.assert_array_equal(a[k], b[k])

@@ -21,7 +21,7 @@ from ..matrix import CANDIDATE_IDS, EXECUTIONS, Execution
 from ..platforms import PlatformSpec
 from ..profile.data import ATOMIC_PER_N, OperatingPoint, Profile
 from ..trace.data import Trace
-from ..trace.stats import TraceStats
+from ..trace.stats import HotSet, TraceStats
 
 
 # --- traces -------------------------------------------------------------------------------------
@@ -31,6 +31,16 @@ def popularity_share(trace: Trace, sort: bool = False) -> np.ndarray:
     With ``sort`` each layer's experts are ordered by descending share (column = rank)."""
     share = trace.popularity / float(trace.n_tokens)
     return -np.sort(-share, axis=1) if sort else share
+
+
+def hot_set_frame(hs: HotSet) -> pd.DataFrame:
+    """One row per cache size of :func:`cope_core.trace.stats.hot_set`, shares in percent."""
+    return pd.DataFrame({"cache": [f"{f:.0%} of experts" for f in hs.fractions],
+                         "experts per layer": list(hs.ks),
+                         "routed experts caught (%)": [100 * c for c in hs.caught],
+                         "uniform routing (%)": [100 * u for u in hs.uniform],
+                         "x uniform": [c / u for c, u in zip(hs.caught, hs.uniform,
+                                                             strict=True)]})
 
 
 def recall_frame(stats: TraceStats) -> pd.DataFrame:

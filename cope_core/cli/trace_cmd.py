@@ -1,4 +1,4 @@
-"""``cope trace collect|import|predict|stats`` and ``cope predictor train`` (a CLI plugin)."""
+"""``cope trace collect|import|predict|sample|stats`` and ``cope predictor train`` (CLI plugin)."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +7,7 @@ from .. import parquet_io
 from ..errors import CopeInputError
 from ..files import print_json
 from ..geometry import get_model
+from ..trace.importers import FORMATS
 from .args import check_output
 
 
@@ -34,14 +35,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--force", action="store_true", help="overwrite an existing output")
     s.set_defaults(func=cmd_collect)
 
-    s = ts.add_parser("import", help="import JSON-lines or numpy routing records")
-    s.add_argument("--format", required=True, choices=["jsonl", "npz"],
+    s = ts.add_parser("import", help="import routing records: JSON lines, numpy, vLLM, SGLang")
+    s.add_argument("--format", required=True, choices=list(FORMATS),
                    help="input format (docs/traces.md describes each)")
     s.add_argument("files", nargs="+", help="routing record files to import")
     s.add_argument("--model", required=True, help="catalog model name (geometry)")
     s.add_argument("--layers", type=int, help="the model's MoE layer count, when it differs")
     s.add_argument("--context-start", type=int, default=0,
                    help="context of token 0 when the records hold none (default 0)")
+    s.add_argument("--prompt-tokens", type=int,
+                   help="vllm: prompt length of bare .npy arrays (where decode rows start)")
     s.add_argument("-o", "--output", required=True, help="file to write")
     s.add_argument("--force", action="store_true", help="overwrite an existing output")
     s.add_argument("--json", action="store_true", help="print the import report as JSON")
@@ -57,6 +60,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("-o", "--output", required=True, help="file to write")
     s.add_argument("--force", action="store_true", help="overwrite an existing output")
     s.set_defaults(func=cmd_predict_trace)
+
+    s = ts.add_parser("sample", help="a uniform sample of a large or sharded trace's prompts")
+    s.add_argument("trace", help="routing trace (cope.trace/1 file or a folder of shards)")
+    s.add_argument("--prompts", type=int, required=True, help="prompts to keep")
+    s.add_argument("--seed", type=int, default=0, help="seed of the reservoir (default 0)")
+    s.add_argument("-o", "--output", required=True, help="file to write")
+    s.add_argument("--force", action="store_true", help="overwrite an existing output")
+    s.set_defaults(func=cmd_sample)
 
     s = ts.add_parser("stats", help="skew, reuse, predictor recall and hit rate vs K")
     s.add_argument("trace", help="routing trace (cope.trace/1)")
@@ -122,7 +133,8 @@ def cmd_import(args: argparse.Namespace) -> int:
             raise CopeInputError(f"expected at least 1 layer, got {args.layers}", field="--layers")
         g = g.with_layers(args.layers)
     check_output(args.output, args.force)
-    tr, rep = import_trace(args.format, args.files, g, context_start=args.context_start)
+    tr, rep = import_trace(args.format, args.files, g, context_start=args.context_start,
+                           prompt_tokens=args.prompt_tokens)
     parquet_io.write_trace(tr, args.output, overwrite=args.force)
     if args.json:
         print_json(dict(rep.to_dict(), output=args.output, prompts_kept=tr.n_prompts,
@@ -144,6 +156,27 @@ def cmd_predict_trace(args: argparse.Namespace) -> int:
     parquet_io.write_trace(out, args.output, overwrite=args.force)
     print(f"wrote {args.output}: {tr.source} trace with 'predicted' from the {args.method} "
           f"baseline")
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from ..trace.sample import reservoir_sample
+    check_output(args.output, args.force)
+    ids, counts = parquet_io.trace_prompts(args.trace)
+    chosen = reservoir_sample([ids], args.prompts, args.seed)
+    tr = parquet_io.read_trace(args.trace, prompts=chosen)
+    note = (f"sample of {tr.n_prompts} of {len(ids)} prompts (reservoir, seed {args.seed}) "
+            f"from {args.trace}")
+    desc = f"{tr.description}; {note}" if tr.description else note
+    parquet_io.write_trace(dataclasses.replace(tr, description=desc), args.output,
+                           overwrite=args.force)
+    print(f"wrote {args.output}: {tr.n_prompts} of {len(ids)} prompts ({tr.n_tokens} of "
+          f"{int(counts.sum()) // tr.model.n_layers} decode tokens), a uniform reservoir sample "
+          f"with seed {args.seed}"
+          + ("; the trace has no more prompts, so all are kept" if tr.n_prompts == len(ids)
+             else ""))
     return 0
 
 

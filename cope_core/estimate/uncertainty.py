@@ -213,8 +213,9 @@ def _pct(p: float) -> str:
 
 def confidence_lines(df: pd.DataFrame, experts_per_layer: int) -> list[str]:
     """The winner at one K of a :func:`~cope_core.estimate.predict.predict` frame, with its
-    interval, how often it wins, the strongest rival and, when below :data:`CONFIDENT`, how much
-    more trace would settle it (the lines ``cope predict`` prints and the app shows)."""
+    interval, how often it wins, the strongest rival and either how much more trace would settle
+    it (below :data:`CONFIDENT`) or that more prompts would not change it (the lines
+    ``cope predict`` prints and the app shows)."""
     sub = df[df["experts_per_layer"] == experts_per_layer]
     ranked = sub.sort_values("rank")
     w = ranked.iloc[0]
@@ -229,7 +230,10 @@ def confidence_lines(df: pd.DataFrame, experts_per_layer: int) -> list[str]:
         if conf["contender"] is not None and conf["contender_probability"] > 0:
             line += f"; contender {conf['contender']} {_pct(conf['contender_probability'])}"
         lines = [line]
-        if conf["win_probability"] < CONFIDENT and conf["contender"] is not None:
+        if conf["win_probability"] >= CONFIDENT:
+            lines.append(f"  more prompts would not change it: it wins at least "
+                         f"{_pct(CONFIDENT)} of the draws over these {conf['prompts']} prompts")
+        elif conf["contender"] is not None:
             if conf["prompts_for_confidence"] is not None:
                 lines.append(f"  about {conf['prompts_for_confidence']} prompts of trace (this "
                              f"one has {conf['prompts']}) would make it {_pct(CONFIDENT)}")

@@ -1,4 +1,5 @@
-"""Import routing traces recorded by other tools: JSON lines and numpy arrays.
+"""Import routing traces recorded by other tools: JSON lines and numpy arrays here, the serving
+runtimes' own records (vLLM, SGLang) in :mod:`cope_core.trace.import_runtimes`.
 
 Missing records are never filled in. A token is *complete* when every MoE layer has a record;
 each prompt is cut at its first incomplete token (tokens after a gap cannot be trusted: a
@@ -36,7 +37,7 @@ from ..errors import CopeInputError
 from ..geometry import ModelGeometry
 from .data import Trace
 
-FORMATS = ("jsonl", "npz")
+FORMATS = ("jsonl", "npz", "vllm", "sglang")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class PromptReport:
     tokens_kept: int
     cut_at: int | None
     records_dropped: int
+    prefill_dropped: int = 0
 
 
 @dataclass(frozen=True)
@@ -64,39 +66,52 @@ class ImportReport:
         return sum(p.records_dropped for p in self.prompts)
 
     @property
+    def prefill_dropped(self) -> int:
+        return sum(p.prefill_dropped for p in self.prompts)
+
+    @property
     def dropped(self) -> tuple[PromptReport, ...]:
         return tuple(p for p in self.prompts if p.tokens_kept == 0)
 
     def lines(self) -> list[str]:
         out = []
         for p in self.prompts:
-            if p.tokens_kept == 0:
+            pre = (f"; {p.prefill_dropped} prefill tokens left out" if p.prefill_dropped
+                   else "")
+            if p.tokens_seen == 0:
+                out.append(f"prompt {p.prompt} ({p.source}): dropped, no decode token"
+                           f"{pre}")
+            elif p.tokens_kept == 0:
                 out.append(f"prompt {p.prompt} ({p.source}): dropped, token 0 is incomplete "
-                           f"({p.records_dropped} records discarded)")
+                           f"({p.records_dropped} records discarded){pre}")
             elif p.cut_at is not None:
                 out.append(f"prompt {p.prompt} ({p.source}): cut at token {p.cut_at} (first "
                            f"incomplete), kept {p.tokens_kept} of {p.tokens_seen} tokens, "
-                           f"{p.records_dropped} records discarded")
+                           f"{p.records_dropped} records discarded{pre}")
             else:
-                out.append(f"prompt {p.prompt} ({p.source}): complete, {p.tokens_kept} tokens")
+                out.append(f"prompt {p.prompt} ({p.source}): complete, {p.tokens_kept} "
+                           f"tokens{pre}")
         return out + list(self.notes)
 
     def to_dict(self) -> dict[str, Any]:
         return {"prompts": [p.__dict__ for p in self.prompts],
-                "records_dropped": self.records_dropped, "context_recorded":
+                "records_dropped": self.records_dropped,
+                "prefill_dropped": self.prefill_dropped, "context_recorded":
                 self.context_recorded, "notes": list(self.notes)}
 
 
 def _prompt_block(src_name: str, routed: np.ndarray, context: np.ndarray | None, prompt: int,
-                  g: ModelGeometry) -> tuple[np.ndarray | None, np.ndarray | None, PromptReport]:
-    """Cut one prompt's ``routed`` [T, L, k] (-1 = missing) at its first incomplete token."""
+                  g: ModelGeometry, prefill: int = 0
+                  ) -> tuple[np.ndarray | None, np.ndarray | None, PromptReport]:
+    """Cut one prompt's ``routed`` [T, L, k] (-1 = missing) at its first incomplete token;
+    ``prefill`` counts the prompt's prefill tokens the source held and the import left out."""
     T = routed.shape[0]
     complete = (routed >= 0).all(axis=2).all(axis=1)
     bad = np.flatnonzero(~complete)
     cut = int(bad[0]) if bad.size else None
     keep = T if cut is None else cut
     dropped = int((routed[keep:] >= 0).all(axis=2).sum())
-    rep = PromptReport(prompt, src_name, T, keep, cut, dropped)
+    rep = PromptReport(prompt, src_name, T, keep, cut, dropped, prefill)
     if keep == 0:
         return None, None, rep
     return routed[:keep], None if context is None else context[:keep], rep
@@ -118,21 +133,24 @@ def _check_ids(routed: np.ndarray, g: ModelGeometry, src: str, where: str) -> No
 
 
 def _assemble(blocks, reports, g: ModelGeometry, context_start: int, fmt: str,
-              sources: Sequence[str]) -> tuple[Trace, ImportReport]:
+              sources: Sequence[str], notes: tuple[str, ...] = ()) -> tuple[Trace, ImportReport]:
     kept = [(p, r, c) for p, (r, c) in enumerate(blocks) if r is not None]
     if not kept:
         raise CopeInputError("no prompt has a complete first token (every MoE layer recorded); "
                              "nothing to import", source=", ".join(sources))
     recorded = all(c is not None for _, _, c in kept)
     ctx = [c if recorded else context_start + np.arange(r.shape[0]) for _, r, c in kept]
-    notes = () if recorded else (f"context lengths were not recorded: set to {context_start} + "
-                                 f"token index",)
+    if not recorded:
+        notes = (f"context lengths were not recorded: set to {context_start} + token index",
+                 *notes)
     routed = np.concatenate([r for _, r, _ in kept]).astype(np.int16)
     counts = [r.shape[0] for _, r, _ in kept]
     rep = ImportReport(tuple(reports), recorded, notes)
     text = (f"imported from {fmt} ({', '.join(os.path.basename(s) for s in sources)}); "
             f"{rep.records_dropped} records after a prompt's first incomplete token discarded")
-    if notes:
+    if rep.prefill_dropped:
+        text += f"; {rep.prefill_dropped} prefill tokens left out (decode tokens only)"
+    if not recorded:
         text += f"; {notes[0]}"
     tr = Trace(model=g, prompt_ids=np.asarray([p for p, _, _ in kept], np.int32),
                prompt_start=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
@@ -272,13 +290,22 @@ def import_npz(paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
 
 
 def import_trace(fmt: str, paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
-                 context_start: int = 0) -> tuple[Trace, ImportReport]:
-    """Dispatch on ``fmt`` (``jsonl`` or ``npz``)."""
+                 context_start: int = 0,
+                 prompt_tokens: int | None = None) -> tuple[Trace, ImportReport]:
+    """Dispatch on ``fmt``: ``jsonl`` and ``npz`` here, ``vllm`` and ``sglang`` in
+    :mod:`cope_core.trace.import_runtimes` (``prompt_tokens``: the prompt length of bare vLLM
+    ``.npy`` arrays)."""
     if fmt not in FORMATS:
         raise CopeInputError(f"expected one of {list(FORMATS)}, got {fmt!r}", field="format")
     if not paths:
         raise CopeInputError("no input files given", field="files")
     if context_start < 0:
         raise CopeInputError(f"expected >= 0, got {context_start}", field="context-start")
-    fn = import_jsonl if fmt == "jsonl" else import_npz
-    return fn(paths, model, context_start=context_start)
+    if fmt in ("jsonl", "npz"):
+        fn = import_jsonl if fmt == "jsonl" else import_npz
+        return fn(paths, model, context_start=context_start)
+    from .import_runtimes import import_sglang, import_vllm
+    if fmt == "vllm":
+        return import_vllm(paths, model, context_start=context_start,
+                           prompt_tokens=prompt_tokens)
+    return import_sglang(paths, model, context_start=context_start)

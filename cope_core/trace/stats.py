@@ -16,6 +16,12 @@ hit rate vs K
     Fixed residency: hits / (N · L · top_k) when each layer keeps its ``K`` most popular
     experts of the calibration trace (the trace itself when none is given, which is
     optimistic): a cumulative sum of popularity in fill order (:func:`fixed_hits`).
+hot set
+    The hit rate of fixed caches of 10 %, 25 % and 50 % of each layer's experts against the
+    share a cache of that size catches when routing is uniform (``K / E``), and a one-line
+    verdict (:func:`hot_set`): caching pays when the 25 % cache catches at least
+    :data:`PAYS` times its uniform share, and there is no exploitable hot set below
+    :data:`NO_HOT_SET` times.
 """
 from __future__ import annotations
 
@@ -28,6 +34,55 @@ import numpy as np
 from ..errors import CopeInputError
 from .baselines import baseline_predictions, popularity_lists, recall_at_k
 from .data import Trace, fill_order
+
+HOT_FRACTIONS = (0.10, 0.25, 0.50)
+PAYS = 1.5        # the 25 % cache catches >= 1.5x its uniform share: a hot set worth caching
+NO_HOT_SET = 1.1  # below 1.1x: indistinguishable from uniform routing for a cache
+
+
+@dataclass(frozen=True)
+class HotSet:
+    """What fixed caches of a few sizes catch, against uniform routing (module docstring)."""
+
+    fractions: tuple[float, ...]
+    ks: tuple[int, ...]
+    caught: tuple[float, ...]
+    uniform: tuple[float, ...]
+    verdict: str
+    kind: str  # "pays", "weak" or "none"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "kind": self.kind, "caches": [
+            {"fraction": f, "experts_per_layer": k, "caught": c, "uniform": u,
+             "ratio": c / u if u else None}
+            for f, k, c, u in zip(self.fractions, self.ks, self.caught, self.uniform,
+                                  strict=True)]}
+
+
+def hot_set(trace: Trace, calibration: Trace | None = None) -> HotSet:
+    """Shares of routed experts that fixed caches of 10 %, 25 % and 50 % of the experts catch
+    (by the calibration's popularity; the trace's own when None, which is optimistic), against
+    the uniform share, with a verdict on whether caching can pay."""
+    E = trace.model.n_experts
+    ks = tuple(max(1, min(E, round(f * E))) for f in HOT_FRACTIONS)
+    caught = tuple(float(h) for h in fixed_hit_rate(trace, list(ks), calibration))
+    uniform = tuple(k / E for k in ks)
+    i = HOT_FRACTIONS.index(0.25)
+    c, u, k = caught[i], uniform[i], ks[i]
+    ratio = c / u
+    size = f"a 25 % cache ({k} of {E} experts per layer)"
+    kind = "pays" if ratio >= PAYS else "none" if ratio < NO_HOT_SET else "weak"
+    if kind == "pays":
+        verdict = (f"{size} catches {c:.0%} of routed experts, {ratio:.1f}x uniform: caching "
+                   "pays")
+    elif kind == "none":
+        verdict = f"no exploitable hot set: {size} catches {c:.0%} against {u:.0%} uniform"
+    else:
+        verdict = (f"a weak hot set: {size} catches {c:.0%}, {ratio:.2f}x uniform; a cache "
+                   "pays only where misses are cheap")
+    if calibration is None:
+        verdict += " (popularity from the trace itself: optimistic)"
+    return HotSet(HOT_FRACTIONS, ks, caught, uniform, verdict, kind)
 
 
 @dataclass(frozen=True)
@@ -49,6 +104,7 @@ class TraceStats:
     ks: list[int]
     hit_rate: list[float]
     calibration: str
+    hot_set: HotSet
 
     @property
     def mean_skew(self) -> float:
@@ -63,7 +119,8 @@ class TraceStats:
             if isinstance(v, list):
                 return [clean(x) for x in v]
             return None if isinstance(v, float) and not math.isfinite(v) else v
-        d = {k: clean(v) for k, v in self.__dict__.items()}
+        d = {k: clean(v) for k, v in self.__dict__.items() if k != "hot_set"}
+        d["hot_set"] = self.hot_set.to_dict()
         d["mean"] = {"skew": clean(self.mean_skew), "reuse": clean(self.mean_reuse),
                      "recall": None if self.recall is None else clean(_mean(self.recall)),
                      "recall_previous_token": clean(_mean(self.recall_previous_token)),
@@ -93,6 +150,11 @@ class TraceStats:
         lines += ["", f"fixed-residency hit rate vs K (popularity from {self.calibration})",
                   "    K  " + " ".join(f"{k:>6d}" for k in self.ks),
                   "  hit  " + " ".join(f"{h:6.3f}" for h in self.hit_rate)]
+        hs = self.hot_set
+        lines += ["", "hot set: " + hs.verdict]
+        lines += [f"  {f:4.0%} cache ({k:>3d} experts): catches {c:6.1%} of routed experts, "
+                  f"uniform {u:6.1%}, {c / u:.2f}x"
+                  for f, k, c, u in zip(hs.fractions, hs.ks, hs.caught, hs.uniform, strict=True)]
         return "\n".join(lines)
 
 
@@ -165,4 +227,4 @@ def trace_stats(trace: Trace, calibration: Trace | None = None) -> TraceStats:
         recall_previous_token=recall_at_k(prev, trace.routed).tolist(),
         recall_popularity=recall_at_k(pop, trace.routed).tolist(), ks=ks, hit_rate=hit.tolist(),
         calibration="the calibration trace" if calibration is not None
-        else "the trace itself (optimistic)")
+        else "the trace itself (optimistic)", hot_set=hot_set(trace, calibration))
