@@ -176,11 +176,14 @@ def step_synthetic(man: Manifest, bar: tqdm) -> None:
     for name, spec in MODELS.items():
         p = params["models"][name]
         src = ATTRIBUTION[p["counts"]] + (" carried over by K/E" if p["transferred"] else "")
-        for kind, shape, seed in (("trace", TRACE_SHAPE, spec["seed"]),
-                                  ("calibration", CALIBRATION_SHAPE, spec["seed"] + 1)):
+        # one synthetic model per seed (its popularity ranking): the calibration trace is other
+        # prompts of the same model, as a real calibration run would be
+        for kind, shape, first in (("trace", TRACE_SHAPE, 0),
+                                   ("calibration", CALIBRATION_SHAPE, TRACE_SHAPE["prompts"])):
             path = EXAMPLES / f"{name}-{kind}.parquet"
             args = ["synth", "--model", name, "--prompts", shape["prompts"], "--tokens",
-                    shape["tokens"], "--seed", seed, "--skew", p["skew"], "--reuse", reuse,
+                    shape["tokens"], "--seed", spec["seed"], "--first-prompt", first,
+                    "--skew", p["skew"], "--reuse", reuse,
                     "--predictor-accuracy", params["predictor_accuracy"], "--description",
                     ("SYNTHETIC " + ("trace" if kind == "trace" else "calibration trace")
                      + ", skew and reuse calibrated on real routing data"),
@@ -282,7 +285,7 @@ def step_measured(man: Manifest, bar: tqdm) -> None:
             "--tokens", m["tokens"], "--seed", 61, *gen, "--description",
             "SYNTHETIC trace of the measured example", "-o", trace, "--force"]
     a_cal = ["synth", "--model", m["model"], "--layers", m["layers"], "--prompts", 16,
-             "--tokens", 128, "--seed", 62, *gen, "--description",
+             "--tokens", 128, "--seed", 61, "--first-prompt", m["prompts"], *gen, "--description",
              "SYNTHETIC calibration trace of the measured example", "-o", cal, "--force"]
     a_prof = ["profile", "--trace", trace, "--cpu-threads", m["threads"], "--contexts",
               "128,1024,4096", "--min-time", m["min_time"], "--no-progress", "-o", prof,

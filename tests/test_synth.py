@@ -77,7 +77,7 @@ def test_shapes_dtypes_and_metadata():
     assert tr.description.startswith("demo; synthetic ")
     rec = json.loads(tr.description.split("synthetic ", 1)[1])
     assert rec == {"prompts": 3, "tokens": 5, "seed": 1, "skew": 1.0, "reuse": 0.5,
-                   "predictor_accuracy": 0.5, "prompt_context": [10, 20]}
+                   "predictor_accuracy": 0.5, "prompt_context": [10, 20], "first_prompt": 0}
     tr.validate()  # also ran on construction
 
 

@@ -276,3 +276,19 @@ def test_stats_json_has_the_hot_set(tmp_path, capsys):
     assert hs["kind"] == "pays" and [c["experts_per_layer"] for c in hs["caches"]] == [6, 16, 32]
     assert main(["trace", "stats", str(tmp_path / "t.parquet")]) == 0
     assert "hot set: a 25 % cache (16 of 64 experts per layer)" in capsys.readouterr().out
+
+
+def test_a_calibration_trace_of_the_same_synthetic_model():
+    """Same seed, other prompt ids: the same popularity ranking (a hot set the calibration finds),
+    other routing; a different seed is another model, whose ranking tells nothing."""
+    g = get_model("qwen3-30b-a3b").with_layers(4)
+    tr = synthesize(g, prompts=8, tokens=64, seed=7, skew=1.0)
+    cal = synthesize(g, prompts=8, tokens=64, seed=7, skew=1.0, first_prompt=8)
+    other = synthesize(g, prompts=8, tokens=64, seed=8, skew=1.0)
+    assert cal.prompt_ids.tolist() == list(range(8, 16))
+    assert not np.array_equal(cal.routed, tr.routed)
+    same, foreign = hot_set(tr, cal), hot_set(tr, other)
+    assert same.kind == "pays" and same.caught[1] > 0.45
+    assert foreign.caught[1] < 0.35
+    np.testing.assert_array_equal(cal.routed[:64], synthesize(g, prompts=9, tokens=64, seed=7,
+                                                              skew=1.0).routed[-64:])

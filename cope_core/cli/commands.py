@@ -133,7 +133,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
         desc = f"{desc.strip()}; fitted to {args.fit}: {fit.describe()}".lstrip("; ")
     # written in parts of whole prompts, so memory stays bounded whatever the trace's size
     parts = synthesize_parts(g, prompts=prompts, tokens=tokens, seed=args.seed, skew=skew,
-                             reuse=reuse, predictor_accuracy=acc, description=desc)
+                             reuse=reuse, predictor_accuracy=acc, description=desc,
+                             first_prompt=args.first_prompt)
     parquet_io.write_trace_parts(parts, args.output, overwrite=args.force)
     print(f"wrote {args.output}: SYNTHETIC trace, {g.name} geometry ({g.n_layers} MoE layers, "
           f"top-{g.top_k} of {g.n_experts}), {prompts} prompts x {tokens} tokens, "

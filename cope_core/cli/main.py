@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decode tokens per prompt; required unless --fit (default: its mean)")
     s.add_argument("--seed", type=int, required=True,
                    help="random seed (the same seed writes the same trace)")
+    s.add_argument("--first-prompt", type=int, default=0,
+                   help="id of the first prompt (default 0); a calibration trace of the same "
+                        "synthetic model keeps --seed and starts after the evaluated prompts")
     s.add_argument("--skew", type=float, help="power-law exponent of popularity (default 1.0)")
     s.add_argument("--reuse", type=float, help="token-to-token reuse probability (default 0.5)")
     s.add_argument("--predictor-accuracy",

@@ -30,8 +30,10 @@ Context
     inclusive) and grows by one per decoded token.
 
 Random streams are ``numpy.random.Generator(PCG64)`` seeded from
-``SeedSequence(seed, spawn_key=...)``: key ``(0,)`` draws the popularity permutation and key
-``(1, i)`` everything of prompt ``i`` (its starting context, routing and predictions). The same
+``SeedSequence(seed, spawn_key=...)``: key ``(0,)`` draws the popularity permutation (the
+synthetic *model*) and key ``(1, i)`` everything of prompt id ``i`` (its starting context,
+routing and predictions). A calibration trace of the same model therefore takes the same seed and
+other prompt ids (``first_prompt``). The same
 arguments give an identical trace, prompt ``i`` does not depend on how many prompts are made, and
 prompts can be generated in parallel and in parts (:func:`synthesize_parts`) with the same result.
 Every prompt has ``tokens`` decode tokens.
@@ -94,9 +96,14 @@ class SynthParams:
     reuse: float = 0.5
     predictor_accuracy: float | None = 0.7
     prompt_context: tuple[int, int] = (128, 2048)
+    first_prompt: int = 0
 
     def __post_init__(self) -> None:
         _check_int("prompts", self.prompts, 1)
+        _check_int("first_prompt", self.first_prompt, 0)
+        if self.first_prompt + self.prompts - 1 > np.iinfo(np.int32).max:
+            raise CopeInputError(f"prompt ids up to {self.first_prompt + self.prompts - 1} do "
+                                 "not fit int32", field="first_prompt")
         _check_int("tokens", self.tokens, 1)
         _check_int("seed", self.seed, 0)
         check_skew(self.skew)
@@ -139,7 +146,8 @@ def _check_unit(name: str, v) -> None:
 
 def synthesize(model: ModelGeometry, *, prompts: int, tokens: int, seed: int, skew: float = 1.0,
                reuse: float = 0.5, predictor_accuracy: float | None = 0.7,
-               prompt_context: tuple[int, int] = (128, 2048), description: str = "") -> Trace:
+               prompt_context: tuple[int, int] = (128, 2048), description: str = "",
+               first_prompt: int = 0) -> Trace:
     """Generate a synthetic routing trace (semantics in the module docstring).
 
     Parameters
@@ -160,6 +168,10 @@ def synthesize(model: ModelGeometry, *, prompts: int, tokens: int, seed: int, sk
         Inclusive range of each prompt's starting context length.
     description : str
         Free text; the parameter record is appended to it.
+    first_prompt : int
+        Id of the first prompt (>= 0); prompts are ``first_prompt, first_prompt + 1, ...``. The
+        popularity ranking depends on ``seed`` only, so a calibration trace of the same
+        synthetic model is the same seed with prompts the evaluated trace does not have.
 
     Returns
     -------
@@ -172,7 +184,8 @@ def synthesize(model: ModelGeometry, *, prompts: int, tokens: int, seed: int, sk
     CopeInputError
         When a parameter is out of range.
     """
-    par = _params(model, prompts, tokens, seed, skew, reuse, predictor_accuracy, prompt_context)
+    par = _params(model, prompts, tokens, seed, skew, reuse, predictor_accuracy, prompt_context,
+                  first_prompt)
     return _generate(model, par, description, 0, par.prompts)
 
 
@@ -180,7 +193,7 @@ def synthesize_parts(model: ModelGeometry, *, prompts: int, tokens: int, seed: i
                      skew: float = 1.0, reuse: float = 0.5,
                      predictor_accuracy: float | None = 0.7,
                      prompt_context: tuple[int, int] = (128, 2048), description: str = "",
-                     part_rows: int = 1 << 20) -> Iterator[Trace]:
+                     first_prompt: int = 0, part_rows: int = 1 << 20) -> Iterator[Trace]:
     """:func:`synthesize` in consecutive parts of whole prompts, for writing a trace larger than
     memory (:func:`cope_core.parquet_io.write_trace_parts`); arguments as :func:`synthesize`.
 
@@ -190,18 +203,20 @@ def synthesize_parts(model: ModelGeometry, *, prompts: int, tokens: int, seed: i
         Rows (tokens x layers) per part, at least one prompt's. The parts together are exactly
         the trace :func:`synthesize` returns.
     """
-    par = _params(model, prompts, tokens, seed, skew, reuse, predictor_accuracy, prompt_context)
+    par = _params(model, prompts, tokens, seed, skew, reuse, predictor_accuracy, prompt_context,
+                  first_prompt)
     step = max(1, int(part_rows) // (par.tokens * model.n_layers))
     for lo in range(0, par.prompts, step):
         yield _generate(model, par, description, lo, min(par.prompts, lo + step))
 
 
-def _params(model, prompts, tokens, seed, skew, reuse, predictor_accuracy,
-            prompt_context) -> SynthParams:
+def _params(model, prompts, tokens, seed, skew, reuse, predictor_accuracy, prompt_context,
+            first_prompt) -> SynthParams:
     if not isinstance(model, ModelGeometry):
         raise CopeInputError(f"expected a ModelGeometry, got {type(model).__name__}", field="model")
     return SynthParams(prompts=prompts, tokens=tokens, seed=seed, skew=skew, reuse=reuse,
-                       predictor_accuracy=predictor_accuracy, prompt_context=prompt_context)
+                       predictor_accuracy=predictor_accuracy, prompt_context=prompt_context,
+                       first_prompt=first_prompt)
 
 
 def _stream(seed: int, *key: int) -> np.random.Generator:
@@ -210,7 +225,7 @@ def _stream(seed: int, *key: int) -> np.random.Generator:
 
 def _generate(model: ModelGeometry, par: SynthParams, description: str, lo: int,
               hi: int) -> Trace:
-    """Prompts ``lo .. hi - 1`` of the trace ``par`` describes."""
+    """The ``lo``-th to ``hi - 1``-th prompts of the trace ``par`` describes."""
     L, E, k = model.n_layers, model.n_experts, model.top_k
     T, P = par.tokens, hi - lo
     by_rank = np.argsort(_stream(par.seed, 0).random((L, E)), axis=1)  # [l, rank] -> expert id
@@ -225,7 +240,7 @@ def _generate(model: ModelGeometry, par: SynthParams, description: str, lo: int,
     low, high = par.prompt_context
 
     def one(i: int) -> None:
-        rng = _stream(par.seed, 1, lo + i)
+        rng = _stream(par.seed, 1, par.first_prompt + lo + i)
         start[i] = rng.integers(low, high + 1)
         mark = np.empty(E, np.int64)
         _routed_prompt(rng, prob, alias, weight, by_rank, float(par.reuse), routed[i], mark)
@@ -238,7 +253,8 @@ def _generate(model: ModelGeometry, par: SynthParams, description: str, lo: int,
     n = P * T
     context = (start[:, None] + np.arange(T)[None, :]).reshape(n).astype(np.int32)
     text = f"{description.strip()}; {par.describe()}" if description.strip() else par.describe()
-    return Trace(model=model, prompt_ids=np.arange(lo, hi, dtype=np.int32),
+    first = par.first_prompt
+    return Trace(model=model, prompt_ids=np.arange(first + lo, first + hi, dtype=np.int32),
                  prompt_start=np.arange(P + 1, dtype=np.int64) * T, context=context,
                  routed=routed.reshape(n, L, k), predicted=predicted.reshape(n, L, -1),
                  source="synthetic", description=text,
