@@ -2,7 +2,8 @@
 shipped trace (popularity from its calibration trace) and on the real Mixtral trace of
 ../shared/realdata (popularity from itself, flagged), by cope_core.trace.stats.hot_set.
 
-Run: ``python scripts/hot_sets.py``; tests/test_trace_scale.py checks the docs table against it.
+Run: ``python scripts/hot_sets.py [--write]`` (``--write`` puts the table into docs/traces.md
+between its hot-sets markers); tests/test_trace_scale.py checks the docs table against it.
 """
 from __future__ import annotations
 
@@ -11,6 +12,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REALDATA = ROOT.parent / "shared" / "realdata" / "mixtral-8x7b-instruct-decode"
+DOC = ROOT / "docs" / "traces.md"
+START, END = "<!-- hot-sets:start -->", "<!-- hot-sets:end -->"
+REAL_ROW = "| real Mixtral decode trace (itself) |"
+
+
+def doc_rows() -> list[str]:
+    """The table now in docs/traces.md."""
+    text = DOC.read_text()
+    return text[text.index(START) + len(START):text.index(END)].strip().splitlines()
 
 
 def rows() -> list[str]:
@@ -38,4 +48,9 @@ def rows() -> list[str]:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    print("\n".join(rows()))
+    table = "\n".join(rows())
+    if "--write" in sys.argv[1:]:
+        text = DOC.read_text()
+        a, b = text.index(START) + len(START), text.index(END)
+        DOC.write_text(text[:a] + "\n" + table + "\n" + text[b:])
+    print(table)

@@ -292,3 +292,16 @@ def test_a_calibration_trace_of_the_same_synthetic_model():
     assert foreign.caught[1] < 0.35
     np.testing.assert_array_equal(cal.routed[:64], synthesize(g, prompts=9, tokens=64, seed=7,
                                                               skew=1.0).routed[-64:])
+
+
+def test_the_hot_set_table_in_the_docs_is_current():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "scripts" / "hot_sets.py"
+    spec = importlib.util.spec_from_file_location("hot_sets", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    doc, now = mod.doc_rows(), mod.rows()
+    if not mod.REALDATA.is_dir():  # the real trace is not shipped: compare the shipped rows
+        doc = [r for r in doc if not r.startswith(mod.REAL_ROW)]
+    assert doc == now
