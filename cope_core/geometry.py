@@ -96,6 +96,36 @@ class ModelGeometry:
         """FLOPs of one routed expert for one token (three GEMVs, 2 FLOPs per weight)."""
         return 2 * 3 * self.hidden * self.expert_intermediate
 
+    # --- shared work per part (docs/design.md#shared-work-per-part) -----------------------------
+    @property
+    def dense_intermediate(self) -> int:
+        """FFN width of a leading dense block, as the profiler builds it: the routed and shared
+        experts' combined width (DeepSeek-V2-Lite's first block: 10944 real, 11264 here)."""
+        return self.expert_intermediate * (self.top_k + self.n_shared_experts)
+
+    @property
+    def attention_params(self) -> int:
+        """Weights of one block's attention with full heads: Q, K and V, and the output."""
+        qd, kvd = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        return 2 * qd * self.hidden + 2 * kvd * self.hidden
+
+    @property
+    def moe_block_params(self) -> int:
+        """Policy-invariant weights one MoE block reads per token: attention, the router and the
+        shared experts (the routed experts are the policy's)."""
+        return (self.attention_params + self.n_experts * self.hidden
+                + self.n_shared_experts * 3 * self.hidden * self.expert_intermediate)
+
+    @property
+    def dense_block_params(self) -> int:
+        """Weights one leading dense block reads per token: attention and its FFN."""
+        return self.attention_params + 3 * self.hidden * self.dense_intermediate
+
+    @property
+    def head_params(self) -> int:
+        """The LM head's weights (the embedding is one row per token, negligible)."""
+        return self.vocab * self.hidden
+
     @property
     def all_expert_bytes(self) -> int:
         return self.n_layers * self.n_experts * self.expert_bytes

@@ -60,13 +60,41 @@ def execution_split(execution: Execution, h: int, top_k: int,
     return 0, m
 
 
+def _gpu_read_us(s: PlatformSpec, params: float, dtype_bytes: int, extra_bytes=0.0,
+                 extra_flops=0.0) -> np.ndarray:
+    """Weights of ``params`` read once with 2 FLOPs each, plus extra bytes and FLOPs, on the GPU."""
+    flops = 2.0 * params + extra_flops
+    return np.maximum(flops / s.gpu_flops, (params * dtype_bytes + extra_bytes)
+                      / s.gpu_bandwidth) * US
+
+
+def _attention_extra(g: ModelGeometry, ctx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """KV-cache bytes and attention FLOPs of one block at context ``ctx``."""
+    kv_bytes = 2.0 * g.n_kv_heads * g.head_dim * g.dtype_bytes * ctx
+    flops = 4.0 * g.n_heads * g.head_dim * ctx
+    return kv_bytes, flops
+
+
+def moe_block_us(g: ModelGeometry, s: PlatformSpec, context: np.ndarray | float) -> np.ndarray:
+    """One MoE block's policy-invariant work on the GPU: attention over the KV cache, the
+    router and the shared experts (:attr:`ModelGeometry.moe_block_params`)."""
+    kv, fl = _attention_extra(g, np.asarray(context, dtype=np.float64))
+    return _gpu_read_us(s, g.moe_block_params, g.dtype_bytes, kv, fl)
+
+
+def dense_block_us(g: ModelGeometry, s: PlatformSpec, context: np.ndarray | float) -> np.ndarray:
+    """One leading dense block on the GPU: attention and its FFN."""
+    kv, fl = _attention_extra(g, np.asarray(context, dtype=np.float64))
+    return _gpu_read_us(s, g.dense_block_params, g.dtype_bytes, kv, fl)
+
+
+def head_us(g: ModelGeometry, s: PlatformSpec) -> float:
+    """Final norm and LM head on the GPU (one embedding row is negligible)."""
+    return float(_gpu_read_us(s, g.head_params, g.dtype_bytes))
+
+
 def shared_decode_us(g: ModelGeometry, s: PlatformSpec, context: np.ndarray | float) -> np.ndarray:
-    """Policy-invariant per-token work on the GPU: every non-expert weight but the input
-    embedding table is read once (one embedding row is negligible), attention reads the KV cache,
-    and the non-expert matmuls do 2 FLOPs per weight."""
-    ctx = np.asarray(context, dtype=np.float64)
-    weights = g.non_expert_bytes - g.vocab * g.hidden * g.dtype_bytes
-    blocks = g.n_layers + g.dense_layers
-    kv_bytes = 2.0 * blocks * g.n_kv_heads * g.head_dim * g.dtype_bytes * ctx
-    flops = 2.0 * weights / g.dtype_bytes + 4.0 * blocks * g.n_heads * g.head_dim * ctx
-    return np.maximum(flops / s.gpu_flops, (weights + kv_bytes) / s.gpu_bandwidth) * US
+    """Policy-invariant per-token work on the GPU, composed from its parts: ``L`` MoE blocks,
+    the leading dense blocks and the head, so that it follows the geometry's layer counts."""
+    return (g.n_layers * moe_block_us(g, s, context)
+            + g.dense_layers * dense_block_us(g, s, context) + head_us(g, s))

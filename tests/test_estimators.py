@@ -2,6 +2,7 @@
 numbers worked out by hand (docs/design.md#profiles-and-operating-points to #the-estimators)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -94,15 +95,25 @@ def test_layer_us(threads, h, c, u, pf, expected):
     assert rl.layer_us(G, SPEC, threads, h, c, u, prefetched=pf) == approx(expected)
 
 
-def test_shared_decode_us():
-    # weights read = 11e6 - 500 * 1000 * 2 = 1e7 B; blocks = 2 + 1 = 3
-    # KV bytes = 2 * 3 * 2 * 50 * 2 * ctx = 1200 ctx; FLOPs = 1e7 + 4 * 3 * 4 * 50 * ctx
-    # ctx 0: max(10, 100) = 100 us; ctx 1000: max(12.4, 112) = 112 us
+def test_shared_work_per_part():
+    # attention: 2*200*1000 + 2*100*1000 = 600,000 weights; + router 4*1000 -> MoE block 604,000
+    # weights = 1.208e6 B; KV per block 2 * 2 * 50 * 2 * ctx = 400 ctx B; attention FLOPs 800 ctx
+    # ctx 0: max(1.208 us, 12.08 us) = 12.08; ctx 1000: (1.208e6 + 4e5) B -> 16.08 us
+    np.testing.assert_allclose(rl.moe_block_us(G, SPEC, np.array([0, 1000])), [12.08, 16.08],
+                               rtol=1e-12)
+    # dense block: 600,000 + 3 * 1000 * (500 * 2) = 3.6e6 weights = 7.2e6 B -> 72 us, 76 at 1000
+    np.testing.assert_allclose(rl.dense_block_us(G, SPEC, np.array([0, 1000])), [72.0, 76.0],
+                               rtol=1e-12)
+    assert rl.head_us(G, SPEC) == approx(10.0)          # 500 * 1000 weights = 1e6 B
+    # a token: 2 MoE blocks + 1 dense block + the head
     got = rl.shared_decode_us(G, SPEC, np.array([0, 1000, 1_000_000]))
-    np.testing.assert_allclose(got, [100.0, 112.0, 12100.0], rtol=1e-12)
+    np.testing.assert_allclose(got, [106.16, 118.16, 2 * 4012.08 + 4072.0 + 10.0], rtol=1e-12)
+    # the same parts for any layer count: 5 MoE blocks and no dense block
+    five = dataclasses.replace(G, n_layers=5, dense_layers=0)
+    assert float(rl.shared_decode_us(five, SPEC, 0)) == approx(5 * 12.08 + 10.0)
     slow = PlatformSpec(**(SPEC.to_dict() | {"gpu_flops": 1e9}))
-    # compute bound: 1e7 FLOP / 1e9 = 10000 us
-    assert float(rl.shared_decode_us(G, slow, 0)) == approx(10000.0)
+    # compute bound: 2 * 1.208e6 / 1e9 s + 7.2e6 / 1e9 + 1e6 / 1e9 = 10616 us
+    assert float(rl.shared_decode_us(G, slow, 0)) == approx(10616.0)
 
 
 def test_execution_split():
@@ -134,7 +145,7 @@ def test_analytic_profile_complete_and_marked(analytic, tmp_path):
     n_req = len(required_keys(G.top_k))
     for threads in (1, 4):
         rows = t[t["cpu_threads"] == threads]
-        assert len(rows) == n_req + 2
+        assert len(rows) == n_req + 5   # moe_block and dense_block at 2 contexts, the head
         keys = {tuple(r) for r in rows[["kind", "name", "hits", "cpu", "staged", "count",
                                         "context"]].itertuples(index=False)}
         assert set(required_keys(G.top_k)) <= keys
@@ -147,7 +158,7 @@ def test_analytic_profile_complete_and_marked(analytic, tmp_path):
     back = parquet_io.read_profile(path)
     assert back.analytic is True
     meta = parquet_io.read_metadata(path)
-    assert meta["analytic"] is True and meta["schema"] == "cope.profile/1"
+    assert meta["analytic"] is True and meta["schema"] == "cope.profile/2"
     assert "ANALYTIC" in meta["notes"]
     assert back.platform == analytic.platform
     assert back.model == G
@@ -178,8 +189,14 @@ def test_analytic_hand_values(analytic):
     assert _row(t, 4, "schedule", "parallel", hits=0, cpu=2) == approx(400.0)
     assert _row(t, 4, "schedule", "wait_then_gpu", hits=0, cpu=0) == approx(600.0)
     assert _row(t, 4, "schedule", "cost_selected", hits=0, cpu=1) == approx(300.4)
-    assert _row(t, 4, "shared", "decode", context=0) == approx(100.0)
-    assert _row(t, 4, "shared", "decode", context=1000) == approx(112.0)
+    assert _row(t, 4, "shared", "moe_block", context=0) == approx(12.08)
+    assert _row(t, 4, "shared", "moe_block", context=1000) == approx(16.08)
+    assert _row(t, 4, "shared", "dense_block", context=1000) == approx(76.0)
+    assert _row(t, 4, "shared", "head") == approx(10.0)
+    # composed for the profiled geometry (2 MoE + 1 dense block) and for another layer count
+    np.testing.assert_allclose(analytic.resolve(4).shared_us, [106.16, 118.16], rtol=1e-12)
+    np.testing.assert_allclose(analytic.resolve(4, model=G.with_layers(6)).shared_us,
+                               [6 * 12.08 + 82.0, 6 * 16.08 + 86.0], rtol=1e-12)
     assert _row(t, 1, "layer", "cpu_layer") == approx(1200.0)
     assert _row(t, 4, "layer", "cpu_layer") == approx(400.0)
     assert _row(t, 4, "layer", "gpu_layer") == approx(60.0)
@@ -214,7 +231,7 @@ def test_hrm_costs_by_hand():
         # parallel h=0: copy 300.4 < CPU 400 -> free; wait h=0: copy 900 vs 600 -> 300
         assert lc.pf_insert[r][P].tolist() == pytest.approx([0.0, 100.4, 240.0])
         assert lc.pf_insert[r][W].tolist() == pytest.approx([300.0, 300.0, 240.0])
-    np.testing.assert_allclose(lc.shared_at(np.array([0, 1000])), [100.0, 112.0], rtol=1e-12)
+    np.testing.assert_allclose(lc.shared_at(np.array([0, 1000])), [106.16, 118.16], rtol=1e-12)
 
 
 def test_hrm_zero_experts_cost_zero():
@@ -458,14 +475,14 @@ def test_cli_predict_hrm_with_user_spec(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 0, err
     got = {(d["experts_per_layer"], d["candidate"]): d["tpot_us"] for d in json.loads(out)}
-    # K=0: every layer has h=0 at 4 threads; shared 112 us per token
-    assert got[(0, "fixed/parallel")] == approx(112 + 2 * 400.0)
-    assert got[(0, "fixed/wait_then_gpu")] == approx(112 + 2 * 600.0)
-    assert got[(0, "fixed/ready_first")] == approx(112 + 2 * 600.0)
-    assert got[(0, "layer_partition")] == approx(112 + 2 * 400.0)
+    # K=0: every layer has h=0 at 4 threads; shared 118.16 us per token
+    assert got[(0, "fixed/parallel")] == approx(118.16 + 2 * 400.0)
+    assert got[(0, "fixed/wait_then_gpu")] == approx(118.16 + 2 * 600.0)
+    assert got[(0, "fixed/ready_first")] == approx(118.16 + 2 * 600.0)
+    assert got[(0, "layer_partition")] == approx(118.16 + 2 * 400.0)
     # K=E: everything resident, 2 layers of 2 GPU experts
     for cid in ("fixed/parallel", "mutable_per_layer/cost_selected", "layer_partition"):
-        assert got[(4, cid)] == approx(112 + 2 * 60.0)
+        assert got[(4, cid)] == approx(118.16 + 2 * 60.0)
     # and it is what the library computes with the loaded spec
     lib = predict(_round_trace(), parquet_io.read_profile(prof), [0, 4], fill_by_id=True,
                   estimator="hrm", spec=load_spec(spec))

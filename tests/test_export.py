@@ -453,7 +453,9 @@ def read_policy_roundtrip(pol):
 
 def test_json_round_trip(files):
     tr, cal = parquet_io.read_trace(files["trace"]), parquet_io.read_trace(files["cal"])
-    pol = build_policy(with_dense(tr, 2), spec_profile(), with_dense(cal, 2), vram_gib=0.01)
+    prof = spec_profile()
+    prof = dataclasses.replace(prof, model=dataclasses.replace(prof.model, dense_layers=2))
+    pol = build_policy(with_dense(tr, 2), prof, with_dense(cal, 2), vram_gib=0.01)
     again = read_policy_roundtrip(pol)
     assert policy_json(again) == policy_json(pol)
     assert again.to_dict() == pol.to_dict()

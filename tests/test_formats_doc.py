@@ -20,7 +20,7 @@ from tiny import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
 from cope_core import get_model, parquet_io
 from cope_core.geometry import ModelGeometry
 from cope_core.platforms import PlatformSpec
-from cope_core.profile.data import required_keys
+from cope_core.profile.data import SHARED_PARTS, required_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "formats.md").read_text(encoding="utf-8")
@@ -157,19 +157,20 @@ def test_documented_required_keys_are_the_ones_the_reader_needs(schema, work, tm
 def test_geometry_and_platform_spec_keys_are_documented():
     common = "Conventions shared by all formats"
     assert list(table(common, "Model geometry")) == list(ModelGeometry.__dataclass_fields__)
-    assert list(table("`cope.profile/1`", "Platform roofline spec")) == \
+    assert list(table("`cope.profile/2`", "Platform roofline spec")) == \
         list(PlatformSpec.__dataclass_fields__)
 
 
 def test_profile_rows_table_lists_every_kind_and_name():
-    needed = {(k[0], k[1]) for k in required_keys(8)} | {("shared", "decode")}
+    needed = {(k[0], k[1]) for k in required_keys(8)} | {("shared", "decode")} | {
+        ("shared", n) for n in SHARED_PARTS}
     doc = set()
-    for cells in rows(section(section(DOC, 2, "`cope.profile/1`"), 3, "Rows an operating")):
+    for cells in rows(section(section(DOC, 2, "`cope.profile/2`"), 3, "Rows an operating")):
         kind, = names(cells[0])
         doc |= {(kind, n) for n in names(cells[1])}
     assert doc == needed
     assert len(required_keys(8)) == 118
-    assert "k = 8 that is 118 rows" in section(DOC, 2, "`cope.profile/1`")
+    assert "k = 8 that is 118 rows" in section(DOC, 2, "`cope.profile/2`")
 
 
 # --- JSON policy and runtime formats ------------------------------------------------------------

@@ -301,7 +301,7 @@ def test_profile_where_trace_expected(profile_file):
 
 def test_trace_where_profile_expected(trace_file):
     expect_error(read_profile, trace_file, "schema",
-                 "this is a cope.trace/1 file, expected cope.profile/1")
+                 "this is a cope.trace/1 file, expected cope.profile/2 or cope.profile/1")
 
 
 def test_trace_where_measurements_expected(trace_file):

@@ -177,7 +177,10 @@ def test_profile_has_every_row_with_sane_statistics(measured):
     keys = {tuple(r) for r in t[["kind", "name", "hits", "cpu", "staged", "count", "context"]]
             .itertuples(index=False)}
     assert set(required_keys(G.top_k)) <= keys
-    assert sorted(t[t.kind == "shared"]["context"]) == [16, 64]
+    shared = t[t.kind == "shared"]
+    assert sorted(shared[shared.name == "moe_block"]["context"]) == [16, 64]
+    assert shared[shared.name == "head"]["context"].tolist() == [-1]
+    assert back.schema == "cope.profile/2" and not (shared.name == "dense_block").any()
     assert (t["p25_us"] <= t["median_us"]).all() and (t["median_us"] <= t["p75_us"]).all()
     assert (t["samples"] >= 3).all() and len(raw) == len(t)
     assert all(len(v) == n for v, n in zip(raw.values(), t["samples"]))

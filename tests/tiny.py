@@ -60,12 +60,14 @@ def default_cost(row: Mapping[str, Any]) -> float:
 
     schedule: 10 per miss + hits (+ 0.5 per CPU miss, so cost_selected splits differ);
     prefetch: 2 + 3q; layer: cpu 50, gpu 20; atomic: R n, C 5n, S 4n, G n; single ops small;
-    shared: 100 + context / 128.
+    shared: 100 + context / 128 per token (``decode``); per part, ``moe_block`` 30 + context /
+    128, ``dense_block`` 20 + context / 256, ``head`` 10.
     """
     kind, name, h, c, u, n, ctx = (row[k] for k in ("kind", "name", "hits", "cpu", "staged",
                                                     "count", "context"))
     if kind == "shared":
-        base = 100.0 + ctx / 128
+        base = {"decode": 100.0 + ctx / 128, "moe_block": 30.0 + ctx / 128,
+                "dense_block": 20.0 + ctx / 256, "head": 10.0}[name]
     elif kind == "schedule":
         base = 10.0 * (c + u) + h + 0.5 * c
     elif kind == "prefetch":
@@ -83,8 +85,11 @@ CostSpec = Callable[[Mapping[str, Any]], float] | Mapping[tuple, float] | None
 
 
 def tiny_profile(costs: CostSpec = None, *, operating_points=TINY_OPERATING_POINTS,
-                 contexts=TINY_CONTEXTS, geometry: ModelGeometry | None = None) -> Profile:
-    """A complete profile: every required row plus shared rows at ``contexts``, per op point.
+                 contexts=TINY_CONTEXTS, geometry: ModelGeometry | None = None,
+                 parts: bool = False) -> Profile:
+    """A complete profile: every required row plus shared rows at ``contexts``, per op point:
+    whole tokens (``decode``, a ``cope.profile/1`` profile) or, with ``parts``, per part
+    (``moe_block``, ``dense_block`` when the geometry has dense blocks, ``head``: ``/2``).
 
     Parameters
     ----------
@@ -97,7 +102,12 @@ def tiny_profile(costs: CostSpec = None, *, operating_points=TINY_OPERATING_POIN
     """
     g = geometry or tiny_geometry()
     keys = [tuple(k) for k in required_keys(g.top_k)]
-    keys += [("shared", "decode", -1, -1, -1, -1, c) for c in contexts]
+    if parts:
+        names = ("moe_block", "dense_block") if g.dense_layers else ("moe_block",)
+        keys += [("shared", n, -1, -1, -1, -1, c) for c in contexts for n in names]
+        keys.append(("shared", "head", -1, -1, -1, -1, -1))
+    else:
+        keys += [("shared", "decode", -1, -1, -1, -1, c) for c in contexts]
     rows = []
     for threads, share in operating_points:
         for key in keys:

@@ -84,7 +84,7 @@ def scan_examples(folder: str | os.PathLike) -> list[Example]:
             continue
         g = groups.setdefault(name, {"traces": [], "calibrations": [], "profiles": [],
                                      "measurements": []})
-        schema = meta["schema"]
+        schema = parquet_io.schema_family(meta["schema"])
         if schema == parquet_io.TRACE_SCHEMA:
             g["calibrations" if "calib" in path.name.lower() else "traces"].append(str(path))
         elif schema == parquet_io.PROFILE_SCHEMA:

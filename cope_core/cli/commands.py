@@ -147,12 +147,22 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def profiled_geometry(args: argparse.Namespace):
+    """The geometry ``cope profile`` profiles: the trace's or the catalog's, cut by --layers."""
+    g = parquet_io.read_trace(args.trace).model if args.trace else get_model(args.model)
+    if args.layers is not None:
+        if not 1 <= args.layers:
+            raise CopeInputError(f"expected at least 1 layer, got {args.layers}", field="--layers")
+        g = g.with_layers(args.layers)
+    return g
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     if args.analytic is None:  # measured on this machine (cope_core.profile.measure)
         from .measure_cmd import run_profile
         return run_profile(args)
     from ..profile.analytic import DEFAULT_CONTEXTS, analytic_profile
-    g = parquet_io.read_trace(args.trace).model if args.trace else get_model(args.model)
+    g = profiled_geometry(args)
     spec = resolve_platform(args.analytic, link=args.link, cpu=args.cpu or "xeon-gold-6430")
     prof = analytic_profile(g, spec, cpu_threads=args.cpu_threads,
                             contexts=args.contexts or DEFAULT_CONTEXTS)

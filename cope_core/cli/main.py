@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     src = s.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help="catalog model name")
     src.add_argument("--trace", help="take the model geometry from this trace")
+    s.add_argument("--layers", type=int,
+                   help="profile the model cut to N MoE layers: shared work is profiled per "
+                        "block, so the profile still prices the whole model, in less time")
     s.add_argument("--link", help="analytic: pcie4 or pcie5 (default: the GPU's usual link)")
     s.add_argument("--cpu", help="analytic: catalog CPU for the host side (default xeon-gold-6430)")
     s.add_argument("--cpu-threads", type=ints, help="operating points, e.g. 1,4,16")

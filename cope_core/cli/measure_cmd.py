@@ -17,7 +17,6 @@ from .. import parquet_io
 from ..errors import CopeInputError
 from ..estimate.evaluate import measured_winners
 from ..files import json_text, write_atomic
-from ..geometry import get_model
 from .args import check_output, ints
 
 
@@ -106,7 +105,8 @@ def run_profile(args: argparse.Namespace) -> int:
     check_output(args.output, args.force)
     if args.raw_samples:
         check_output(args.raw_samples, args.force)
-    g = parquet_io.read_trace(args.trace).model if args.trace else get_model(args.model)
+    from .commands import profiled_geometry
+    g = profiled_geometry(args)
     if args.accel_threads < 1:
         raise CopeInputError(f"expected >= 1, got {args.accel_threads}", field="--accel-threads")
     if args.max_samples < 3:
@@ -134,9 +134,10 @@ def run_profile(args: argparse.Namespace) -> int:
                                                     "samples_us": raw}, indent=None),
                      overwrite=args.force)
     threads = sorted({t for t, _ in prof.operating_points()})
-    print(f"wrote {args.output}: MEASURED profile of {g.name} on the "
+    print(f"wrote {args.output}: MEASURED profile of {g.name} ({g.n_layers} MoE layers) on the "
           f"{prof.platform['accelerator']} accelerator ({prof.platform['gpu']}), CPU threads "
-          f"{threads}, {len(prof.table)} rows")
+          f"{threads}, {len(prof.table)} rows; shared work per block, so it prices any layer "
+          f"count of this model")
     print(f"profiling took {seconds:.1f} s")
     return 0
 

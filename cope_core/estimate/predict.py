@@ -34,7 +34,9 @@ class OptimisticPredictionWarning(UserWarning):
 
 def check_compatible(trace: Trace, profile: Profile | None = None,
                      calibration: Trace | None = None) -> None:
-    """Trace and calibration share a geometry; the profile matches the expert shape."""
+    """Trace and calibration share a geometry; the profile can price the trace's model
+    (:meth:`~cope_core.profile.data.Profile.check_target`: expert and non-expert shapes, and the
+    layer counts for whole-token shared rows)."""
     g = trace.model
     if calibration is not None and not calibration.model.same_shape(g):
         diff = [k for k, v in g.to_dict().items()
@@ -42,11 +44,7 @@ def check_compatible(trace: Trace, profile: Profile | None = None,
         raise CopeInputError(f"geometry differs from the trace's in {diff}",
                              source=calibration.path, field="model")
     if profile is not None:
-        for key in ("top_k", "hidden", "expert_intermediate", "dtype_bytes"):
-            a, b = getattr(profile.model, key), getattr(g, key)
-            if a != b:
-                raise CopeInputError(f"profile has {key}={a} but the trace's model has {b}",
-                                     source=profile.path, field=f"model.{key}")
+        profile.check_target(g)
 
 
 def replay_all(trace: Trace, order: np.ndarray, ks, residencies: Iterable[Residency] = RESIDENCIES
@@ -199,10 +197,10 @@ def price(trace: Trace, profile: Profile, counts: dict[Residency, ReplayCounts],
     if not calibrated:
         warnings.warn("no calibration trace given: the fill order comes from the evaluated trace, "
                       "so the prediction is optimistic", OptimisticPredictionWarning, stacklevel=3)
-    op = profile.resolve(cpu_threads, gpu_share)
+    op = profile.resolve(cpu_threads, gpu_share, model=trace.model)
     if spec is None and estimator == "hrm":
         spec = profile_spec(profile)
-    costs = layer_costs(estimator, op, profile.model, spec)
+    costs = layer_costs(estimator, op, trace.model, spec)
     use = {r: counts[r] for r in residencies_of(cands)}
     df = compose(trace, use, costs, cands, histograms, ks=ks)
     df.attrs.update(cpu_threads=op.cpu_threads, gpu_share=op.gpu_share,
@@ -221,7 +219,7 @@ def _add_uncertainty(df: pd.DataFrame, trace: Trace, profile: Profile,
     drawn = None
     if draws:
         drawn = drawn_costs(profile, costs, df.attrs["cpu_threads"], df.attrs["gpu_share"],
-                            draws, rng, raw_samples)
+                            draws, rng, raw_samples, model=trace.model)
     shared_d = (None if drawn is None
                 else drawn.shared_per_prompt(trace.context, trace.prompt_start))
     parts, per_k = [], {}

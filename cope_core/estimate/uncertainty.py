@@ -30,6 +30,7 @@ import pandas as pd
 from scipy import stats
 
 from ..errors import CopeInputError
+from ..geometry import ModelGeometry
 from ..matrix import Candidate
 from ..profile.data import Profile, ProfileKey, same_schedule
 from .costs import LayerCosts, atomic_costs, cope_costs
@@ -92,12 +93,14 @@ def row_draws(rows: pd.DataFrame, top_k: int, draws: int, rng: np.random.Generat
 
 def drawn_costs(profile: Profile, costs: LayerCosts, cpu_threads: int, gpu_share: float,
                 draws: int, rng: np.random.Generator,
-                raw_samples: Mapping[str, Sequence[float]] | None = None) -> LayerCosts | None:
+                raw_samples: Mapping[str, Sequence[float]] | None = None,
+                model: ModelGeometry | None = None) -> LayerCosts | None:
     """``costs`` re-priced under ``B`` draws of the profile (leading draw dimension), or None
-    when there is nothing to draw (an analytic profile, zero spread, or the roofline)."""
+    when there is nothing to draw (an analytic profile, zero spread, or the roofline).
+    ``model``: the priced geometry (default the profiled one), as in ``Profile.resolve``."""
     if costs.estimator not in ("cope", "atomic") or profile.analytic:
         return None
-    rows, layout = profile.operating_point_rows(cpu_threads, gpu_share)
+    rows, layout = profile.operating_point_rows(cpu_threads, gpu_share, model=model)
     values = row_draws(rows, profile.model.top_k, draws, rng, raw_samples)
     if values is None:
         return None

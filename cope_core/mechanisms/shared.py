@@ -32,10 +32,6 @@ def _rms(h: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(dtype)
 
 
-def dense_intermediate(g: ModelGeometry) -> int:
-    return g.expert_intermediate * (g.top_k + g.n_shared_experts)
-
-
 class SharedWork:
     """Weights, KV cache and residual stream of the shared decode path (see the module doc).
 
@@ -72,7 +68,7 @@ class SharedWork:
         for l in range(L):
             for s in range(g.n_shared_experts):
                 fill_expert(f, self.shared[l, s], g, 1_000 + l * g.n_shared_experts + s)
-        di = dense_intermediate(g)
+        di = g.dense_intermediate
         self.dense_w13 = f.fill(alloc((g.dense_layers, 2 * di, H), dtype), 6, H)
         self.dense_w2 = f.fill(alloc((g.dense_layers, H, di), dtype), 7, di)
         self.lm_head = f.fill(alloc((max(g.vocab, 1), H), dtype), 8, H)
@@ -87,8 +83,18 @@ class SharedWork:
     # --- host-facing steps (each queues work on the compute stream) ------------------------------
     def begin_token(self, token: int, context: int) -> None:
         """Embedding and the leading dense blocks of one token at ``context``."""
+        self.embed_token(token)
+        for b in range(self.g.dense_layers):
+            self.dense_block(b, context)
+
+    def embed_token(self, token: int) -> None:
+        """The token's embedding row into the residual stream."""
+        self.acc.compute.submit(self.h.copy_, self.embed[token % _EMBED_ROWS])
+
+    def dense_block(self, block: int, context: int) -> None:
+        """Leading dense block ``block``: attention and its FFN (queued, nothing waited for)."""
         self._check_context(context)
-        self.acc.compute.submit(self._begin, token, context)
+        self.acc.compute.submit(self._dense, block, context)
 
     def moe_block(self, layer: int, context: int, routed: np.ndarray | list[int]) -> None:
         """Attention, router, routing weights and shared experts of MoE block ``layer``; returns
@@ -105,6 +111,10 @@ class SharedWork:
     def end_token(self) -> None:
         """Final norm and LM head; returns when the token is complete."""
         self.acc.compute.submit(self._head)
+        self.wait()
+
+    def wait(self) -> None:
+        """Return when all queued shared work is done."""
         self.acc.compute.record().synchronize()
 
     def predict_next(self, layer: int) -> None:
@@ -130,14 +140,12 @@ class SharedWork:
         o = torch.matmul(torch.softmax(scores, -1).to(dt), cache[1, :, : ctx + 1])
         self.h.add_(F.linear(o.reshape(1, -1), self.wo[block]).float())
 
-    def _begin(self, token: int, ctx: int) -> None:
-        self.h.copy_(self.embed[token % _EMBED_ROWS])
-        for b in range(self.g.dense_layers):
-            self._attention(b, ctx)
-            xn = _rms(self.h, self.dtype)
-            gu = F.linear(xn, self.dense_w13[b])
-            a, u = gu.split(gu.shape[-1] // 2, dim=-1)
-            self.h.add_(F.linear(F.silu(a) * u, self.dense_w2[b]).float())
+    def _dense(self, b: int, ctx: int) -> None:
+        self._attention(b, ctx)
+        xn = _rms(self.h, self.dtype)
+        gu = F.linear(xn, self.dense_w13[b])
+        a, u = gu.split(gu.shape[-1] // 2, dim=-1)
+        self.h.add_(F.linear(F.silu(a) * u, self.dense_w2[b]).float())
 
     def _moe(self, layer: int, ctx: int) -> None:
         g, io = self.g, self.io

@@ -14,17 +14,19 @@ from ._common import (
                       MEASUREMENTS_SCHEMA,
                       META_KEY,
                       PROFILE_SCHEMA,
+                      PROFILE_SCHEMAS,
                       SCHEMAS,
                       TRACE_SCHEMA,
                       detect_schema,
                       read_metadata,
+                      schema_family,
 )
 from .measurements import MEASUREMENT_COLUMNS, read_measurements, write_measurements
 from .profile import read_profile, write_profile
 from .trace import TRACE_COLUMNS, read_trace, trace_prompts, write_trace, write_trace_parts
 
 __all__ = ["CopeInputError", "MEASUREMENTS_SCHEMA", "MEASUREMENT_COLUMNS", "META_KEY",
-           "Measurements", "PROFILE_COLUMNS", "PROFILE_SCHEMA", "SCHEMAS", "TRACE_COLUMNS",
-           "TRACE_SCHEMA", "detect_schema", "read_measurements", "read_metadata", "read_profile",
-           "read_trace", "trace_prompts", "write_measurements", "write_profile", "write_trace",
-           "write_trace_parts"]
+           "Measurements", "PROFILE_COLUMNS", "PROFILE_SCHEMA", "PROFILE_SCHEMAS", "SCHEMAS",
+           "TRACE_COLUMNS", "TRACE_SCHEMA", "detect_schema", "read_measurements",
+           "read_metadata", "read_profile", "read_trace", "schema_family", "trace_prompts",
+           "write_measurements", "write_profile", "write_trace", "write_trace_parts"]

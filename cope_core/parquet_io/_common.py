@@ -19,9 +19,15 @@ from ..files import short_error as _short
 from ..geometry import ModelGeometry
 
 TRACE_SCHEMA = "cope.trace/1"
-PROFILE_SCHEMA = "cope.profile/1"
+PROFILE_SCHEMA = "cope.profile/2"        # written since shared work is profiled per part
+PROFILE_SCHEMAS = ("cope.profile/1", PROFILE_SCHEMA)  # both read (docs/formats.md)
 MEASUREMENTS_SCHEMA = "cope.measurements/1"
-SCHEMAS = (TRACE_SCHEMA, PROFILE_SCHEMA, MEASUREMENTS_SCHEMA)
+SCHEMAS = (TRACE_SCHEMA, *PROFILE_SCHEMAS, MEASUREMENTS_SCHEMA)
+
+
+def schema_family(schema: str) -> str:
+    """The schema a file is read as: any profile version reads as the current one."""
+    return PROFILE_SCHEMA if schema in PROFILE_SCHEMAS else schema
 META_KEY = b"cope"
 
 _ARROW = {"int16": pa.int16(), "int32": pa.int32(), "float32": pa.float32(),
@@ -44,7 +50,8 @@ def _open(path: str | os.PathLike) -> tuple[pq.ParquetFile, str]:
 
 def _parse_meta(pf: pq.ParquetFile, src: str, expected: str | None) -> dict[str, Any]:
     raw = (pf.metadata.metadata or {}).get(META_KEY)
-    want = f", expected a {expected} file" if expected else ""
+    named = " or ".join(reversed(PROFILE_SCHEMAS)) if expected == PROFILE_SCHEMA else expected
+    want = f", expected a {named} file" if expected else ""
     if raw is None:
         raise CopeInputError(f"no 'cope' key in the Parquet file metadata{want}", source=src,
                              field="cope")
@@ -57,9 +64,9 @@ def _parse_meta(pf: pq.ParquetFile, src: str, expected: str | None) -> dict[str,
         raise CopeInputError("expected a JSON object with a string 'schema'", source=src,
                              field="cope.schema")
     schema = meta["schema"]
-    if expected and schema != expected:
-        msg = (f"this is a {schema} file, expected {expected}" if schema in SCHEMAS
-               else f"unsupported schema {schema!r}, expected {expected}")
+    if expected and schema_family(schema) != expected:
+        msg = (f"this is a {schema} file, expected {named}" if schema in SCHEMAS
+               else f"unsupported schema {schema!r}, expected {named}")
         raise CopeInputError(msg, source=src, field="schema")
     return meta
 

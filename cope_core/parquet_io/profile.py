@@ -1,4 +1,5 @@
-"""``cope.profile/1`` files (docs/formats.md): one row per measured quantity and operating point."""
+"""``cope.profile/2`` files (and ``cope.profile/1``, read as ever; docs/formats.md): one row per
+measured quantity and operating point."""
 from __future__ import annotations
 
 import os
@@ -16,6 +17,8 @@ from ..profile.data import (
     KINDS,
     LAYER_NAMES,
     PREFETCH_NAMES,
+    SHARED_PARTS,
+    SHARED_WHOLE,
     Profile,
     build_operating_point,
 )
@@ -33,12 +36,14 @@ from ._common import (
     _write_frame,
 )
 
-_PROFILE_NAMES = {"shared": ("decode",), "schedule": tuple(e.value for e in EXECUTIONS),
-                  "prefetch": PREFETCH_NAMES, "layer": LAYER_NAMES,
-                  "atomic": ATOMIC_PER_N + ATOMIC_SINGLE}
-#: Which index columns each profile kind uses; the others must hold the -1 sentinel.
+_PROFILE_NAMES = {"shared": (SHARED_WHOLE, *SHARED_PARTS),
+                  "schedule": tuple(e.value for e in EXECUTIONS), "prefetch": PREFETCH_NAMES,
+                  "layer": LAYER_NAMES, "atomic": ATOMIC_PER_N + ATOMIC_SINGLE}
+#: Which index columns each profile kind uses; the others must hold the -1 sentinel (the shared
+#: ``head`` row has no context: the LM head does not read the KV cache).
 _PROFILE_USES = {"shared": ("context",), "schedule": ("hits", "cpu", "staged"),
                  "prefetch": ("count",), "layer": (), "atomic": ("count",)}
+_NO_CONTEXT = ("shared", "head")
 
 
 def _profile_frame(table: pa.Table, top_k: int, src: str) -> pd.DataFrame:
@@ -58,9 +63,11 @@ def _profile_frame(table: pa.Table, top_k: int, src: str) -> pd.DataFrame:
     for col in ("hits", "cpu", "staged", "count", "context"):
         v = c[col]
         uses = np.isin(kind, [kd for kd, cols in _PROFILE_USES.items() if col in cols])
+        if col == "context":
+            uses &= ~((kind == _NO_CONTEXT[0]) & (name == _NO_CONTEXT[1]))
         _check(np.where(uses, v < 0, v != -1), src, col,
                lambda i, v=v, uses=uses: f"row {i} (kind {kind[i]}): {v[i]}, expected "
-               + (">= 0" if uses[i] else f"-1 (unused by kind {kind[i]})"))
+               + (">= 0" if uses[i] else f"-1 (unused by {kind[i]}/{name[i]})"))
     total = c["hits"].astype(np.int64) + c["cpu"] + c["staged"]
     _check((kind == "schedule") & (total != top_k), src, "hits", lambda i: f"row {i}: hits + "
            f"cpu + staged = {total[i]}, expected top_k = {top_k}")
@@ -78,7 +85,8 @@ def _profile_frame(table: pa.Table, top_k: int, src: str) -> pd.DataFrame:
 
 
 def read_profile(path: str | os.PathLike) -> Profile:
-    """Read a ``cope.profile/1`` file, checking every row and every operating point
+    """Read a ``cope.profile/2`` file (shared work per part) or a ``cope.profile/1`` file (one
+    whole token of shared work), checking every row and every operating point
     (docs/design.md#profiles-and-operating-points).
 
     Parameters
@@ -93,12 +101,18 @@ def read_profile(path: str | os.PathLike) -> Profile:
         lacks a required row, raise CopeInputError.
     """
     table, meta, src, g = _read(path, PROFILE_SCHEMA)
-    return Profile(table=_profile_frame(table, g.top_k, src), model=g, **_about(meta, src),
+    prof = Profile(table=_profile_frame(table, g.top_k, src), model=g, **_about(meta, src),
                    analytic=_meta_value(meta, "analytic", bool, src, False), path=src)
+    if prof.schema != meta["schema"]:
+        rows = "per-part shared rows" if prof.shared_in_parts else "shared/decode rows"
+        raise CopeInputError(f"a {meta['schema']} file holds {rows}, which are "
+                             f"{prof.schema}'s", source=src, field="schema")
+    return prof
 
 
 def write_profile(profile: Profile, path: str | os.PathLike, *, overwrite: bool = False) -> None:
-    """Validate and write a profile as ``cope.profile/1`` (atomic; see :func:`_write`).
+    """Validate and write a profile (atomic; see :func:`_write`): ``cope.profile/2`` when its
+    shared rows are per part, ``cope.profile/1`` when they are whole tokens.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Analytic what-if profiles: every ``cope.profile/1`` row computed by the roofline from published
+"""Analytic what-if profiles: every ``cope.profile/2`` row computed by the roofline from published
 peak numbers, for hardware the user does not have. Such a profile is marked ``analytic`` in its
 metadata and wherever it is shown; it is never a measurement.
 """
@@ -61,15 +61,20 @@ def analytic_profile(model: ModelGeometry, spec: PlatformSpec,
     cpu_threads : sequence of int, optional
         Operating points (GPU share is always 100); default powers of two up to the core count.
     contexts : sequence of int
-        Contexts at which the shared per-token cost is given.
+        Contexts at which the shared work of one MoE (and dense) block is given.
     """
     threads_list = list(cpu_threads) if cpu_threads else default_threads(spec)
     rows = []
     for t in threads_list:
-        for ctx in contexts:
-            us = float(rl.shared_decode_us(model, spec, ctx))
-            key = ProfileKey("shared", "decode", context=int(ctx))
-            rows.append((*key, t, 100.0, us, us, us, 1))
+        for ctx in contexts:  # shared work per part: it composes into any layer count
+            parts = [("moe_block", rl.moe_block_us(model, spec, ctx))]
+            if model.dense_layers:
+                parts.append(("dense_block", rl.dense_block_us(model, spec, ctx)))
+            for name, us in parts:
+                rows.append((*ProfileKey("shared", name, context=int(ctx)), t, 100.0,
+                             float(us), float(us), float(us), 1))
+        us = rl.head_us(model, spec)
+        rows.append((*ProfileKey("shared", "head"), t, 100.0, us, us, us, 1))
         for key in required_keys(model.top_k):
             us = _row_cost(model, spec, t, key)
             rows.append((*key, t, 100.0, us, us, us, 1))

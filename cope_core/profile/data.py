@@ -14,6 +14,14 @@ from ..geometry import ModelGeometry
 from ..matrix import EXECUTIONS, Execution, Residency
 
 KINDS = ("shared", "schedule", "prefetch", "layer", "atomic")
+#: ``shared`` rows: one whole token of the profiled geometry (``cope.profile/1``), or its parts
+#: (``cope.profile/2``), which compose into a token of any layer count.
+SHARED_WHOLE = "decode"
+SHARED_PARTS = ("moe_block", "dense_block", "head")
+#: Geometry fields the shared work depends on besides the expert shape: a profile only prices a
+#: trace whose model agrees on them (and, for whole-token rows, on the layer counts too).
+SHARED_SHAPE = ("n_heads", "n_kv_heads", "head_dim", "vocab", "n_shared_experts")
+EXPERT_SHAPE = ("top_k", "hidden", "expert_intermediate", "dtype_bytes")
 ATOMIC_PER_N = ("gpu_expert", "cpu_expert", "stage", "staged_gpu_expert")
 ATOMIC_SINGLE = ("act_copy", "sync", "merge", "prefetch")
 LAYER_NAMES = ("cpu_layer", "gpu_layer")
@@ -44,7 +52,7 @@ class ProfileKey(NamedTuple):
 
 def required_keys(top_k: int) -> list[ProfileKey]:
     """Every row one operating point must have, besides its ``shared`` rows (any contexts, at
-    least one), which are checked separately."""
+    least one), which are checked separately (:func:`shared_layout`)."""
     sched, E = "schedule", Execution
     keys: list[ProfileKey] = []
     for h in range(top_k + 1):
@@ -137,8 +145,39 @@ class Profile:
     analytic: bool = False
     path: str | None = field(default=None, compare=False)
 
+    @cached_property
+    def shared_in_parts(self) -> bool:
+        """True for ``cope.profile/2`` rows (shared work per part), False for whole tokens."""
+        names = self.table.loc[self.table["kind"] == "shared", "name"]
+        return bool(names.isin(SHARED_PARTS).any())
+
+    @property
+    def schema(self) -> str:
+        return "cope.profile/2" if self.shared_in_parts else "cope.profile/1"
+
+    def check_target(self, target: ModelGeometry, source: str | None = None) -> None:
+        """Refuse a trace model whose shared work this profile cannot price: the expert shape
+        and the non-expert shapes must agree, and whole-token rows also need the same layer
+        counts; part rows need a ``dense_block`` row when the target has dense blocks."""
+        p = self.model
+        fields = EXPERT_SHAPE + SHARED_SHAPE
+        if not self.shared_in_parts:
+            fields += ("n_layers", "dense_layers")
+        for key in fields:
+            a, b = getattr(p, key), getattr(target, key)
+            if a != b:
+                why = (" (its shared rows are whole tokens of the profiled model: re-profile, "
+                       "which writes per-part rows that transfer)"
+                       if key in ("n_layers", "dense_layers") else "")
+                raise CopeInputError(f"profile has {key}={a} but the trace's model has {b}{why}",
+                                     source=self.path, field=f"model.{key}")
+        if self.shared_in_parts and target.dense_layers and p.dense_layers == 0:
+            raise CopeInputError(f"the trace's model has {target.dense_layers} dense blocks but "
+                                 "the profiled model has none, so no dense_block row prices them",
+                                 source=self.path, field="model.dense_layers")
+
     def metadata(self) -> dict[str, Any]:
-        return {"schema": "cope.profile/1", "platform": self.platform,
+        return {"schema": self.schema, "platform": self.platform,
                 "model": self.model.to_dict(), "created": self.created, "notes": self.notes,
                 "analytic": self.analytic}
 
@@ -177,42 +216,54 @@ class Profile:
     def _resolved(self) -> dict[tuple[int, float], OperatingPoint]:
         return {}
 
-    def resolve(self, cpu_threads: int | None = None,
-                gpu_share: float | None = None) -> OperatingPoint:
+    def resolve(self, cpu_threads: int | None = None, gpu_share: float | None = None, *,
+                model: ModelGeometry | None = None) -> OperatingPoint:
         """Cost arrays of one operating point; raises CopeInputError if anything is missing.
 
+        ``model`` is the geometry to price (default the profiled one): its layer counts set
+        the shared cost per token (:meth:`check_target` says which models a profile prices).
         Resolved points are kept: a profile's table is not modified after construction."""
         threads, share = self.choose(cpu_threads, gpu_share)
-        if (threads, share) not in self._resolved:
-            rows, layout = self.operating_point_rows(threads, share)
-            self._resolved[(threads, share)] = layout.take(rows["median_us"].to_numpy(np.float64))
-        return self._resolved[(threads, share)]
+        g = model or self.model
+        key = (threads, share, g.n_layers, g.dense_layers)
+        if key not in self._resolved:
+            rows, layout = self.operating_point_rows(threads, share, model=g)
+            self._resolved[key] = layout.take(rows["median_us"].to_numpy(np.float64))
+        return self._resolved[key]
 
-    def operating_point_rows(self, cpu_threads: int | None = None, gpu_share: float | None = None
+    def operating_point_rows(self, cpu_threads: int | None = None, gpu_share: float | None = None,
+                             *, model: ModelGeometry | None = None
                              ) -> tuple[pd.DataFrame, OperatingPointLayout]:
         """The rows of one operating point (positional index) and where each cost sits in them:
-        what the uncertainty needs to draw every row's cost."""
+        what the uncertainty needs to draw every row's cost. ``model`` as in :meth:`resolve`."""
+        g = model or self.model
+        if model is not None:
+            self.check_target(g)
         threads, share = self.choose(cpu_threads, gpu_share)
         t = self.table
         # compare in float32, the column's stored type, whatever the in-memory table holds
         rows = t[(t["cpu_threads"] == threads)
                  & (t["gpu_share"].to_numpy(np.float32) == np.float32(share))]
         rows = rows.reset_index(drop=True)
-        return rows, operating_point_layout(rows, threads, share, self.model.top_k, self.path)
+        return rows, operating_point_layout(rows, threads, share, self.model.top_k, self.path,
+                                            layers=(g.n_layers, g.dense_layers))
 
 @dataclass(frozen=True, eq=False)
 class OperatingPointLayout:
     """Where each cost of an :class:`OperatingPoint` sits among one operating point's rows.
 
-    Every field but ``shared_context`` holds row positions (-1: no such row, a NaN cost);
-    :meth:`take` fills them from a value per row, or from ``B`` values per row (the draws of the
-    uncertainty), which gives every cost array a leading draw dimension."""
+    Every field but ``shared_context`` and ``shared_weights`` holds row positions (-1: no such
+    row, a NaN cost); :meth:`take` fills them from a value per row, or from ``B`` values per row
+    (the draws of the uncertainty), which gives every cost array a leading draw dimension. The
+    shared cost at each context is a weighted sum of rows, ``shared_weights @ value[shared]``
+    per context: one whole-token row, or ``L`` MoE blocks + ``D`` dense blocks + the head."""
 
     threads: int
     share: float
     top_k: int
     shared_context: np.ndarray
-    shared: np.ndarray
+    shared: np.ndarray            # (contexts, parts) row positions
+    shared_weights: np.ndarray    # (contexts, parts) multipliers
     schedule: np.ndarray
     prefetch: dict[str, np.ndarray]
     layer: np.ndarray
@@ -229,9 +280,13 @@ class OperatingPointLayout:
             return np.moveaxis(x, -1, 0) if v.ndim == 2 else x
 
         single = at(self.single)
+        parts = pad[self.shared]                        # (contexts, parts[, B])
+        w = self.shared_weights if v.ndim == 1 else self.shared_weights[..., None]
+        shared = (parts * w).sum(axis=1)
         return OperatingPoint(
             cpu_threads=self.threads, gpu_share=self.share, top_k=self.top_k,
-            shared_context=self.shared_context, shared_us=at(self.shared),
+            shared_context=self.shared_context,
+            shared_us=np.moveaxis(shared, -1, 0) if v.ndim == 2 else shared,
             schedule=at(self.schedule),
             prefetch={n: at(ix) for n, ix in self.prefetch.items()},
             cpu_layer=at(self.layer[0]), gpu_layer=at(self.layer[1]),
@@ -240,10 +295,47 @@ class OperatingPointLayout:
             prefetch_op=single[..., 3])
 
 
+def shared_layout(lookup: dict[ProfileKey, int], where: str, source: str | None,
+                  layers: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Contexts, row positions and weights of the shared cost per token at ``layers`` = (MoE
+    blocks, dense blocks); checks that the operating point has one kind of shared row, at
+    least one context, and (parts) a head row and the same contexts for every block part."""
+    by = {n: sorted((k.context, i) for k, i in lookup.items()
+                    if k.kind == "shared" and k.name == n) for n in (SHARED_WHOLE, *SHARED_PARTS)}
+    if by[SHARED_WHOLE]:
+        if any(by[n] for n in SHARED_PARTS):
+            raise CopeInputError(f"{where}: both shared/decode and per-part shared rows, expected "
+                                 "one kind", source=source, field="name")
+        ctx = np.array([c for c, _ in by[SHARED_WHOLE]], np.float64)
+        pos = np.array([[i, i, i] for _, i in by[SHARED_WHOLE]], np.int64)
+        return ctx, pos, np.tile([1.0, 0.0, 0.0], (len(ctx), 1))
+    moe, dense, head = by["moe_block"], by["dense_block"], by["head"]
+    if not moe:
+        raise CopeInputError(f"{where}: no shared/decode or shared/moe_block row, expected at "
+                             "least one context", source=source, field="kind")
+    if len(head) != 1:
+        raise CopeInputError(f"{where}: {len(head)} shared/head rows, expected one",
+                             source=source, field="name")
+    if dense and [c for c, _ in dense] != [c for c, _ in moe]:
+        raise CopeInputError(f"{where}: shared/dense_block contexts {[c for c, _ in dense]} "
+                             f"differ from shared/moe_block's {[c for c, _ in moe]}",
+                             source=source, field="context")
+    L, D = layers if layers is not None else (1, 1 if dense else 0)
+    if D and not dense:
+        raise CopeInputError(f"{where}: no shared/dense_block row to price {D} dense blocks",
+                             source=source, field="kind")
+    ctx = np.array([c for c, _ in moe], np.float64)
+    pos = np.array([[m, (dense[j][1] if dense else m), head[0][1]]
+                    for j, (_, m) in enumerate(moe)], np.int64)
+    return ctx, pos, np.tile([float(L), float(D), 1.0], (len(ctx), 1))
+
+
 def operating_point_layout(rows: pd.DataFrame, threads: int, share: float, top_k: int,
-                           source: str | None) -> OperatingPointLayout:
+                           source: str | None,
+                           layers: tuple[int, int] | None = None) -> OperatingPointLayout:
     """Check one operating point's rows for completeness and uniqueness and locate each cost
-    (positions are those of ``rows``, in order)."""
+    (positions are those of ``rows``, in order); ``layers`` = (MoE, dense) blocks whose shared
+    work per token is wanted (None: check only)."""
     where = f"operating point cpu_threads={threads} gpu_share={share:g}"
     keys = [ProfileKey(*k) for k in rows[list(ProfileKey._fields)].itertuples(index=False)]
     lookup: dict[ProfileKey, int] = {}
@@ -252,11 +344,7 @@ def operating_point_layout(rows: pd.DataFrame, threads: int, share: float, top_k
             raise CopeInputError(f"{where}: duplicate row {tuple(key)}", source=source,
                                  field="kind")
         lookup[key] = i
-    shared = sorted((k.context, i) for k, i in lookup.items()
-                    if k.kind == "shared" and k.name == "decode")
-    if not shared:
-        raise CopeInputError(f"{where}: no shared/decode row, expected at least one context",
-                             source=source, field="kind")
+    shared_ctx, shared_pos, shared_w = shared_layout(lookup, where, source, layers)
     missing = [k for k in required_keys(top_k) if k not in lookup]
     if missing:
         raise CopeInputError(f"{where}: {len(missing)} required rows missing, first "
@@ -271,8 +359,7 @@ def operating_point_layout(rows: pd.DataFrame, threads: int, share: float, top_k
                 sched[ei, h, c] = lookup.get(ProfileKey("schedule", e.value, h, c, m - c), -1)
     return OperatingPointLayout(
         threads=threads, share=share, top_k=k,
-        shared_context=np.array([c for c, _ in shared], np.float64),
-        shared=np.array([i for _, i in shared], np.int64), schedule=sched,
+        shared_context=shared_ctx, shared=shared_pos, shared_weights=shared_w, schedule=sched,
         prefetch={n: np.array([lookup[ProfileKey("prefetch", n, count=q)] for q in (0, 1)])
                   for n in PREFETCH_NAMES},
         layer=np.array([lookup[ProfileKey("layer", n)] for n in LAYER_NAMES]),
@@ -282,9 +369,10 @@ def operating_point_layout(rows: pd.DataFrame, threads: int, share: float, top_k
 
 
 def build_operating_point(rows: pd.DataFrame, threads: int, share: float, top_k: int,
-                          source: str | None) -> OperatingPoint:
+                          source: str | None,
+                          layers: tuple[int, int] | None = None) -> OperatingPoint:
     """Turn one operating point's rows into arrays, checking completeness and uniqueness."""
-    layout = operating_point_layout(rows, threads, share, top_k, source)
+    layout = operating_point_layout(rows, threads, share, top_k, source, layers)
     return layout.take(rows["median_us"].to_numpy(np.float64))
 
 

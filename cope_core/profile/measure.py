@@ -1,4 +1,4 @@
-"""The target profiler: every ``cope.profile/1`` row (docs/design.md#profiles-and-operating-points)
+"""The target profiler: every ``cope.profile/2`` row (docs/design.md#profiles-and-operating-points)
 measured on this machine with the same mechanism code the reference executor runs.
 
 Each row is a stable timing: warm-up, synchronised samples until the median settles, median and
@@ -120,7 +120,8 @@ class Bench:
         return sample
 
     def shared(self, context: int) -> Sampler:
-        """One token's shared work (every block and the LM head) at ``context``."""
+        """One whole token's shared work (every block and the LM head) at ``context``: what the
+        parts below compose into, kept to check that they do."""
         rig, sh, L = self.rig, self.rig.shared, self.g.n_layers
         routed = list(range(self.g.top_k))
 
@@ -136,6 +137,44 @@ class Bench:
             rig.acc.compute.synchronize()
             return timed(token)
         return sample
+
+    def moe_block(self, context: int) -> Sampler:
+        """One MoE block's shared work at ``context``: the mean over the rig's MoE blocks, each
+        run as in a token (attention, router, routing weights read by the host, shared experts,
+        the routed output added back)."""
+        rig, sh, L = self.rig, self.rig.shared, self.g.n_layers
+        routed = list(range(self.g.top_k))
+
+        def blocks() -> None:
+            for layer in range(L):
+                sh.moe_block(layer, context, routed)
+                sh.end_block()
+            sh.wait()
+
+        def sample() -> float:
+            rig.acc.compute.submit(rig.io.out.zero_)
+            rig.acc.compute.synchronize()
+            return timed(blocks) / L
+        return sample
+
+    def dense_block(self, context: int) -> Sampler:
+        """One leading dense block at ``context``: the mean over the rig's dense blocks."""
+        sh, D = self.rig.shared, self.g.dense_layers
+
+        def blocks() -> None:
+            for b in range(D):
+                sh.dense_block(b, context)
+            sh.wait()
+        return lambda: timed(blocks) / D
+
+    def head(self) -> Sampler:
+        """The head of a token: the embedding read, final norm and LM head."""
+        sh = self.rig.shared
+
+        def run() -> None:
+            sh.embed_token(next(self._turn))
+            sh.end_token()
+        return lambda: timed(run)
 
     def prefetch(self, residency: Residency, q: int, context: int) -> Sampler:
         """Extra cost of the residency's per-layer step with ``q`` inserted experts, measured
@@ -260,10 +299,11 @@ def operating_point_rows(bench: Bench, contexts: Sequence[int], settings: Profil
     diff_rule = replace(rule, min_samples=min(15, rule.max_samples), rel_tol=0.05,
                         abs_tol_us=25.0)
     keys, samplers, rules = [], [], []
-    for ctx in contexts:
-        keys.append(ProfileKey("shared", "decode", context=int(ctx)))
-        samplers.append(bench.shared(int(ctx)))
+    for key, sampler in shared_samplers(bench, contexts):
+        keys.append(key)
+        samplers.append(sampler)
         rules.append(settings.shared_rule)
+    n_shared = len(keys)
     rows = required_keys(bench.g.top_k)
     for row in dict.fromkeys(same_schedule(r, bench.g.top_k) for r in rows):
         kind, name, h, c, u, n, _ = row
@@ -282,8 +322,23 @@ def operating_point_rows(bench: Bench, contexts: Sequence[int], settings: Profil
     # prefetch and merge are differences of two timings: noise may make a sample negative
     by_key = {k: (t.clamped() if k[0] == "prefetch" or k[1] == "merge" else t)
               for k, t in zip(keys, timings)}
-    return [(k, by_key[k]) for k in keys[:len(contexts)]] + \
+    return [(k, by_key[k]) for k in keys[:n_shared]] + \
         [(r, by_key[same_schedule(r, bench.g.top_k)]) for r in rows]
+
+
+def shared_samplers(bench: Bench, contexts: Sequence[int]) -> list[tuple[ProfileKey, Sampler]]:
+    """The ``shared`` rows of ``cope.profile/2``: one MoE block (and one dense block, when the
+    model has dense blocks) at each context, and the head; they compose into a token of any
+    layer count (docs/design.md#shared-work-per-part)."""
+    out = []
+    for ctx in contexts:
+        out.append((ProfileKey("shared", "moe_block", context=int(ctx)),
+                    bench.moe_block(int(ctx))))
+        if bench.g.dense_layers:
+            out.append((ProfileKey("shared", "dense_block", context=int(ctx)),
+                        bench.dense_block(int(ctx))))
+    out.append((ProfileKey("shared", "head"), bench.head()))
+    return out
 
 
 def measure_profile(g: ModelGeometry, settings: ProfilerSettings = ProfilerSettings(),
@@ -306,8 +361,8 @@ def measure_profile(g: ModelGeometry, settings: ProfilerSettings = ProfilerSetti
         raise CopeInputError(f"expected whole numbers >= 1, got {threads_list}",
                              field="--cpu-threads")
     dtype = model_dtype(g, settings.dtype)
-    rows_per_point = len(contexts) + len({same_schedule(k, g.top_k)
-                                          for k in required_keys(g.top_k)})
+    n_shared = len(contexts) * (2 if g.dense_layers else 1) + 1
+    rows_per_point = n_shared + len({same_schedule(k, g.top_k) for k in required_keys(g.top_k)})
     n_rows = len(threads_list) * rows_per_point
     bar = progress_bar(n_rows, progress, "cope profile", "row")
     rows, raw = [], {}
