@@ -88,6 +88,20 @@ class PlatformSpec:
     cpu_bandwidth: float
     cpu_bandwidth_per_thread: float
     source: str = "published"
+    # Overheads and achieved efficiencies at batch-1 decode shapes, for analytic profiles (the
+    # roofline estimator, HRM, ignores them, as MoE-Lightning's does). Sources and fitted values
+    # in docs/design.md#overheads-and-efficiencies; a spec written before they existed reads
+    # with these defaults.
+    gpu_launch_us: float = 3.0          # one kernel launch (host issue + device start)
+    gpu_sync_us: float = 6.0            # one stream/event synchronisation round trip
+    link_latency_us: float = 8.0        # one host-to-device (or back) transfer, beside bytes/bw
+    # fitted on the paper's A100 cells (scripts/paper_table.py --fit), within plausible bounds:
+    cpu_dispatch_us: float = 160.0      # handing a layer's misses to the CPU workers and back
+    link_efficiency: float = 0.4        # achieved / peak link bandwidth of an expert's copy
+    gpu_efficiency: float = 0.6         # achieved / peak memory bandwidth and FLOP/s of a GEMV
+    cpu_efficiency: float = 0.9         # achieved / peak CPU bandwidth and FLOP/s of a GEMV
+    gpu_kernels_per_expert_group: int = 4   # gate, up, activation, down over the routed ids
+    gpu_kernels_per_block: int = 16     # one decode block's attention, norms, router, adds
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -97,8 +111,24 @@ class PlatformSpec:
                                      field=f"spec.{f.name}")
             if f.type == "float" and (isinstance(v, bool) or not isinstance(v, (int, float))
                                       or not math.isfinite(v) or v <= 0):
+                if f.name in LATENCY_FIELDS and v == 0 and not isinstance(v, bool):
+                    continue        # a latency may be zero (the pure roofline)
                 raise CopeInputError(f"expected a positive number, got {v!r}",
                                      field=f"spec.{f.name}")
+        for name in ("link_efficiency", "gpu_efficiency", "cpu_efficiency"):
+            if getattr(self, name) > 1:
+                raise CopeInputError(f"expected a fraction of the peak in (0, 1], got "
+                                     f"{getattr(self, name)!r}", field=f"spec.{name}")
+
+    def at_share(self, share: float) -> PlatformSpec:
+        """The platform with ``share`` % of the GPU (CUDA MPS): its FLOP/s and bandwidth scale,
+        its latencies (launch, synchronisation, link) do not."""
+        if not 0 < share <= 100:
+            raise CopeInputError(f"expected a GPU share in (0, 100], got {share!r}",
+                                 field="gpu_share")
+        f = share / 100.0
+        return dataclasses.replace(self, gpu_flops=self.gpu_flops * f,
+                                   gpu_bandwidth=self.gpu_bandwidth * f)
 
     def cpu_flops(self, threads: int) -> float:
         return self.cpu_flops_per_thread * min(max(threads, 1), self.cpu_cores)
@@ -112,7 +142,7 @@ class PlatformSpec:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str | None = None) -> PlatformSpec:
         names = [f.name for f in dataclasses.fields(cls)]
-        required = [n for n in names if n != "source"]
+        required = [n for n in names if n != "source" and n not in OVERHEAD_FIELDS]
         if not isinstance(data, Mapping):
             raise CopeInputError("expected a JSON object", source=source, field="spec")
         missing = [n for n in required if n not in data]
@@ -126,6 +156,20 @@ class PlatformSpec:
             return cls(**{n: data[n] for n in names if n in data})
         except CopeInputError as exc:
             raise CopeInputError(exc.detail, source=source, field=exc.field) from None
+
+
+#: Spec fields beyond the peak numbers: optional in a JSON spec (defaults as above).
+OVERHEAD_FIELDS = ("gpu_launch_us", "gpu_sync_us", "link_latency_us", "cpu_dispatch_us",
+                   "link_efficiency", "gpu_efficiency", "cpu_efficiency",
+                   "gpu_kernels_per_expert_group", "gpu_kernels_per_block")
+LATENCY_FIELDS = ("gpu_launch_us", "gpu_sync_us", "link_latency_us", "cpu_dispatch_us")
+
+
+def roofline_only(spec: PlatformSpec) -> PlatformSpec:
+    """``spec`` without overheads and at full efficiency: the pure roofline of the peaks."""
+    return dataclasses.replace(spec, gpu_launch_us=0.0, gpu_sync_us=0.0, link_latency_us=0.0,
+                               cpu_dispatch_us=0.0, link_efficiency=1.0, gpu_efficiency=1.0,
+                               cpu_efficiency=1.0)
 
 
 def platform_spec(gpu: str, *, link: str | None = None, cpu: str = DEFAULT_CPU) -> PlatformSpec:

@@ -189,7 +189,8 @@ def step_synthetic(man: Manifest, bar: tqdm) -> None:
                      + ", skew and reuse calibrated on real routing data"),
                     "-o", path, "--force"]
             cope(args, bar)
-            man.add(path, kind=f"SYNTHETIC {kind} trace", model=name,
+            man.add(path, kind="SYNTHETIC " + ("trace" if kind == "trace"
+                                               else "calibration trace"), model=name,
                     what=f"{shape['prompts']} prompts x {shape['tokens']} decode tokens; "
                          f"skew {p['skew']}, reuse {reuse}, predictor recall "
                          f"{params['predictor_accuracy']}",
@@ -198,9 +199,12 @@ def step_synthetic(man: Manifest, bar: tqdm) -> None:
         args = ["profile", "--analytic", spec["gpu"], "--model", name, "-o", path, "--force"]
         cope(args, bar)
         man.add(path, kind="ANALYTIC profile", model=name,
-                what=f"every cost from the roofline of published {spec['gpu']} peak numbers "
-                     "(cope_core/platforms.py); a what-if, not a measurement",
-                commands=[_shown(args)], provenance=["vendor specifications"])
+                what=f"every cost from published {spec['gpu']} peak numbers with achieved "
+                     "efficiencies and per-operation overheads, four of them fitted on the COPE "
+                     "paper's A100 winners (cope_core/platforms.py, docs/design.md#overheads-"
+                     "and-efficiencies); GPU shares 20/50/80/100 %; a what-if, not a measurement",
+                commands=[_shown(args)],
+                provenance=["vendor specifications; the COPE paper's Table 2 and Figure 2"])
 
 
 def _shown(args: list) -> str:

@@ -18,7 +18,8 @@ Labels used here, in the CLI and in the app:
   is calibrated on published per-expert counts and its reuse on a real decode trace (below).
 - **COLLECTED** trace: routing recorded by `cope trace collect` from a Hugging Face model class
   — here a tiny model with random weights, so it demonstrates the pipeline, not real routing.
-- **ANALYTIC** profile: every cost from the roofline of published peak numbers (a what-if).
+- **ANALYTIC** profile: every cost from published peak numbers with achieved efficiencies and
+  per-operation overheads (a what-if; docs/design.md#overheads-and-efficiencies).
 - **MEASURED** profile and **MEASUREMENTS**: timed on the machine named in the table, with the
   emulated accelerator when it says so (no GPU here; GPU results would go under `platforms/`).
 """

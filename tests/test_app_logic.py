@@ -14,11 +14,12 @@ from tiny import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
 from cope_core import parquet_io, predict
 from cope_core.app import dataset, figures, figures_inputs, inputs, settings, whatif
 from cope_core.app.timeline import execution_timeline, layer_partition_timelines
+from cope_core.errors import CopeInputError
 from cope_core.estimate.costs import atomic_costs
 from cope_core.estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from cope_core.geometry import GIB, get_model
 from cope_core.matrix import CANDIDATE_IDS, EXECUTIONS, Execution, matrix_table, residencies_of
-from cope_core.platforms import platform_spec
+from cope_core.platforms import platform_spec, roofline_only
 from cope_core.profile.analytic import analytic_profile
 from cope_core.trace.stats import trace_stats
 from cope_core.trace.synth import synthesize
@@ -235,10 +236,15 @@ def test_recall_frame_is_the_stats_module_recall_per_layer_pair():
 def test_atomic_frame_of_an_analytic_profile_is_its_roofline():
     g = get_model("qwen3-30b-a3b")
     spec = platform_spec("rtx4090")
-    op = analytic_profile(g, spec).resolve(16, 100.0)
-    f = inputs.atomic_frame(op, g, spec)
+    bare = roofline_only(spec)
+    op = analytic_profile(g, bare).resolve(16, 100.0)
+    f = inputs.atomic_frame(op, g, bare)
     assert len(f) == 4 * (g.top_k + 1)
     np.testing.assert_allclose(f["profile_us"], f["roofline_us"], rtol=1e-12)
+    # with overheads and efficiencies below the peak every operation costs more than its roofline
+    f = inputs.atomic_frame(analytic_profile(g, spec).resolve(16, 100.0), g, spec)
+    work = f[f["n"] > 0]
+    assert (work["profile_us"] > work["roofline_us"]).all()
     nospec = inputs.atomic_frame(tiny_profile().resolve(), tiny_geometry(), None)
     assert nospec["roofline_us"].isna().all()
     assert nospec.query("op == 'cpu_expert' and n == 2")["profile_us"].item() == 10.0
@@ -396,3 +402,18 @@ def test_input_figures():
     heat = figures_inputs.popularity_heatmap(inputs.popularity_share(tr), False)
     np.testing.assert_allclose(np.array(heat.data[0].z), inputs.popularity_share(tr))
     assert math.isclose(sum(np.array(heat.data[0].z)[0]), 2.0)
+
+
+def test_a_sweeps_replay_prices_any_of_its_k_and_refuses_others():
+    # one replay over K = 0..4 priced at K = 3 (or 3 then 1) is the prediction at those K, never
+    # the histograms of the sweep's first K
+    tr = tiny_trace()
+    prof = tiny_profile()
+    counts = replay_counts(tr, tr, [0, 1, 2, 3, 4])
+    for ks in ([3], [3, 1]):
+        got = price(tr, prof, counts, ks, draws=0)
+        _same(got, price(tr, prof, replay_counts(tr, tr, ks), ks, draws=0))
+        assert list(got["experts_per_layer"].unique()) == sorted(ks)
+    with pytest.raises(CopeInputError, match="K=5") as e:
+        price(tr, prof, replay_counts(tr, tr, [1, 2]), [5], draws=0)
+    assert e.value.field == "experts_per_layer"

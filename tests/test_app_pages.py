@@ -100,7 +100,9 @@ def test_overview_shows_the_model_platform_and_winner(qwen):
     assert any("ANALYTIC profile (rtx4090" in m.value for m in at.markdown)
     assert any("SYNTHETIC trace" in m.value for m in at.markdown)
     ops = at.dataframe[2].value
-    assert ops["cpu_threads"].tolist() == [1, 2, 4, 8, 16, 32]
+    # every CPU-thread count at the four GPU shares of an analytic profile
+    assert list(zip(ops["cpu_threads"], ops["gpu_share"])) == \
+        [(t, s) for t in (1, 2, 4, 8, 16, 32) for s in (20.0, 50.0, 80.0, 100.0)]
     df = expected(tr, cal, prof, whatif.k_for_budget(tr.model, 24.0))   # default: 24 GiB card
     w = whatif.winner_of(df)
     metrics = [m.value for m in at.metric]

@@ -572,6 +572,12 @@ def test_evaluate_measurements_at_another_gpu_share(capsys, files):
     ids = list(tr.prompt_ids)
     errs = [abs(pred[c][ids.index(p)] - v) / v for (c, p), v in meas.items()]
     assert got == pytest.approx(100 * np.mean(errs))
+    # --gpu-share picks the measurements of one share, and names the ones there are
+    code, out, err = run(capsys, *args, "--gpu-share", "50")
+    assert code == 0 and json.loads(out)["cope"]["mape_pct"] == pytest.approx(got)
+    code, out, err = run(capsys, *args, "--gpu-share", "100")
+    assert_one_line_error(code, out, err, str(files["measurements"]), "gpu_share")
+    assert "[50.0]" in err
     m.table["gpu_share"] = np.float32(75.0)
     parquet_io.write_measurements(m, files["measurements"], overwrite=True)
     code, out, err = run(capsys, *args)
@@ -790,7 +796,8 @@ def test_output_refused_then_forced(capsys, pipeline, tmp_path):
     assert prof.read_bytes() == b"precious"
     code, out, err = run(capsys, *pargs, "--force")
     assert code == 0, err
-    assert parquet_io.read_profile(prof).operating_points() == [(4, 100.0)]
+    assert parquet_io.read_profile(prof).operating_points() == [(4, share) for share in
+                                                                 (20.0, 50.0, 80.0, 100.0)]
 
 
 def test_profile_unknown_platform_and_model(capsys, tmp_path):

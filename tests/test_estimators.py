@@ -24,6 +24,7 @@ from cope_core.platforms import (
     load_spec,
     platform_spec,
     resolve_platform,
+    roofline_only,
 )
 from cope_core.profile.analytic import analytic_profile, default_threads
 from cope_core.profile.data import required_keys
@@ -42,6 +43,8 @@ SPEC = PlatformSpec(name="round", gpu_name="gpu", gpu_flops=1e12, gpu_bandwidth=
                     link_name="link", link_bandwidth=1e10, cpu_name="cpu", cpu_cores=4,
                     cpu_flops_per_thread=5e9, cpu_bandwidth=1.5e10,
                     cpu_bandwidth_per_thread=1e10, source="test")
+# its pure roofline (no overheads, full efficiency): the analytic profile's work terms alone
+BARE = roofline_only(SPEC)
 # GPU expert: max(3e6/1e12 s, 3e6/1e11 s) = max(3, 30) us = 30 us
 GPU_US = 30.0
 # CPU expert by threads: flops 5e9*t (t <= 4 cores), bandwidth min(1.5e10, 1e10*t)
@@ -128,7 +131,7 @@ def test_execution_split():
 # --- analytic profiles --------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def analytic():
-    return analytic_profile(G, SPEC, cpu_threads=[1, 4], contexts=(0, 1000))
+    return analytic_profile(G, BARE, cpu_threads=[1, 4], contexts=(0, 1000), gpu_shares=(100,))
 
 
 def test_default_threads():
@@ -139,7 +142,7 @@ def test_default_threads():
 def test_analytic_profile_complete_and_marked(analytic, tmp_path):
     assert analytic.analytic is True
     assert "ANALYTIC" in analytic.notes
-    assert analytic.platform["spec"] == SPEC.to_dict()
+    assert analytic.platform["spec"] == BARE.to_dict()
     assert analytic.operating_points() == [(1, 100.0), (4, 100.0)]
     t = analytic.table
     n_req = len(required_keys(G.top_k))
@@ -166,12 +169,21 @@ def test_analytic_profile_complete_and_marked(analytic, tmp_path):
     np.testing.assert_array_equal(back.table[cols].to_numpy(), t[cols].to_numpy())
 
 
-def test_analytic_schedule_rows_equal_roofline(analytic):
+def test_analytic_schedule_rows_compose_the_roofline_work(analytic):
+    """Without overheads the analytic rows are the roofline's work terms composed in each
+    strategy's order: the CPU lane waits for the activation, staged experts for their copy, and
+    wait-then-GPU for every copy before any GPU work."""
     t = analytic.table
     sched = t[t["kind"] == "schedule"]
     assert len(sched) == 2 * (3 * 3 + 6)  # per op: 3 h values x 3 executions + 6 cs splits
     for r in sched.itertuples(index=False):
-        assert r.median_us == rl.layer_us(G, SPEC, r.cpu_threads, r.hits, r.cpu, r.staged)
+        gpu = lambda n: rl.gpu_experts_us(G, BARE, n)  # noqa: E731
+        cpu = rl.cpu_experts_us(G, BARE, r.cpu, r.cpu_threads) + (
+            rl.act_copy_us(G, BARE) if r.cpu else 0.0)
+        copy = rl.copy_experts_us(G, BARE, r.staged)
+        want = (copy + gpu(r.hits + r.staged) if r.name == "wait_then_gpu"
+                else max(gpu(r.hits), cpu, copy) + gpu(r.staged))
+        assert r.median_us == approx(want), r
 
 
 def _row(t, threads, kind, name, count=-1, context=-1, hits=-1, cpu=-1):
@@ -184,11 +196,14 @@ def _row(t, threads, kind, name, count=-1, context=-1, hits=-1, cpu=-1):
 
 def test_analytic_hand_values(analytic):
     t = analytic.table
-    # schedule at 1 thread: parallel h=0 runs both experts on one CPU thread: 1200
-    assert _row(t, 1, "schedule", "parallel", hits=0, cpu=2) == approx(1200.0)
-    assert _row(t, 4, "schedule", "parallel", hits=0, cpu=2) == approx(400.0)
-    assert _row(t, 4, "schedule", "wait_then_gpu", hits=0, cpu=0) == approx(600.0)
-    assert _row(t, 4, "schedule", "cost_selected", hits=0, cpu=1) == approx(300.4)
+    # schedule at 1 thread: parallel h=0 runs both experts on one CPU thread after the
+    # activation's copy: 1200 + 0.4
+    assert _row(t, 1, "schedule", "parallel", hits=0, cpu=2) == approx(1200.4)
+    assert _row(t, 4, "schedule", "parallel", hits=0, cpu=2) == approx(400.4)
+    # wait-then-GPU copies both (600), then runs them (60); cost-selected 1 + 1: the copy
+    # (300) outlasts the CPU lane (200.4), then the staged expert runs (30)
+    assert _row(t, 4, "schedule", "wait_then_gpu", hits=0, cpu=0) == approx(660.0)
+    assert _row(t, 4, "schedule", "cost_selected", hits=0, cpu=1) == approx(330.0)
     assert _row(t, 4, "shared", "moe_block", context=0) == approx(12.08)
     assert _row(t, 4, "shared", "moe_block", context=1000) == approx(16.08)
     assert _row(t, 4, "shared", "dense_block", context=1000) == approx(76.0)
@@ -197,12 +212,14 @@ def test_analytic_hand_values(analytic):
     np.testing.assert_allclose(analytic.resolve(4).shared_us, [106.16, 118.16], rtol=1e-12)
     np.testing.assert_allclose(analytic.resolve(4, model=G.with_layers(6)).shared_us,
                                [6 * 12.08 + 82.0, 6 * 16.08 + 86.0], rtol=1e-12)
-    assert _row(t, 1, "layer", "cpu_layer") == approx(1200.0)
-    assert _row(t, 4, "layer", "cpu_layer") == approx(400.0)
+    assert _row(t, 1, "layer", "cpu_layer") == approx(1200.4)
+    assert _row(t, 4, "layer", "cpu_layer") == approx(400.4)
     assert _row(t, 4, "layer", "gpu_layer") == approx(60.0)
     for name in ("mutable_per_layer", "mutable_cross_layer"):
         assert _row(t, 4, "prefetch", name, count=0) == 0.0
-        assert _row(t, 4, "prefetch", name, count=1) == approx(300.0 - 60.0)
+        # the copy (300) beyond the resident layer (60) and the next block's shared work at
+        # context 4096 (12.08 + 4.096 * 4 = 28.464)
+        assert _row(t, 4, "prefetch", name, count=1) == approx(300.0 - 60.0 - 28.464)
     for n in range(3):
         assert _row(t, 4, "atomic", "gpu_expert", count=n) == approx(30.0 * n)
         assert _row(t, 4, "atomic", "staged_gpu_expert", count=n) == approx(30.0 * n)
@@ -263,18 +280,19 @@ def test_layer_costs_errors(analytic):
         layer_costs("magic", op, G)
 
 
-def test_analytic_profile_cope_equals_hrm_on_fixed(analytic):
-    """An analytic profile's schedule rows are the roofline, so COPE = HRM for fixed residency
-    (no prefetch costs involved)."""
+def test_analytic_profile_cope_equals_atomic_on_fixed(analytic):
+    """Without overheads an analytic profile's schedule rows are its atomic rows composed in
+    each strategy's order, so COPE = the atomic-op simulation for fixed residency (no prefetch
+    costs involved); HRM's perfect overlap is never slower."""
     tr = _round_trace()
-    cope = predict(tr, analytic, [0, 1, 2, 4], fill_by_id=True).set_index(
-        ["experts_per_layer", "candidate"])
-    hrm = predict(tr, analytic, [0, 1, 2, 4], fill_by_id=True, estimator="hrm").set_index(
-        ["experts_per_layer", "candidate"])
+    got = {est: predict(tr, analytic, [0, 1, 2, 4], fill_by_id=True, estimator=est).set_index(
+        ["experts_per_layer", "candidate"]) for est in ("cope", "atomic", "hrm")}
     for K in (0, 1, 2, 4):
         for e in ("parallel", "wait_then_gpu", "ready_first", "cost_selected"):
             key = (K, f"fixed/{e}")
-            assert cope.loc[key, "experts_us"] == pytest.approx(hrm.loc[key, "experts_us"])
+            assert got["cope"].loc[key, "experts_us"] == \
+                pytest.approx(got["atomic"].loc[key, "experts_us"])
+            assert got["hrm"].loc[key, "experts_us"] <= got["cope"].loc[key, "experts_us"] + 1e-9
 
 
 # --- atomic-op simulation -----------------------------------------------------------------------
@@ -508,4 +526,5 @@ def test_cli_profile_from_user_spec(tmp_path, capsys):
     prof = parquet_io.read_profile(out_path)
     assert prof.analytic and prof.platform["spec"]["source"] == "user"
     assert prof.platform["spec"]["gpu_bandwidth"] == 1e11
-    assert prof.operating_points() == [(1, 100.0), (4, 100.0)]
+    assert prof.operating_points() == [(t, share) for t in (1, 4)
+                                       for share in (20.0, 50.0, 80.0, 100.0)]

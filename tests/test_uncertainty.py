@@ -116,14 +116,15 @@ def test_draws_zero_turns_the_bootstrap_off():
         predict(tr, prof, 2, calibration=tr, draws=-1)
 
 
-def test_an_analytic_profile_has_no_spread():
+def test_an_analytic_profile_draws_its_model_uncertainty():
     from cope_core.platforms import platform_spec
     from cope_core.profile.analytic import analytic_profile
     tr = tiny_trace()
     prof = analytic_profile(tr.model, platform_spec("h100"))
     df = predict(tr, prof, 2, calibration=tr)
-    assert df.attrs["uncertainty"]["sources"] == ["prompts"]
-    assert "analytic" in df.attrs["uncertainty"]["profile_spread"]
+    assert df.attrs["uncertainty"]["sources"] == ["prompts", "profile"]
+    assert "model uncertainty of the analytic profile" in \
+        df.attrs["uncertainty"]["profile_spread"]
 
 
 def test_rows_timed_once_share_their_draw():

@@ -161,11 +161,12 @@ def trace_label(trace: Trace) -> str:
 
 
 def profile_label(profile: Profile) -> str:
-    """``ANALYTIC`` (roofline what-if) or ``MEASURED`` profile, with the machine."""
+    """``ANALYTIC`` (what-if) or ``MEASURED`` profile, with the machine."""
     plat = profile.platform or {}
     gpu = plat.get("gpu") or "unknown GPU"
     if profile.analytic:
-        return f"ANALYTIC profile ({gpu}: roofline from published peak numbers, not measured)"
+        return (f"ANALYTIC profile ({gpu}: published peak numbers with efficiencies and "
+                "overheads, not measured)")
     emulated = _emulated(plat)
     return f"MEASURED profile ({gpu}{', EMULATED accelerator' if emulated else ''})"
 

@@ -18,6 +18,26 @@ def ints(text: str) -> list[int]:
     return values
 
 
+def shares(text: str) -> list[float]:
+    """``"20,50,100"`` -> GPU shares in percent, each in (0, 100]."""
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected GPU shares in percent separated by commas, got {text!r}") from None
+    if not values or any(not 0 < v <= 100 for v in values):
+        raise argparse.ArgumentTypeError(f"expected GPU shares in (0, 100] %, got {text!r}")
+    return values
+
+
+def share(text: str) -> float:
+    """One GPU share in percent, in (0, 100]."""
+    values = shares(text)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"expected one GPU share, got {text!r}")
+    return values[0]
+
+
 def k_arg(text: str) -> str:
     """A cache size, a comma list of them, or ``all`` (checked here, parsed by the command)."""
     if text != "all":

@@ -159,17 +159,24 @@ def profiled_geometry(args: argparse.Namespace):
 
 def cmd_profile(args: argparse.Namespace) -> int:
     if args.analytic is None:  # measured on this machine (cope_core.profile.measure)
+        if args.gpu_shares:
+            raise CopeInputError("is for --analytic profiles: a measured profile is taken at "
+                                 "the GPU share its process has (100 %, or the CUDA MPS limit "
+                                 "it runs under)", field="--gpu-shares")
         from .measure_cmd import run_profile
         return run_profile(args)
-    from ..profile.analytic import DEFAULT_CONTEXTS, analytic_profile
+    from ..profile.analytic import DEFAULT_CONTEXTS, DEFAULT_SHARES, analytic_profile
     g = profiled_geometry(args)
     spec = resolve_platform(args.analytic, link=args.link, cpu=args.cpu or "xeon-gold-6430")
     prof = analytic_profile(g, spec, cpu_threads=args.cpu_threads,
-                            contexts=args.contexts or DEFAULT_CONTEXTS)
+                            contexts=args.contexts or DEFAULT_CONTEXTS,
+                            gpu_shares=args.gpu_shares or DEFAULT_SHARES)
     parquet_io.write_profile(prof, args.output, overwrite=args.force)
     threads = sorted({t for t, _ in prof.operating_points()})
-    print(f"wrote {args.output}: ANALYTIC profile (roofline from {spec.source} peak numbers, not "
-          f"measured) of {spec.name} for {g.name}, CPU threads {threads}")
+    got = sorted({s for _, s in prof.operating_points()})
+    print(f"wrote {args.output}: ANALYTIC profile ({spec.source} peak numbers with efficiencies "
+          f"and overheads, not measured) of {spec.name} for {g.name}, CPU threads {threads}, "
+          f"GPU shares {[f'{s:g} %' for s in got]}")
     return 0
 
 
@@ -197,13 +204,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
     cands = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
     raw = read_raw_samples(args.raw_samples) if args.raw_samples else None
     df = predict(trace, profile, ks, calibration=cal, cpu_threads=args.cpu_threads,
-                 estimator=args.estimator, candidates=cands, fill_by_id=args.fill_by_id, spec=spec,
+                 gpu_share=args.gpu_share, estimator=args.estimator, candidates=cands,
+                 fill_by_id=args.fill_by_id, spec=spec,
                  draws=check_draws(args.draws), seed=args.seed, raw_samples=raw)
     if args.json:
         print_json(prediction_json(df))
         return 0
     g = trace.model
-    kind = ("ANALYTIC (roofline from published specs, not measured)" if profile.analytic
+    kind = ("ANALYTIC (what-if from published specs, not measured)" if profile.analytic
             else "MEASURED")
     print(f"trace {args.trace}: {trace.source.upper()} {g.name}, {trace.n_prompts} prompts, "
           f"{trace.n_tokens} tokens | profile: {kind}, {profile.platform.get('gpu', '?')} | "
@@ -224,7 +232,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     meas = parquet_io.read_measurements(args.measurements)
     per_k = getattr(args, "per_k", False)
     scores = evaluate(trace, profile, meas, cal, spec=spec, cpu_threads=args.cpu_threads,
-                      draws=check_draws(args.draws), seed=args.seed)
+                      gpu_share=args.gpu_share, draws=check_draws(args.draws), seed=args.seed)
     result: dict[str, Any] = {est: ev.to_dict(per_k) for est, ev in scores.items()}
     if "hrm" not in scores:
         result["hrm"] = None

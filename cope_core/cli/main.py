@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from ..errors import CopeInputError
 from . import commands
-from .args import ints, k_arg
+from .args import ints, k_arg, share, shares
 
 #: Modules of this package that add sub-commands: each has ``register(subparsers)``, and every
 #: parser it adds sets ``func`` (``parser.set_defaults(func=...)``) to a function of ``args``
@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cpu", help="analytic: catalog CPU for the host side (default xeon-gold-6430)")
     s.add_argument("--cpu-threads", type=ints, help="operating points, e.g. 1,4,16")
     s.add_argument("--contexts", type=ints, default=None, help="shared-cost contexts")
+    s.add_argument("--gpu-shares", type=shares, default=None,
+                   help="analytic: GPU shares (CUDA MPS %%) of the operating points "
+                        "(default 20,50,80,100): throughput scales, latencies do not")
     s.add_argument("-o", "--output", required=True, help="Parquet file to write")
     s.add_argument("--force", action="store_true", help="overwrite an existing output file")
     importlib.import_module(f"{__package__}.measure_cmd").add_profile_arguments(s)
@@ -131,9 +134,11 @@ def _draw_options(s: argparse.ArgumentParser) -> None:
 def _inputs(s: argparse.ArgumentParser) -> None:
     s.add_argument("--trace", required=True, help="evaluated routing trace (cope.trace/1)")
     s.add_argument("--profile", required=True,
-                   help="profile of the target platform (cope.profile/1)")
+                   help="profile of the target platform (cope.profile/2 or /1)")
     s.add_argument("--calibration", help="trace whose popularity fills the cache")
     s.add_argument("--cpu-threads", type=int, help="operating point (default: the most threads)")
+    s.add_argument("--gpu-share", type=share,
+                   help="operating point's GPU share, %% (default: the largest the profile has)")
     s.add_argument("--spec", help="platform for the roofline estimator: GPU name or JSON file")
 
 

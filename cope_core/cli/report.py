@@ -48,8 +48,11 @@ def format_table(df: pd.DataFrame) -> str:
     """Every candidate at one K, fastest first, then the winner with its confidence."""
     k = int(df["experts_per_layer"].iloc[0])
     show = df.sort_values("tpot_us", kind="stable")
-    lines = [f"K = {k} experts per layer; interval: 95 % over draws of the prompts and the "
-             "profile's spread; wins: share of draws it is fastest in",
+    unc = df.attrs.get("uncertainty", {})
+    spread = ("the analytic model's constants" if str(unc.get("profile_spread", ""))
+              .startswith("model uncertainty") else "the profile's spread")
+    lines = [f"K = {k} experts per layer; interval: 95 % over draws of the prompts and "
+             f"{spread}; wins: share of draws it is fastest in",
              f"{'rank':>4}  {'candidate':<36}{'TPOT ms':>10}  {'95 % interval':<19}"
              f"{'shared':>9}{'experts':>9}{'prefetch':>9}{'hit rate':>9}{'prefetches':>11}"
              f"  wins"]

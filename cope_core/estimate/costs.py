@@ -201,6 +201,7 @@ def layer_costs(estimator: str, op: OperatingPoint, model: ModelGeometry,
             raise CopeInputError("the profile carries no platform spec for the roofline estimator; "
                                  "give one (a GPU name or a JSON spec file)", field="platform.spec")
         split, _ = cost_selected_split(op)
-        return hrm_costs(model, spec, op.cpu_threads, split)
+        # the pure roofline at the operating point's GPU share (MPS scales throughput)
+        return hrm_costs(model, spec.at_share(op.gpu_share), op.cpu_threads, split)
     raise CopeInputError(f"unknown estimator {estimator!r}; expected one of {list(ESTIMATORS)}",
                          field="estimator")

@@ -76,13 +76,21 @@ def _check_measurements(trace: Trace, measurements: Any) -> None:
                              source=measurements.path, field="model")
 
 
-def _selected(measurements: Any, cpu_threads: int | None) -> pd.DataFrame:
+def _selected(measurements: Any, cpu_threads: int | None,
+              gpu_share: float | None = None) -> pd.DataFrame:
     table = measurements.table
     if cpu_threads is not None:
         table = table[table["cpu_threads"] == cpu_threads]
         if table.empty:
             raise CopeInputError(f"no measurements at cpu_threads={cpu_threads}",
                                  source=measurements.path, field="cpu_threads")
+    if gpu_share is not None:
+        shares = table["gpu_share"].to_numpy(np.float32)
+        table = table[shares == np.float32(gpu_share)]
+        if table.empty:
+            raise CopeInputError(f"no measurements at gpu_share={gpu_share:g}; measured: "
+                                 f"{sorted({float(x) for x in shares})}",
+                                 source=measurements.path, field="gpu_share")
     return table
 
 
@@ -96,7 +104,8 @@ def default_estimators(profile: Profile, spec: PlatformSpec | None = None) -> li
 def evaluation_pairs(trace: Trace, profile: Profile, measurements: Any,
                      calibration: Trace | None = None, *,
                      estimators: Sequence[str] = ("cope",), spec: PlatformSpec | None = None,
-                     cpu_threads: int | None = None, draws: int = DEFAULT_DRAWS,
+                     cpu_threads: int | None = None, gpu_share: float | None = None,
+                     draws: int = DEFAULT_DRAWS,
                      seed: int = 0) -> dict[str, pd.DataFrame]:
     """Every measured (cell, prompt, candidate) with each estimator's prediction for it.
 
@@ -113,7 +122,7 @@ def evaluation_pairs(trace: Trace, profile: Profile, measurements: Any,
     """
     _check_measurements(trace, measurements)
     check_compatible(trace, profile, calibration)
-    table = _selected(measurements, cpu_threads)
+    table = _selected(measurements, cpu_threads, gpu_share)
     parts: dict[str, list[pd.DataFrame]] = {e: [] for e in estimators}
     calibrated = calibration is not None
     for k, by_k in table.groupby("K", sort=True):
@@ -229,7 +238,8 @@ def score(pairs: dict[str, pd.DataFrame], measured: pd.DataFrame | None = None, 
 def evaluate(trace: Trace, profile: Profile, measurements: Any,
              calibration: Trace | None = None, *, estimators: Sequence[str] | None = None,
              spec: PlatformSpec | None = None, cpu_threads: int | None = None,
-             draws: int = DEFAULT_DRAWS, seed: int = 0) -> dict[str, Evaluation]:
+             gpu_share: float | None = None, draws: int = DEFAULT_DRAWS,
+             seed: int = 0) -> dict[str, Evaluation]:
     """Score estimators against measured TPOT, strictly and within the measurement noise.
 
     Parameters
@@ -244,6 +254,8 @@ def evaluate(trace: Trace, profile: Profile, measurements: Any,
         Roofline peaks for ``hrm`` (default: the profile's).
     cpu_threads : int, optional
         Score only the measurements at this thread count.
+    gpu_share : float, optional
+        Score only the measurements at this GPU share (%).
     draws, seed : int
         Bootstrap draws (and their seed) of the predicted and measured intervals and of the tie
         test; 0 leaves intervals out and ties only exact equality.
@@ -253,11 +265,12 @@ def evaluate(trace: Trace, profile: Profile, measurements: Any,
     dict of str to Evaluation
     """
     _check_measurements(trace, measurements)
-    table = _selected(measurements, cpu_threads)
+    table = _selected(measurements, cpu_threads, gpu_share)
     draws = check_draws(draws)
     if estimators is None:
         estimators = default_estimators(profile, spec)
     pairs = evaluation_pairs(trace, profile, measurements, calibration, estimators=estimators,
-                             spec=spec, cpu_threads=cpu_threads, draws=draws, seed=seed)
+                             spec=spec, cpu_threads=cpu_threads, gpu_share=gpu_share,
+                             draws=draws, seed=seed)
     measured = measured_cells(table, draws=draws, seed=seed)
     return score(pairs, measured, intervals=draws > 0 and not profile.analytic)

@@ -21,6 +21,7 @@ from ..matrix import (
     select_candidates,
 )
 from ..platforms import PlatformSpec
+from ..profile.analytic import LATENCY_SPREAD, THROUGHPUT_SPREAD
 from ..profile.data import Profile
 from ..replay.engine import ReplayCounts, check_ks, replay
 from ..trace.data import Trace, fill_order
@@ -176,6 +177,23 @@ def replay_counts(trace: Trace, calibration: Trace | None, ks: int | Sequence[in
     return replay_all(trace, order, ks, [r for r in RESIDENCIES if r in set(residencies)])
 
 
+def counts_at(counts: dict[Residency, ReplayCounts], ks: np.ndarray
+              ) -> dict[Residency, ReplayCounts]:
+    """``counts`` cut to the cache sizes ``ks``, in that order: a replay over a sweep prices any
+    of its K (an absent K is an error, not another K's histograms)."""
+    out = {}
+    for r, rc in counts.items():
+        where = {int(k): i for i, k in enumerate(rc.ks)}
+        missing = [int(k) for k in ks if int(k) not in where]
+        if missing:
+            raise CopeInputError(f"the {r.value} replay has no K={missing[0]} (it covers "
+                                 f"{[int(k) for k in rc.ks]})", field="experts_per_layer")
+        idx = np.array([where[int(k)] for k in ks], np.int64)
+        out[r] = rc if np.array_equal(idx, np.arange(len(rc.ks))) else ReplayCounts(
+            rc.residency, rc.ks[idx], rc.hist[idx], rc.ins[idx])
+    return out
+
+
 def price(trace: Trace, profile: Profile, counts: dict[Residency, ReplayCounts],
           ks: int | Sequence[int], *, cpu_threads: int | None = None,
           gpu_share: float | None = None, estimator: str = "cope",
@@ -197,6 +215,7 @@ def price(trace: Trace, profile: Profile, counts: dict[Residency, ReplayCounts],
     if not calibrated:
         warnings.warn("no calibration trace given: the fill order comes from the evaluated trace, "
                       "so the prediction is optimistic", OptimisticPredictionWarning, stacklevel=3)
+    counts = counts_at(counts, ks)
     op = profile.resolve(cpu_threads, gpu_share, model=trace.model)
     if spec is None and estimator == "hrm":
         spec = profile_spec(profile)
@@ -246,7 +265,10 @@ def _add_uncertainty(df: pd.DataFrame, trace: Trace, profile: Profile,
         df[col] = extra[col].to_numpy(np.float64)
     df["equivalent_to"] = pd.Series([e if isinstance(e, str) else None
                                      for e in extra["equivalent_to"]], dtype=object)
-    spread = ("none (analytic profile)" if profile.analytic
+    spread = (f"model uncertainty of the analytic profile (log-normal, throughputs "
+              f"{THROUGHPUT_SPREAD:.0%}, latencies {LATENCY_SPREAD:.0%})"
+              if profile.analytic and drawn is not None
+              else "none (analytic profile without overheads)" if profile.analytic
               else "none (the roofline has no spread)" if costs.estimator == "hrm"
               else "raw samples" if raw_samples
               else "normal approximation from each row's median, IQR and sample count"

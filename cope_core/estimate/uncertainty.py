@@ -32,6 +32,8 @@ from scipy import stats
 from ..errors import CopeInputError
 from ..geometry import ModelGeometry
 from ..matrix import Candidate
+from ..platforms import PlatformSpec
+from ..profile.analytic import analytic_draws
 from ..profile.data import Profile, ProfileKey, same_schedule
 from .costs import LayerCosts, atomic_costs, cope_costs
 
@@ -91,6 +93,15 @@ def row_draws(rows: pd.DataFrame, top_k: int, draws: int, rng: np.random.Generat
     return np.maximum(out, 0.0)
 
 
+def analytic_spec(profile: Profile) -> PlatformSpec | None:
+    """The spec an analytic profile was computed from, when it records the model's overheads
+    (profiles written before they existed hold pure roofline rows: nothing to draw)."""
+    data = profile.platform.get("spec") if isinstance(profile.platform, dict) else None
+    if not profile.analytic or not data or "gpu_launch_us" not in data:
+        return None
+    return PlatformSpec.from_dict(data, source=profile.path)
+
+
 def drawn_costs(profile: Profile, costs: LayerCosts, cpu_threads: int, gpu_share: float,
                 draws: int, rng: np.random.Generator,
                 raw_samples: Mapping[str, Sequence[float]] | None = None,
@@ -98,10 +109,16 @@ def drawn_costs(profile: Profile, costs: LayerCosts, cpu_threads: int, gpu_share
     """``costs`` re-priced under ``B`` draws of the profile (leading draw dimension), or None
     when there is nothing to draw (an analytic profile, zero spread, or the roofline).
     ``model``: the priced geometry (default the profiled one), as in ``Profile.resolve``."""
-    if costs.estimator not in ("cope", "atomic") or profile.analytic:
+    if costs.estimator not in ("cope", "atomic"):
         return None
     rows, layout = profile.operating_point_rows(cpu_threads, gpu_share, model=model)
-    values = row_draws(rows, profile.model.top_k, draws, rng, raw_samples)
+    if profile.analytic:
+        spec = analytic_spec(profile)
+        if spec is None:
+            return None
+        values = analytic_draws(profile.model, spec, rows, draws, rng)
+    else:
+        values = row_draws(rows, profile.model.top_k, draws, rng, raw_samples)
     if values is None:
         return None
     op = layout.take(values)

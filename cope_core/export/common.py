@@ -47,7 +47,7 @@ def header(policy: Policy, runtime: str) -> list[str]:
     budget = policy.vram.get("budget_gib")
     vram = (f"VRAM budget {budget:g} GiB" if budget is not None else "K given directly") + \
         f", needs {policy.vram['needed_gib']:.2f} GiB by the memory model"
-    kind = "ANALYTIC profile (roofline what-if, not measured)" if policy.analytic_profile \
+    kind = "ANALYTIC profile (what-if, not measured)" if policy.analytic_profile \
         else "measured profile"
     gpu = policy.platform.get("gpu", "?")
     lines = [
@@ -66,9 +66,11 @@ def header(policy: Policy, runtime: str) -> list[str]:
         wins = (f"the same policy here as {eq}" if eq else
                 "wins" + ("" if win is None else f" {100 * win:.0f} %") + " of "
                 f"{policy.confidence['draws']} draws")
-        what = ("the trace's prompts and the profile's spread"
-                if "profile" in policy.confidence.get("sources", []) else
-                "the trace's prompts; the profile has no spread")
+        model = str(policy.confidence.get("profile_spread", "")).startswith("model uncertainty")
+        what = ("the trace's prompts; no spread in the profile"
+                if "profile" not in policy.confidence.get("sources", []) else
+                "the trace's prompts and the analytic model's constants" if model else
+                "the trace's prompts and the profile's spread")
         lines.append(f"95 % interval [{ms(ci[0])}, {ms(ci[1])}]/token; {wins} (bootstrap of "
                      f"{what})")
     if policy.fill.get("source") == "trace":

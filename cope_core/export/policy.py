@@ -53,7 +53,7 @@ class Policy:
     fill : dict
         ``source`` (``calibration`` or ``trace``: the latter is optimistic) and ``by_id``.
     analytic_profile : bool
-        True when the profile is a roofline what-if rather than measured.
+        True when the profile is an analytic what-if rather than measured.
     estimator_notes : dict
         Why an estimator was skipped, by estimator.
     trace : dict

@@ -1,88 +1,256 @@
-"""Analytic what-if profiles: every ``cope.profile/2`` row computed by the roofline from published
-peak numbers, for hardware the user does not have. Such a profile is marked ``analytic`` in its
-metadata and wherever it is shown; it is never a measurement.
+"""Analytic what-if profiles: every ``cope.profile/2`` row computed from published peak numbers,
+achieved efficiencies and per-operation overheads, for hardware the user does not have. Such a
+profile is marked ``analytic`` in its metadata and wherever it is shown; it is never a
+measurement.
+
+The pure roofline (:mod:`cope_core.roofline`, the HRM baseline) charges nothing for a kernel
+launch, a synchronisation, a small copy or waking the CPU workers, and lets every lane overlap
+perfectly, so splitting a layer's misses between CPU and GPU looks free. Here every operation
+pays what a real runtime pays: each atomic row is its work at the achieved efficiency plus its
+fixed latency, and each schedule row composes them in the order its execution strategy imposes
+(what may overlap does, what must wait does). ``cope_core.platforms.roofline_only`` gives the
+spec on which this reduces to the roofline's work terms.
+
+The model's own uncertainty is stated, not hidden: :func:`analytic_draws` re-prices the rows
+under draws of the spec's constants (throughputs within ``THROUGHPUT_SPREAD``, latencies within
+``LATENCY_SPREAD``, log-normal), shared by every row of a draw, so intervals and win
+probabilities of analytic predictions say how much the pick depends on those constants.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
 
-from .. import roofline as rl
-from ..geometry import ModelGeometry
+from ..geometry import DEFAULT_CONTEXT, ModelGeometry
+from ..matrix import Execution
 from ..platforms import PlatformSpec
 from .data import COLUMNS, Profile, ProfileKey, required_keys
 
 DEFAULT_CONTEXTS = (128, 1024, 4096, 16384)
+DEFAULT_SHARES = (20.0, 50.0, 80.0, 100.0)    # the paper's CUDA MPS sweep
+US = 1e6
+#: log-normal sigma of the model's throughput constants (efficiencies, link bandwidth) and of
+#: its latencies (launch, synchronisation, transfer, CPU dispatch): docs/design.md
+THROUGHPUT_SPREAD = 0.10
+LATENCY_SPREAD = 0.30
+
+
+class Consts(NamedTuple):
+    """The numbers an analytic row depends on; each a float, or an array of draws."""
+
+    gpu_flops: np.ndarray | float       # achieved, at the operating point's GPU share
+    gpu_bw: np.ndarray | float
+    link_bw: np.ndarray | float         # raw, for small transfers
+    copy_bw: np.ndarray | float         # achieved, for an expert's weights
+    cpu_flops: np.ndarray | float       # achieved, at the operating point's threads
+    cpu_bw: np.ndarray | float
+    launch: np.ndarray | float
+    sync: np.ndarray | float
+    link_latency: np.ndarray | float
+    dispatch: np.ndarray | float
+    kernels_per_group: int
+    kernels_per_block: int
+
+
+def consts(spec: PlatformSpec, threads: int, share: float = 100.0) -> Consts:
+    """The constants of one operating point (``share`` % of the GPU scales its throughput)."""
+    s = spec.at_share(share)
+    return Consts(gpu_flops=s.gpu_flops * s.gpu_efficiency,
+                  gpu_bw=s.gpu_bandwidth * s.gpu_efficiency, link_bw=s.link_bandwidth,
+                  copy_bw=s.link_bandwidth * s.link_efficiency,
+                  cpu_flops=s.cpu_flops(threads) * s.cpu_efficiency,
+                  cpu_bw=s.cpu_bw(threads) * s.cpu_efficiency, launch=s.gpu_launch_us,
+                  sync=s.gpu_sync_us, link_latency=s.link_latency_us,
+                  dispatch=s.cpu_dispatch_us, kernels_per_group=s.gpu_kernels_per_expert_group,
+                  kernels_per_block=s.gpu_kernels_per_block)
+
+
+def drawn_consts(c: Consts, draws: int, rng: np.random.Generator) -> Consts:
+    """``draws`` log-normal perturbations of every constant (one factor per constant per draw)."""
+    def f(sigma: float) -> np.ndarray:
+        return np.exp(rng.normal(0.0, sigma, draws))
+    lat = LATENCY_SPREAD
+    # one factor per efficiency: a GPU's FLOP/s and bandwidth, the link's two uses and the CPU's
+    # two peaks move together within a draw
+    gpu, link, cpu = f(THROUGHPUT_SPREAD), f(THROUGHPUT_SPREAD), f(THROUGHPUT_SPREAD)
+    return c._replace(gpu_flops=c.gpu_flops * gpu, gpu_bw=c.gpu_bw * gpu,
+                      link_bw=c.link_bw * link, copy_bw=c.copy_bw * link,
+                      cpu_flops=c.cpu_flops * cpu, cpu_bw=c.cpu_bw * cpu,
+                      launch=c.launch * f(lat), sync=c.sync * f(lat),
+                      link_latency=c.link_latency * f(lat), dispatch=c.dispatch * f(lat))
+
+
+# --- atomic operations (µs) ---------------------------------------------------------------------
+def gpu_experts(g: ModelGeometry, c: Consts, n: int):
+    """``n`` routed experts for one token on the GPU: one launch group over the routed ids."""
+    if n <= 0:
+        return 0.0 * c.launch
+    work = np.maximum(g.expert_flops / c.gpu_flops, g.expert_bytes / c.gpu_bw) * US
+    return n * work + c.kernels_per_group * c.launch
+
+
+def cpu_experts(g: ModelGeometry, c: Consts, n: int):
+    """``n`` experts on the CPU workers, waking and joining them once."""
+    if n <= 0:
+        return 0.0 * c.dispatch
+    work = np.maximum(g.expert_flops / c.cpu_flops, g.expert_bytes / c.cpu_bw) * US
+    return n * work + c.dispatch
+
+
+def stage(g: ModelGeometry, c: Consts, n: int):
+    """Copy ``n`` experts' weights to the GPU, one transfer each."""
+    return n * (g.expert_bytes / c.copy_bw * US + c.link_latency)
+
+
+def act_copy(g: ModelGeometry, c: Consts):
+    """The token's activation to the host and the CPU experts' result back: two transfers."""
+    return 2 * (g.hidden * g.dtype_bytes / c.link_bw * US + c.link_latency)
+
+
+def merge(c: Consts):
+    """Adding the CPU experts' result into the GPU's: one kernel."""
+    return c.launch
+
+
+def schedule(g: ModelGeometry, c: Consts, e: Execution, h: int, cpu: int, staged: int):
+    """One MoE layer under execution ``e``: ``h`` resident experts, ``cpu`` on the CPU,
+    ``staged`` copied and run on the GPU; lanes overlap only where the strategy lets them."""
+    R = gpu_experts(g, c, h)
+    joins = cpu > 0 or staged > 0
+    F = c.sync if joins else 0.0 * c.sync
+    if cpu > 0:
+        cpu_lane = cpu_experts(g, c, cpu) + act_copy(g, c)
+        M = merge(c)
+    else:
+        cpu_lane, M = 0.0, 0.0
+    if e is Execution.WAIT_THEN_GPU:        # every miss copied first, then all GPU work
+        return stage(g, c, staged) + F + gpu_experts(g, c, h + staged)
+    # parallel, ready_first and cost_selected: resident work, CPU work and copies overlap;
+    # staged experts run after their copy and after the resident ones
+    first = np.maximum(np.maximum(R, cpu_lane), stage(g, c, staged))
+    return first + gpu_experts(g, c, staged) + F + M
+
+
+def moe_block(g: ModelGeometry, c: Consts, ctx: float):
+    return _gpu_block(g, c, g.moe_block_params, ctx)
+
+
+def dense_block(g: ModelGeometry, c: Consts, ctx: float):
+    return _gpu_block(g, c, g.dense_block_params, ctx)
+
+
+def head(g: ModelGeometry, c: Consts):
+    """Final norm and LM head, and the synchronisation that reads the next token back."""
+    p = g.head_params
+    work = np.maximum(2.0 * p / c.gpu_flops, p * g.dtype_bytes / c.gpu_bw) * US
+    return work + 2 * c.launch + c.sync
+
+
+def _gpu_block(g: ModelGeometry, c: Consts, params: float, ctx: float):
+    kv = 2.0 * g.n_kv_heads * g.head_dim * g.dtype_bytes * ctx
+    flops = 2.0 * params + 4.0 * g.n_heads * g.head_dim * ctx
+    work = np.maximum(flops / c.gpu_flops, (params * g.dtype_bytes + kv) / c.gpu_bw) * US
+    return work + c.kernels_per_block * c.launch
+
+
+def row_cost(g: ModelGeometry, c: Consts, key: ProfileKey):
+    """The cost of one profile row (a float, or an array of draws)."""
+    kind, name, hits, cpu, staged, count, context = key
+    k = g.top_k
+    if kind == "shared":
+        return {"moe_block": lambda: moe_block(g, c, context),
+                "dense_block": lambda: dense_block(g, c, context),
+                "head": lambda: head(g, c)}[name]()
+    if kind == "schedule":
+        return schedule(g, c, Execution(name), hits, cpu, staged)
+    if kind == "prefetch":
+        # as profiled: a fully resident layer, the next block's shared work and the next
+        # layer's wait for ``count`` experts copied meanwhile, less the same without the copy;
+        # the predictor's two small kernels are paid either way
+        predictor = 2 * c.launch
+        if count == 0:
+            return predictor
+        window = gpu_experts(g, c, k) + moe_block(g, c, DEFAULT_CONTEXT)
+        return predictor + np.maximum(stage(g, c, count) - window, 0.0) + c.sync
+    if kind == "layer":
+        if name == "cpu_layer":
+            return cpu_experts(g, c, k) + act_copy(g, c) + c.sync + merge(c)
+        return gpu_experts(g, c, k)
+    return {
+        "gpu_expert": lambda: gpu_experts(g, c, count),
+        "staged_gpu_expert": lambda: gpu_experts(g, c, count),
+        "cpu_expert": lambda: cpu_experts(g, c, count),
+        "stage": lambda: stage(g, c, count),
+        "act_copy": lambda: act_copy(g, c),
+        "prefetch": lambda: stage(g, c, 1),
+        "sync": lambda: c.sync,
+        "merge": lambda: merge(c),
+    }[name]()
 
 
 def default_threads(spec: PlatformSpec) -> list[int]:
     return sorted({t for t in (1, 2, 4, 8, 16, 32, 64) if t <= spec.cpu_cores} | {spec.cpu_cores})
 
 
-def _row_cost(g: ModelGeometry, s: PlatformSpec, threads: int, key: ProfileKey) -> float:
-    kind, name, hits, cpu, staged, count = key[:6]
-    k = g.top_k
-    if kind == "schedule":
-        return rl.layer_us(g, s, threads, hits, cpu, staged)
-    if kind == "prefetch":
-        # the extra time one prefetched expert adds on the copy lane of a fully resident layer
-        if count == 0:
-            return 0.0
-        return (rl.layer_us(g, s, threads, k, 0, 0, prefetched=count)
-                - rl.layer_us(g, s, threads, k, 0, 0))
-    if kind == "layer":
-        if name == "cpu_layer":
-            return rl.layer_us(g, s, threads, 0, k, 0)
-        return rl.layer_us(g, s, threads, k, 0, 0)
-    return {
-        "gpu_expert": lambda: rl.gpu_experts_us(g, s, count),
-        "staged_gpu_expert": lambda: rl.gpu_experts_us(g, s, count),
-        "cpu_expert": lambda: rl.cpu_experts_us(g, s, count, threads),
-        "stage": lambda: rl.copy_experts_us(g, s, count),
-        "act_copy": lambda: rl.act_copy_us(g, s),
-        "prefetch": lambda: rl.copy_experts_us(g, s, 1),
-        "sync": lambda: 0.0,     # the roofline has no dispatch or synchronisation cost
-        "merge": lambda: 0.0,
-    }[name]()
+def _keys(model: ModelGeometry, contexts: Sequence[int]) -> list[ProfileKey]:
+    keys = []
+    for ctx in contexts:  # shared work per part: it composes into any layer count
+        keys.append(ProfileKey("shared", "moe_block", context=int(ctx)))
+        if model.dense_layers:
+            keys.append(ProfileKey("shared", "dense_block", context=int(ctx)))
+    keys.append(ProfileKey("shared", "head"))
+    return keys + required_keys(model.top_k)
 
 
 def analytic_profile(model: ModelGeometry, spec: PlatformSpec,
                      cpu_threads: Sequence[int] | None = None,
-                     contexts: Sequence[int] = DEFAULT_CONTEXTS) -> Profile:
-    """A complete profile whose every cost comes from the roofline of ``spec``.
+                     contexts: Sequence[int] = DEFAULT_CONTEXTS,
+                     gpu_shares: Sequence[float] = DEFAULT_SHARES) -> Profile:
+    """A complete profile whose every cost comes from the analytic model of ``spec``.
 
     Parameters
     ----------
     model : ModelGeometry
     spec : PlatformSpec
-        Published or user-given peak numbers.
+        Published or user-given peak numbers, efficiencies and overheads.
     cpu_threads : sequence of int, optional
-        Operating points (GPU share is always 100); default powers of two up to the core count.
+        CPU-thread operating points; default powers of two up to the core count.
     contexts : sequence of int
         Contexts at which the shared work of one MoE (and dense) block is given.
+    gpu_shares : sequence of float
+        GPU shares (CUDA MPS, %) of the operating points: throughput scales, latencies do not.
     """
     threads_list = list(cpu_threads) if cpu_threads else default_threads(spec)
+    keys = _keys(model, contexts)
     rows = []
     for t in threads_list:
-        for ctx in contexts:  # shared work per part: it composes into any layer count
-            parts = [("moe_block", rl.moe_block_us(model, spec, ctx))]
-            if model.dense_layers:
-                parts.append(("dense_block", rl.dense_block_us(model, spec, ctx)))
-            for name, us in parts:
-                rows.append((*ProfileKey("shared", name, context=int(ctx)), t, 100.0,
-                             float(us), float(us), float(us), 1))
-        us = rl.head_us(model, spec)
-        rows.append((*ProfileKey("shared", "head"), t, 100.0, us, us, us, 1))
-        for key in required_keys(model.top_k):
-            us = _row_cost(model, spec, t, key)
-            rows.append((*key, t, 100.0, us, us, us, 1))
+        for share in gpu_shares:
+            c = consts(spec, t, share)
+            for key in keys:
+                us = float(row_cost(model, c, key))
+                rows.append((*key, t, float(share), us, us, us, 1))
     table = pd.DataFrame(rows, columns=list(COLUMNS)).astype(COLUMNS)
     platform = {"gpu": spec.gpu_name, "cpu": spec.cpu_name, "link": spec.link_name,
                 "torch": None, "host": "analytic", "spec": spec.to_dict()}
     return Profile(table=table, model=model, platform=platform,
                    created=datetime.now(UTC).isoformat(timespec="seconds"),
-                   notes=f"ANALYTIC what-if profile of {spec.name}: roofline costs from "
-                         f"{spec.source} peak numbers, not measured",
+                   notes=f"ANALYTIC what-if profile of {spec.name}: costs from {spec.source} peak "
+                         "numbers with achieved efficiencies and per-operation overheads "
+                         "(docs/design.md#overheads-and-efficiencies), not measured",
                    analytic=True)
+
+
+def analytic_draws(model: ModelGeometry, spec: PlatformSpec, rows: pd.DataFrame, draws: int,
+                   rng: np.random.Generator) -> np.ndarray:
+    """``(rows, draws)`` costs of one operating point's rows under draws of the constants."""
+    t, share = int(rows["cpu_threads"].iloc[0]), float(rows["gpu_share"].iloc[0])
+    c = drawn_consts(consts(spec, t, share), draws, rng)
+    keys = [ProfileKey(*k) for k in rows[list(ProfileKey._fields)].itertuples(index=False)]
+    out = np.empty((len(keys), draws))
+    for i, key in enumerate(keys):
+        out[i] = row_cost(model, c, key)
+    return out
