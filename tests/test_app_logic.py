@@ -327,7 +327,13 @@ def test_shipped_examples_are_found_and_labelled():
     ds = dataset.assemble("k", tr, parquet_io.read_trace(e.calibrations[0]), prof, None, {})
     assert dataset.provenance(ds) == ("qwen3-30b-a3b · SYNTHETIC trace · ANALYTIC profile "
                                       "(rtx4090)")
-    assert dataset.profile_label(prof).startswith("ANALYTIC profile (rtx4090")
+    assert dataset.profile_label(prof) == (
+        "ANALYTIC profile (rtx4090: published peak numbers with efficiencies and overheads "
+        "fitted on the COPE paper's A100 winners; a what-if, not measured)")
+    old = dict(prof.platform["spec"])
+    old.pop("gpu_launch_us")       # a profile written before the overheads: the pure roofline
+    assert "pure roofline" in dataset.profile_label(
+        dataclasses.replace(prof, platform=prof.platform | {"spec": old}))
     assert not ds.problems and not ds.notes
 
 

@@ -165,8 +165,12 @@ def profile_label(profile: Profile) -> str:
     plat = profile.platform or {}
     gpu = plat.get("gpu") or "unknown GPU"
     if profile.analytic:
-        return (f"ANALYTIC profile ({gpu}: published peak numbers with efficiencies and "
-                "overheads, not measured)")
+        spec = plat.get("spec") or {}
+        how = ("published peak numbers with efficiencies and overheads fitted on the COPE "
+               "paper's A100 winners" if spec.get("source") == "published" and
+               "gpu_launch_us" in spec else
+               "a user's spec" if spec.get("source") == "user" else "the pure roofline")
+        return f"ANALYTIC profile ({gpu}: {how}; a what-if, not measured)"
     emulated = _emulated(plat)
     return f"MEASURED profile ({gpu}{', EMULATED accelerator' if emulated else ''})"
 
