@@ -8,6 +8,8 @@ from cope_core.errors import CopeInputError, UnsupportedByRuntime
 from cope_core.export import FORMATS, render
 from cope_core.matrix import CANDIDATE_IDS
 
+session.run_through_app()
+
 #: Per format: tab label, file-name suffix, st.code language, MIME type of the download.
 VIEWS = {
     "json": ("JSON (cope.policy/1)", ".policy.json", "json", "application/json"),

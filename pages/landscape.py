@@ -6,6 +6,8 @@ from cope_core.app import dataset as dsm
 from cope_core.app import figures, results, session, whatif
 from cope_core.matrix import EXECUTIONS, RESIDENCIES
 
+session.run_through_app()
+
 st.title("Landscape: what-if VRAM budgets")
 with session.user_errors():
     ds = session.dataset()
@@ -37,7 +39,7 @@ if not cands:
 with session.user_errors():
     df = results.predict_at(ds, k, op, est, cands)
 w = whatif.winner_of(df)
-st.success(f"At {gib:g} GiB (K = {k}): {w.sentence()}.")
+(st.success if w.sure else st.warning)(f"At {gib:g} GiB (K = {k}): {w.sentence()}.")
 st.plotly_chart(figures.tpot_bars(df, title=f"TPOT per candidate at K = {k} · {est} · "
                                             f"{dsm.provenance(ds)}"), key="bars_chart")
 
@@ -45,9 +47,16 @@ st.subheader("TPOT against the VRAM budget")
 with session.user_errors():
     sw = results.sweep(ds, op, est, cands)
 regions = whatif.winner_regions(sw, g)
+unsure = whatif.uncertain_ranges(sw, g)
 st.plotly_chart(figures.tpot_vs_budget(sw, g, regions, current_gib=gib, current_k=k,
                                        title=f"Every K = 0 … {g.n_experts} · {est} · "
-                                             f"{dsm.provenance(ds)}"), key="sweep_chart")
+                                             f"{dsm.provenance(ds)}", uncertain=unsure),
+                key="sweep_chart")
+if unsure:
+    st.caption("Unsure budgets (red strip): " + "; ".join(
+        f"K = {a}" + ("" if a == b else f" … {b}") + f" ({lo:.2f}-{hi:.2f} GiB)"
+        for lo, hi, a, b in unsure) + " — there the winner is fastest in fewer than "
+        f"{100 * whatif.SURE:.0f} % of the draws; the band is the winner's 95 % interval.")
 st.markdown("**Break-even budgets**")
 for sentence in whatif.break_even_sentences(regions):
     st.markdown(f"- {sentence}")

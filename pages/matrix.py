@@ -3,9 +3,11 @@ a timeline of its execution strategy for a chosen hit count."""
 import streamlit as st
 
 from cope_core.app import dataset as dsm
-from cope_core.app import figures, results, session
+from cope_core.app import figures, results, session, whatif
 from cope_core.app.timeline import execution_timeline, layer_partition_timelines
 from cope_core.matrix import CANDIDATE_IDS, EXECUTIONS, LAYER_PARTITION, get_candidate, matrix_table
+
+session.run_through_app()
 
 st.title("Policy Matrix")
 with session.user_errors():
@@ -22,6 +24,8 @@ lp = df[df["candidate"] == LAYER_PARTITION].iloc[0]
 fig = figures.matrix_heatmap(df, table, title=f"Predicted TPOT at K = {k} · {est} · "
                                                f"{dsm.provenance(ds)}")
 event = st.plotly_chart(fig, on_select="rerun", selection_mode="points", key="matrix_chart")
+w = whatif.winner_of(df)
+(st.success if w.sure else st.warning)(f"At {gib:g} GiB (K = {k}): {w.sentence()}.")
 points = (event or {}).get("selection", {}).get("points", []) if event else []
 clicked = next((p.get("customdata") for p in points if p.get("customdata") in CANDIDATE_IDS),
                None)

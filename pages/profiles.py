@@ -8,6 +8,8 @@ from cope_core.errors import CopeInputError
 from cope_core.estimate.predict import profile_spec
 from cope_core.platforms import GPUS
 
+session.run_through_app()
+
 st.title("Profiles")
 with session.user_errors():
     ds = session.dataset()

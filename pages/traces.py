@@ -8,6 +8,8 @@ from cope_core.app import figures_inputs, inputs, results, session, whatif
 from cope_core.matrix import CANDIDATE_IDS
 from cope_core.trace import stats as trace_stats
 
+session.run_through_app()
+
 st.title("Traces")
 with session.user_errors():
     ds = session.dataset()

@@ -8,6 +8,7 @@ missing.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import socket
@@ -47,10 +48,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server():
+@contextlib.contextmanager
+def _serve():
+    """A fresh ``streamlit run app.py`` on a free port; yields its base URL."""
     port = _free_port()
-    log = open(ROOT / ".pytest_cache" / "streamlit-browser-test.log", "w") \
+    log = open(ROOT / ".pytest_cache" / f"streamlit-browser-test-{port}.log", "w") \
         if (ROOT / ".pytest_cache").is_dir() else subprocess.DEVNULL
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
@@ -79,6 +81,12 @@ def server():
             proc.kill()
         if log is not subprocess.DEVNULL:
             log.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with _serve() as base:
+        yield base
 
 
 @pytest.fixture(scope="module")
@@ -197,3 +205,29 @@ def test_clicking_a_matrix_cell_opens_its_timeline(server, page):
     assert "cell=mutable_per_layer%2Fcost_selected" in _href(page)
     timeline = _wait_charts(page, 2)[1]
     assert "cost_selected" in timeline["data"]
+
+
+def test_a_shared_link_opened_first_on_a_fresh_server():
+    """A fresh server whose very first request is a sub-page with settings in its query string
+    (a shared link): the page runs inside app.py — titled navigation, the example chooser, the
+    settings applied — not alone as Streamlit's pages/-folder mode would run it."""
+    from playwright.sync_api import sync_playwright
+    with _serve() as base, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1200})
+        pg.set_default_timeout(60_000)
+        pg.goto(f"{base}/landscape?example=deepseek-v2-lite&vram=9.5&est=atomic")
+        _settle(pg)
+        pg.get_by_role("heading", name="Landscape").first.wait_for()
+        nav = pg.locator('[data-testid="stSidebarNav"] a').all_inner_texts()
+        assert "Landscape" in nav and "Policy Matrix" in nav, nav
+        assert "landscape" not in nav and "app" not in nav, nav
+        chooser = pg.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]')
+        assert chooser.count() >= 1 and "Example data" in chooser.first.inner_text()
+        href = _href(pg)
+        assert "/landscape?" in href and "example=deepseek-v2-lite" in href, href
+        assert "vram=9.5" in href and "est=atomic" in href, href
+        charts = _wait_charts(pg, 2)
+        assert "atomic" in charts[0]["title"]                           # the URL's estimator
+        assert pg.locator('[data-testid="stException"]').count() == 0
+        browser.close()

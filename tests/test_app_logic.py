@@ -380,7 +380,13 @@ def test_policy_figures_carry_the_predictions():
     sw = predict(tr, prof, range(7), calibration=tr)
     regions = whatif.winner_regions(sw, tr.model)
     sweep_fig = figures.tpot_vs_budget(sw, tr.model, regions, current_gib=0.01, current_k=2)
-    assert len(sweep_fig.data) == 13
+    # 13 candidate lines and the winner's 95 % band (two traces)
+    assert [t.name for t in sweep_fig.data[2:]] == list(CANDIDATE_IDS)
+    band = sweep_fig.data[1]
+    assert band.name == "winner's 95 % band" and band.fill == "tonexty"
+    win = sw[sw["winner"]].sort_values("experts_per_layer")
+    np.testing.assert_allclose(band.y, win["tpot_lo_us"] / 1e3)
+    np.testing.assert_allclose(sweep_fig.data[0].y, win["tpot_hi_us"] / 1e3)
     assert len(sweep_fig.layout.shapes) == len(regions) + 1
     lp = next(t for t in sweep_fig.data if t.name == "layer_partition")
     np.testing.assert_allclose(lp.x, [whatif.budget_gib(tr.model, k) for k in range(7)])

@@ -93,21 +93,38 @@ def expected(trace, cal, prof, k, **kw) -> pd.DataFrame:
 
 
 # --- Overview -------------------------------------------------------------------------------------
-def test_overview_shows_the_model_platform_and_winner(qwen):
+def test_overview_answers_first(qwen):
     tr, cal, prof = qwen
     at = open_app()
     assert at.subheader[0].value == "Model: qwen3-30b-a3b"
-    assert any("ANALYTIC profile (rtx4090" in m.value for m in at.markdown)
+    df = expected(tr, cal, prof, whatif.k_for_budget(tr.model, 24.0))   # default: 24 GiB card
+    w = whatif.winner_of(df)
+    lp = df[df["candidate"] == "layer_partition"].iloc[0]
+    metrics = [m.value for m in at.metric]
+    # the answer, equal to the library's predict: winner, TPOT, win probability, runner-up
+    assert metrics[0] == w.candidate
+    assert metrics[1] == f"{w.tpot_us / 1e3:.3f} ms"
+    assert metrics[2] == f"{100 * w.win_probability:.0f} %"
+    assert metrics[3] == ("tie" if w.margin_pct == 0 else f"+{w.margin_pct:.1f} %")
+    said = [m.value for m in at.success] + [m.value for m in at.warning]
+    assert w.sentence() + "." in said and "of draws" in w.sentence()
+    assert any(f"**{lp.tpot_us / 1e3:.3f} ms/token**" in m.value for m in at.markdown)
+    # the small chart: the best TPOT at every K is the sweep's winner
+    fig = next(c for c in charts(at) if title(c).startswith("Best TPOT"))
+    best = next(t for t in fig["data"] if t.get("name") == "best candidate")
+    sweep = expected(tr, cal, prof, list(range(tr.model.n_experts + 1)), draws=0)
+    want = sweep[sweep["winner"]].sort_values("experts_per_layer")["tpot_us"] / 1e3
+    np.testing.assert_allclose(_arr(best["y"]), want.to_numpy(), rtol=1e-9)
+    # the tables are below, in expanders; the platform's label says which calibration it uses
+    labels = [e.label for e in at.expander]
+    assert any(lab.startswith("Platform: ANALYTIC profile (rtx4090: published peak numbers")
+               for lab in labels), labels
+    assert any(lab.startswith("Model: qwen3-30b-a3b") for lab in labels)
     assert any("SYNTHETIC trace" in m.value for m in at.markdown)
     ops = at.dataframe[2].value
     # every CPU-thread count at the four GPU shares of an analytic profile
     assert list(zip(ops["cpu_threads"], ops["gpu_share"])) == \
         [(t, s) for t in (1, 2, 4, 8, 16, 32) for s in (20.0, 50.0, 80.0, 100.0)]
-    df = expected(tr, cal, prof, whatif.k_for_budget(tr.model, 24.0))   # default: 24 GiB card
-    w = whatif.winner_of(df)
-    metrics = [m.value for m in at.metric]
-    assert metrics[0] == w.candidate
-    assert metrics[1] == f"{w.tpot_us / 1e3:.3f} ms"
 
     at.sidebar.selectbox(key="_w_example").set_value("deepseek-v2-lite")
     rerun(at)
@@ -177,7 +194,7 @@ def test_without_shipped_examples_uploads_still_work(tmp_path, monkeypatch):
     assert not at.error and at.subheader[0].value == "Model: tiny"
     at.switch_page("pages/landscape.py")
     rerun(at)
-    assert len([t for t in charts(at)[1]["data"] if t.get("mode") == "lines"]) == 13
+    assert len([t for t in charts(at)[1]["data"] if t.get("name") in CANDIDATE_IDS]) == 13
     assert at.slider(key="_w_vram").max == whatif.budget_range(tiny_trace().model)[1]
 
 
@@ -233,7 +250,7 @@ def test_landscape_slider_estimator_filters_and_sweep(qwen):
         assert bars[cand] == pytest.approx(tpot / 1e3)
 
     sweep = charts(at)[1]
-    assert len([t for t in sweep["data"] if t.get("mode") == "lines"]) == 13
+    assert len([t for t in sweep["data"] if t.get("name") in CANDIDATE_IDS]) == 13
     full = expected(tr, cal, prof, range(129), estimator="atomic")
     words = whatif.break_even_sentences(whatif.winner_regions(full, tr.model))
     shown = [m.value for m in at.markdown if m.value.startswith("- ")]
@@ -295,13 +312,29 @@ def test_measured_page_empty_state_upload_metrics_and_drilldown(qwen, tmp_path):
     scatter = charts(at)[0]
     points = [t for t in scatter["data"] if t.get("mode") == "markers"]
     assert sum(len(_arr(t["x"])) for t in points) == 3 * 26
-    drill = at.dataframe[1].value
+    # the noise-aware scores and the per-cell table are cope evaluate's
+    from cope_core.estimate.evaluate import evaluate
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        evals = evaluate(tr, prof, _qwen_measurements(40), cal)
+    for i, est in enumerate(("cope", "atomic", "hrm")):
+        n = evals[est].noise
+        assert table.loc[i, "regret % mean"] == pytest.approx(n.regret_mean_pct)
+        assert table.loc[i, "top-1 in noise (cells)"] == \
+            f"{n.top1_within_noise[0]}/{n.top1_within_noise[1]}"
+    cells = at.dataframe[1].value
+    row = evals["cope"].per_k[0]
+    assert cells.loc[0, "measured winner"] == row["measured"]
+    lo, hi = row["measured_tpot_ci_us"]
+    assert cells.loc[0, "measured ms (95 %)"] == f"[{lo / 1e3:.3f}, {hi / 1e3:.3f}]"
+    assert row["predicted"] in cells.loc[0, "cope"]
+    drill = at.dataframe[2].value
     assert drill["measured_us"].tolist() == [10000.0 + 500 * i + 5 for i in range(13)]
     at.selectbox(key="_w_prompt").set_value(1)
     rerun(at)
-    assert at.dataframe[1].value["measured_us"].tolist() == [10105.0 + 500 * i
+    assert at.dataframe[2].value["measured_us"].tolist() == [10105.0 + 500 * i
                                                              for i in range(13)]
-    assert at.dataframe[1].value["cope_us"].tolist() == pytest.approx(
+    assert at.dataframe[2].value["cope_us"].tolist() == pytest.approx(
         [tp[1] for tp in ref.prompt_tpot_us])
 
 

@@ -9,6 +9,7 @@ are evaluation traces.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,15 @@ def profile_label(profile: Profile) -> str:
         return f"ANALYTIC profile ({gpu}: {how}; a what-if, not measured)"
     emulated = _emulated(plat)
     return f"MEASURED profile ({gpu}{', EMULATED accelerator' if emulated else ''})"
+
+
+_PATH = re.compile(r"(?<![\w.])(?:/[^\s/;,()]+)+/([^\s/;,()]+)")
+
+
+def file_names(text: str) -> str:
+    """``text`` with every absolute path shortened to its file name: the app never shows a
+    path of the machine it is served from."""
+    return _PATH.sub(r"\1", text or "")
 
 
 def measurements_label(m: Measurements) -> str:

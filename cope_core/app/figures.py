@@ -38,9 +38,25 @@ def _ms(us) -> np.ndarray:
     return np.asarray(us, dtype=float) / 1e3
 
 
+def _interval(df: pd.DataFrame) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Each row's 95 % TPOT interval in ms, or (None, None) when the frame has no draws."""
+    if "tpot_lo_us" not in df or not np.isfinite(df["tpot_lo_us"].to_numpy(float)).all():
+        return None, None
+    return _ms(df["tpot_lo_us"]), _ms(df["tpot_hi_us"])
+
+
+def _wins(df: pd.DataFrame) -> list[str]:
+    """Each row's win probability in words (or the candidate it is the same policy as)."""
+    out = []
+    for p, eq in zip(df["win_probability"], df["equivalent_to"]):
+        out.append(f"the same policy here as {eq}" if isinstance(eq, str) else
+                   "" if not np.isfinite(p) else f"fastest in {100 * p:.0f} % of draws")
+    return out
+
+
 def tpot_bars(df: pd.DataFrame, title: str = "") -> go.Figure:
     """TPOT per candidate at one K, parts stacked (shared / experts / prefetch), best on top,
-    the winner starred and outlined."""
+    the winner starred and outlined, each total with its 95 % interval when there are draws."""
     s = df.sort_values("rank", ascending=False)          # plotly draws the first row lowest
     win = s["winner"].to_numpy()
     labels = [("★ " if w else "") + c for c, w in zip(s["candidate"], win)]
@@ -54,7 +70,19 @@ def tpot_bars(df: pd.DataFrame, title: str = "") -> go.Figure:
             hovertemplate="%{customdata[0]}<br>" + part + ": %{x:.3f} ms<br>"
                           "TPOT %{customdata[1]:.3f} ms<extra></extra>"))
     tpot = _ms(s["tpot_us"])
-    fig.add_trace(go.Scatter(x=tpot, y=labels, mode="text", text=[f" {t:.2f}" for t in tpot],
+    lo, hi = _interval(s)
+    if lo is not None:          # the 95 % interval of each candidate's TPOT, on the bar's end
+        fig.add_trace(go.Scatter(
+            x=tpot, y=labels, mode="markers", name="95 % interval",
+            marker=dict(size=4, color="#111"),
+            error_x=dict(type="data", symmetric=False, array=hi - tpot, arrayminus=tpot - lo,
+                         color="#111", thickness=1.5, width=5),
+            customdata=np.stack([s["candidate"], lo, hi, _wins(s)], axis=1),
+            hovertemplate="%{customdata[0]}<br>TPOT %{x:.3f} ms, 95 % interval "
+                          "[%{customdata[1]:.3f}, %{customdata[2]:.3f}]<br>"
+                          "%{customdata[3]}<extra></extra>"))
+    end = tpot if hi is None else np.maximum(tpot, hi)
+    fig.add_trace(go.Scatter(x=end, y=labels, mode="text", text=[f" {t:.2f}" for t in tpot],
                              textposition="middle right", textfont=dict(size=10),
                              showlegend=False, hoverinfo="skip"))
     fig.update_layout(barmode="stack", title=title, xaxis_title="TPOT (ms per token)",
@@ -65,11 +93,22 @@ def tpot_bars(df: pd.DataFrame, title: str = "") -> go.Figure:
 
 def tpot_vs_budget(sweep: pd.DataFrame, g: ModelGeometry, regions: Sequence[Region],
                    current_gib: float | None = None, current_k: int | None = None,
-                   title: str = "", log_y: bool = False) -> go.Figure:
-    """TPOT of every candidate against the VRAM budget, the winner's regions shaded and the
-    current budget marked."""
+                   title: str = "", log_y: bool = False,
+                   uncertain: Sequence[tuple[float, float, int, int]] = ()) -> go.Figure:
+    """TPOT of every candidate against the VRAM budget, the winner's regions shaded, the
+    winner's 95 % band, the budget ranges where the winner is unsure (``uncertain``, from
+    :func:`cope_core.app.whatif.uncertain_ranges`) as a red strip, and the current budget marked."""
     x_all = sweep_budgets(sweep, g)
     fig = go.Figure()
+    win = sweep[sweep["winner"]].sort_values("experts_per_layer")
+    lo, hi = _interval(win)
+    if lo is not None:
+        xw = x_all[sweep.index.get_indexer(win.index)]
+        fig.add_trace(go.Scatter(x=xw, y=hi, mode="lines", line=dict(width=0),
+                                 showlegend=False, hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=xw, y=lo, mode="lines", line=dict(width=0), fill="tonexty",
+                                 fillcolor="rgba(17,17,17,0.13)", name="winner's 95 % band",
+                                 hoverinfo="skip"))
     for cand, sub in sweep.groupby("candidate", sort=False):
         idx = sub.index.to_numpy()
         pos = sweep.index.get_indexer(idx)
@@ -92,6 +131,15 @@ def tpot_vs_budget(sweep: pd.DataFrame, g: ModelGeometry, regions: Sequence[Regi
             notes.append(dict(x=r.gib_from, xref="x", y=1, yref="paper", text=r.candidate,
                               showarrow=False, xanchor="left", yanchor="top",
                               font=dict(size=10)))
+    for a, b, _, _ in uncertain:
+        # a red strip along the axis: plotly shapes cannot be hatched
+        shapes.append(dict(type="rect", xref="x", yref="paper", x0=a, x1=b, y0=0, y1=0.05,
+                           fillcolor="#c0392b", opacity=0.55, line=dict(width=0),
+                           layer="above"))
+    if uncertain:
+        notes.append(dict(x=uncertain[0][0], xref="x", y=0.07, yref="paper", showarrow=False,
+                          xanchor="left", yanchor="bottom", font=dict(size=10, color="#c0392b"),
+                          text="unsure: the winner wins < 80 % of draws"))
     if current_gib is not None:
         x = min(max(current_gib, x_lo), x_hi)
         shapes.append(dict(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
@@ -107,11 +155,56 @@ def tpot_vs_budget(sweep: pd.DataFrame, g: ModelGeometry, regions: Sequence[Regi
     return fig
 
 
+def best_vs_budget(sweep: pd.DataFrame, g: ModelGeometry, current_gib: float | None = None,
+                   title: str = "") -> go.Figure:
+    """The small answer chart: the best predicted TPOT at every budget (markers coloured by the
+    winning candidate, its 95 % band) and the layer-partition baseline, the budget marked."""
+    x_all = sweep_budgets(sweep, g)
+    win = sweep[sweep["winner"]].sort_values("experts_per_layer")
+    xw = x_all[sweep.index.get_indexer(win.index)]
+    fig = go.Figure()
+    lo, hi = _interval(win)
+    if lo is not None:
+        fig.add_trace(go.Scatter(x=xw, y=hi, mode="lines", line=dict(width=0),
+                                 showlegend=False, hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=xw, y=lo, mode="lines", line=dict(width=0), fill="tonexty",
+                                 fillcolor="rgba(17,17,17,0.13)", name="95 % band",
+                                 hoverinfo="skip"))
+    fig.add_trace(go.Scatter(
+        x=xw, y=_ms(win["tpot_us"]), mode="lines+markers", name="best candidate",
+        line=dict(color="#555", width=1.5),
+        marker=dict(size=6, color=[CANDIDATE_COLOURS.get(c, "#111") for c in win["candidate"]]),
+        customdata=np.stack([win["candidate"], win["experts_per_layer"]], axis=1),
+        hovertemplate="%{customdata[0]}<br>%{x:.2f} GiB (K = %{customdata[1]})<br>"
+                      "%{y:.3f} ms/token<extra></extra>"))
+    lp = sweep[sweep["candidate"] == "layer_partition"].sort_values("experts_per_layer")
+    if len(lp):
+        fig.add_trace(go.Scatter(x=x_all[sweep.index.get_indexer(lp.index)],
+                                 y=_ms(lp["tpot_us"]), mode="lines", name="layer_partition",
+                                 line=dict(color="#111", dash="dot", width=1.5),
+                                 hovertemplate="layer_partition<br>%{x:.2f} GiB<br>"
+                                               "%{y:.3f} ms/token<extra></extra>"))
+    shapes = []
+    if current_gib is not None:
+        shapes.append(dict(type="line", xref="x", yref="paper", x0=current_gib, x1=current_gib,
+                           y0=0, y1=1, line=dict(color="#111", dash="dash", width=1.2)))
+    fig.update_layout(title=title, shapes=shapes, xaxis_title="VRAM budget (GiB)",
+                      yaxis_title="TPOT (ms per token)", height=330,
+                      margin=dict(l=10, r=10, t=50, b=40), legend=dict(orientation="h", y=-0.3))
+    return fig
+
+
 def matrix_heatmap(df: pd.DataFrame | None, table: dict, title: str = "") -> go.Figure:
     """The 3 x 4 Policy Matrix, each cell coloured by predicted TPOT (ms) and labelled with
     its prior systems (or "new"); cells without a prediction stay blank."""
     cands = {c["id"]: c for c in table["candidates"]}
     tpot = {} if df is None else dict(zip(df["candidate"], _ms(df["tpot_us"])))
+    ci = {}
+    if df is not None:
+        lo, hi = _interval(df)
+        if lo is not None:
+            ci = {c: f", 95 % interval [{a:.3f}, {b:.3f}] ms<br>{w}"
+                  for c, a, b, w in zip(df["candidate"], lo, hi, _wins(df))}
     winner = None
     if df is not None and len(df):
         winner = df.loc[df["rank"].idxmin(), "candidate"]
@@ -131,7 +224,7 @@ def matrix_heatmap(df: pd.DataFrame | None, table: dict, title: str = "") -> go.
             star = "★ " if cid == winner else ""
             zr.append(v)
             tr.append(f"{star}{who}{val}")
-            ir.append(cid)
+            ir.append([cid, ci.get(cid, "")])
         z.append(zr)
         text.append(tr)
         ids.append(ir)
@@ -139,13 +232,15 @@ def matrix_heatmap(df: pd.DataFrame | None, table: dict, title: str = "") -> go.
         z=z, x=xs, y=ys, text=text, texttemplate="%{text}", textfont=dict(size=13),
         customdata=ids,
         colorscale="RdYlGn_r", colorbar=dict(title="TPOT ms"), xgap=3, ygap=3,
-        hovertemplate="%{customdata}<br>TPOT %{z:.3f} ms<extra></extra>"))
+        hovertemplate="%{customdata[0]}<br>TPOT %{z:.3f} ms%{customdata[1]}<extra></extra>"))
     # invisible markers on the cell centres make cells selectable by a click in the app
     fig.add_trace(go.Scatter(
         x=[e for _ in ys for e in xs], y=[r for r in ys for _ in xs],
-        customdata=[cid for row in ids for cid in row], mode="markers",
+        customdata=[cid for row in ids for cid, _ in row], mode="markers",
+        text=[("" if np.isnan(tpot.get(cid, np.nan)) else f"TPOT {tpot[cid]:.3f} ms{extra}<br>")
+              for row in ids for cid, extra in row],
         marker=dict(size=60, symbol="square", opacity=0.0), showlegend=False,
-        hovertemplate="%{customdata}: click to draw its timeline<extra></extra>"))
+        hovertemplate="%{customdata}<br>%{text}click to draw its timeline<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(title=title, height=470, margin=dict(l=10, r=10, t=60, b=40),
                       xaxis_title="execution", yaxis_title="residency")

@@ -113,8 +113,8 @@ def shared_figure(frames: dict[str, pd.DataFrame], title: str = "") -> go.Figure
 
 # --- predicted vs measured ----------------------------------------------------------------------
 def pvm_scatter(pairs: dict[str, pd.DataFrame], title: str = "") -> go.Figure:
-    """Predicted against measured TPOT, one panel per estimator, with the identity line and a
-    ±10% band."""
+    """Predicted against measured TPOT, one panel per estimator, with the identity line, a
+    ±10% band and each prediction's 95 % interval when the pairs carry one."""
     n = max(len(pairs), 1)
     fig = make_subplots(rows=1, cols=n, subplot_titles=list(pairs) or [""], shared_yaxes=True)
     hi = max([max(p["predicted_us"].max(), p["measured_us"].max()) for p in pairs.values()]
@@ -131,9 +131,17 @@ def pvm_scatter(pairs: dict[str, pd.DataFrame], title: str = "") -> go.Figure:
                                  name="identity", showlegend=i == 1, hoverinfo="skip"),
                       row=1, col=i)
         for cand, sub in p.groupby("candidate", sort=False):
+            err = None
+            lo = sub["predicted_lo_us"].to_numpy(float) if "predicted_lo_us" in sub else None
+            if lo is not None and np.isfinite(lo).all():
+                y = sub["predicted_us"].to_numpy(float)
+                err = dict(type="data", symmetric=False, thickness=1, width=0,
+                           array=(sub["predicted_hi_us"].to_numpy(float) - y) / 1e3,
+                           arrayminus=(y - lo) / 1e3,
+                           color=candidate_style(cand)[0])
             fig.add_trace(go.Scatter(
                 x=sub["measured_us"] / 1e3, y=sub["predicted_us"] / 1e3, mode="markers",
-                name=cand, legendgroup=cand, showlegend=i == 1,
+                name=cand, legendgroup=cand, showlegend=i == 1, error_y=err,
                 marker=dict(color=candidate_style(cand)[0], symbol=candidate_style(cand)[2],
                             size=9),
                 customdata=np.stack([sub["prompt"], sub["K"]], axis=1),

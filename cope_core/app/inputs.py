@@ -4,6 +4,7 @@ and predictions paired with measurements. Pure functions returning arrays and fr
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -143,6 +144,53 @@ def metrics_table(scores: dict[str, Accuracy]) -> pd.DataFrame:
              "top-1": f"{a.top1[0]}/{a.top1[1]}", "top-3": f"{a.top3[0]}/{a.top3[1]}",
              "pairs": a.pairs} for est, a in scores.items()]
     return pd.DataFrame(rows)
+
+
+def noise_table(evals: dict[str, Any]) -> pd.DataFrame:
+    """One row per estimator, as ``cope evaluate`` prints it: MAPE, regret, top-1 within the
+    measurement noise and strict, Spearman, top-3, interval coverage."""
+    rows = []
+    for est, ev in evals.items():
+        a, n = ev.accuracy, ev.noise
+        rows.append({"estimator": est, "MAPE %": a.mape_pct,
+                     "regret % mean": None if n is None else n.regret_mean_pct,
+                     "regret % max": None if n is None else n.regret_max_pct,
+                     "top-1 in noise (cells)": "" if n is None else
+                     f"{n.top1_within_noise[0]}/{n.top1_within_noise[1]}",
+                     "top-1 strict (cells)": "" if n is None else
+                     f"{n.top1_cells[0]}/{n.top1_cells[1]}",
+                     "top-1 (prompts)": f"{a.top1[0]}/{a.top1[1]}",
+                     "Spearman ρ": a.spearman, "top-3": f"{a.top3[0]}/{a.top3[1]}",
+                     "interval coverage": None if n is None or n.interval_coverage is None
+                     else n.interval_coverage, "pairs": a.pairs})
+    return pd.DataFrame(rows)
+
+
+def cell_table(evals: dict[str, Any]) -> pd.DataFrame:
+    """One row per measured cell (K, operating point): the measured winner with its 95 %
+    interval and the candidates tied with it, and each estimator's pick with its regret
+    ("=" when it is the measured winner, "~" when it is within the noise)."""
+    rows: dict[tuple, dict] = {}
+    for est, ev in evals.items():
+        for r in ev.per_k:
+            key = (r["K"], r["cpu_threads"], r["gpu_share"])
+            row = rows.setdefault(key, {
+                "K": r["K"], "cpu_threads": r["cpu_threads"], "gpu_share": r["gpu_share"],
+                "measured winner": r["measured"],
+                "measured ms (95 %)": _ci_text(r.get("measured_tpot_ci_us")),
+                "tied within noise": ", ".join(c for c in r.get("measured_tied", [])
+                                               if c != r["measured"])})
+            mark = "= " if r["agree"] else "~ " if r.get("within_noise") else ""
+            regret = r.get("regret_pct")
+            row[est] = mark + r["predicted"] + ("" if regret is None or r["agree"]
+                                                else f" (+{regret:.1f} %)")
+    return pd.DataFrame(list(rows.values()))
+
+
+def _ci_text(ci) -> str:
+    if not ci or ci[0] is None:
+        return ""
+    return f"[{ci[0] / 1e3:.3f}, {ci[1] / 1e3:.3f}]"
 
 
 def score(pairs: dict[str, pd.DataFrame]) -> dict[str, Accuracy]:

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from ..estimate.predict import price, replay_counts
+from ..estimate.evaluate import Evaluation, evaluate
+from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from ..export import Policy, build_policy
 from ..geometry import ModelGeometry
 from ..matrix import Residency, residencies_of
@@ -91,7 +92,13 @@ def sweep(ds: Dataset, op: tuple[int, float], estimator: str,
                      text=f"Sweeping every K … {ks[-1]} of {chunks[-1][-1]}")
     bar.empty()
     _warn(tuple(sorted(msgs)))
-    return pd.concat(parts, ignore_index=True)
+    out = pd.concat(parts, ignore_index=True)
+    # each chunk's winner confidence per K, merged: the sweep says where the pick is unsure
+    unc = dict(parts[0].attrs.get("uncertainty", {}))
+    unc["per_k"] = {k: v for p in parts for k, v in p.attrs.get("uncertainty", {})
+                    .get("per_k", {}).items()}
+    out.attrs = {**parts[0].attrs, "uncertainty": unc}
+    return out
 
 
 def _warn(msgs: tuple[str, ...]) -> None:
@@ -115,6 +122,20 @@ def _pairs_cached(key: str, estimator: str, _ds: Dataset) -> pd.DataFrame:
 def measurement_pairs(ds: Dataset) -> dict[str, pd.DataFrame]:
     """Predicted-vs-measured pairs for every estimator the profile supports (cached)."""
     return {est: _pairs_cached(ds.key, est, ds) for est in estimators_for(ds.profile)}
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _evaluation_cached(key: str, _ds: Dataset) -> dict[str, Evaluation]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OptimisticPredictionWarning)   # the banner says it
+        return evaluate(_ds.trace, _ds.profile, _ds.measurements, _ds.calibration,
+                        estimators=estimators_for(_ds.profile))
+
+
+def evaluation(ds: Dataset) -> dict[str, Evaluation]:
+    """``cope evaluate``'s scores of every estimator (:func:`cope_core.estimate.evaluate.
+    evaluate`: accuracy, regret, tie-aware top-1, measured intervals per cell; cached)."""
+    return _evaluation_cached(ds.key, ds)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

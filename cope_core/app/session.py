@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import streamlit as st
+from streamlit.runtime.pages_manager import PagesManager
 
 from .. import parquet_io
 from ..errors import CopeInputError
@@ -352,3 +353,19 @@ def estimator_widget(profile: Profile, where: Any = st) -> str:
                  label="Estimator", options=ests, horizontal=True,
                  help="cope: profiled whole-layer schedules; atomic: isolated operator costs "
                       "composed; hrm: roofline from peak numbers")
+
+
+def run_through_app() -> None:
+    """First call of every ``pages/*.py``: make sure the page runs inside ``app.py``.
+
+    Streamlit (1.67, ``runtime/pages_manager.py``) keeps a process-wide flag,
+    ``PagesManager.uses_pages_directory``, set when a ``pages/`` folder sits beside the entry
+    script and cleared only by the first ``st.navigation`` call; while it is set the script
+    runner executes the requested ``pages/`` file alone (``script_runner.py``, ``_mpa_v1``), so a
+    fresh server whose first request is a sub-page URL never runs ``app.py``: no titled
+    navigation, no example chooser, no settings from the URL. Clear it and rerun: ``st.rerun``
+    keeps the query string and the page (hashed from its ``url_path``, which equals the file's
+    stem), so ``app.py`` runs and ``st.navigation`` opens this same page."""
+    if getattr(PagesManager, "uses_pages_directory", False):
+        PagesManager.uses_pages_directory = False
+        st.rerun()

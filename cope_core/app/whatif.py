@@ -72,12 +72,19 @@ def k_chunks(n_experts: int, size: int = 17) -> list[tuple[int, ...]]:
 
 @dataclass(frozen=True)
 class Winner:
-    """The best candidate at one K and its margin over the runner-up."""
+    """The best candidate at one K, its margin over the runner-up and how sure the pick is
+    (interval and win probability from :func:`cope_core.estimate.predict.predict`; None when
+    the prediction was made without draws)."""
 
     candidate: str
     tpot_us: float
     runner_up: str | None
     runner_up_us: float | None
+    tpot_lo_us: float | None = None
+    tpot_hi_us: float | None = None
+    win_probability: float | None = None
+    contender: str | None = None
+    contender_probability: float | None = None
 
     @property
     def margin_pct(self) -> float | None:
@@ -85,23 +92,74 @@ class Winner:
             return None
         return (self.runner_up_us - self.tpot_us) / self.tpot_us * 100.0
 
+    @property
+    def sure(self) -> bool:
+        """Whether the pick is confident (win probability of at least :data:`SURE`)."""
+        return self.win_probability is None or self.win_probability >= SURE
+
+    def interval_text(self) -> str:
+        if self.tpot_lo_us is None:
+            return ""
+        return f"[{self.tpot_lo_us / 1e3:.3f}, {self.tpot_hi_us / 1e3:.3f}]"
+
     def sentence(self) -> str:
         text = f"{self.candidate} wins at {self.tpot_us / 1e3:.3f} ms/token"
+        if self.tpot_lo_us is not None:
+            text += f" (95 % interval {self.interval_text()})"
         if self.runner_up is not None and self.runner_up_us == self.tpot_us:
             text += f", tied with {self.runner_up} (exact ties go to the earlier candidate id)"
         elif self.runner_up is not None:
             text += (f", {self.margin_pct:.1f}% ahead of {self.runner_up} "
                      f"({self.runner_up_us / 1e3:.3f} ms/token)")
+        if self.win_probability is not None:
+            text += f"; it is fastest in {100 * self.win_probability:.0f} % of draws"
+            if self.contender is not None and self.contender_probability:
+                text += (f", {self.contender} in {100 * self.contender_probability:.0f} %")
+            if not self.sure:
+                text += " — not a confident pick"
         return text
 
 
+#: Win probability from which a pick counts as confident (below it the app marks it uncertain).
+SURE = 0.8
+
+
 def winner_of(df: pd.DataFrame) -> Winner:
-    """Winner and runner-up of a one-K prediction frame (ranks from ``predict``)."""
+    """Winner and runner-up of a one-K prediction frame (ranks from ``predict``), with the
+    winner's interval, win probability and strongest rival when the frame has draws."""
     s = df.sort_values("rank")
     w = s.iloc[0]
     ru = s.iloc[1] if len(s) > 1 else None
+    conf = (df.attrs.get("uncertainty", {}).get("per_k", {})
+            .get(int(w.experts_per_layer)) if "experts_per_layer" in df else None)
+
+    def num(v):
+        return None if v is None or not np.isfinite(v) else float(v)
     return Winner(w.candidate, float(w.tpot_us), None if ru is None else ru.candidate,
-                  None if ru is None else float(ru.tpot_us))
+                  None if ru is None else float(ru.tpot_us),
+                  tpot_lo_us=num(w.get("tpot_lo_us")), tpot_hi_us=num(w.get("tpot_hi_us")),
+                  win_probability=None if conf is None else num(conf["win_probability"]),
+                  contender=None if conf is None else conf.get("contender"),
+                  contender_probability=None if conf is None
+                  else num(conf.get("contender_probability")))
+
+
+def uncertain_ranges(sweep: pd.DataFrame, g: ModelGeometry,
+                     threshold: float = SURE) -> list[tuple[float, float, int, int]]:
+    """Budget ranges ``(gib_from, gib_to, k_from, k_to)`` of consecutive K whose winner wins
+    fewer than ``threshold`` of the draws (none when the sweep has no draws)."""
+    conf = sweep.attrs.get("uncertainty", {}).get("per_k", {})
+    ks = sorted(int(k) for k in sweep["experts_per_layer"].unique())
+    weak = [k for k in ks if k in conf and conf[k]["win_probability"] < threshold]
+    out: list[list[int]] = []
+    for k in weak:
+        if out and out[-1][1] == k - 1:
+            out[-1][1] = k
+        else:
+            out.append([k, k])
+    top = max(ks) if ks else 0
+    return [(budget_gib(g, a), budget_gib(g, b + 1) if b < top else budget_gib(g, b), a, b)
+            for a, b in out]
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -151,7 +152,7 @@ def measure(trace: Trace, experts_per_layer: int | Sequence[int], *,
              f"tokens per candidate"
              f"{', every prompt decoded once untimed first' if settings.warmup_prompts else ''}"
              f"; synthetic weights, routing replayed from "
-             f"{trace.path or 'the trace'}")
+             f"{Path(trace.path).name if trace.path else 'the trace'}")   # no machine's path
     return Measurements(table=table, model=g, platform=platform,
                         created=datetime.now(UTC).isoformat(timespec="seconds"),
                         notes=notes)
