@@ -22,6 +22,8 @@ PAGES = [
     st.Page("pages/traces.py", title="Traces", icon=":material/route:", url_path="traces"),
     st.Page("pages/profiles.py", title="Profiles", icon=":material/timer:",
             url_path="profiles"),
+    st.Page("pages/compare.py", title="Compare platforms", icon=":material/compare_arrows:",
+            url_path="compare"),
     st.Page("pages/export.py", title="Export", icon=":material/download:", url_path="export"),
 ]
 page = st.navigation(PAGES)

@@ -28,7 +28,9 @@ PAGES = [("", "overview", "COPE Explorer"), ("matrix", "matrix", "Policy Matrix"
          ("landscape", "landscape", "Landscape"),
          ("measured", "measured", "Predicted vs measured"), ("traces", "traces", "Traces"),
          ("profiles?compare=analytic%3Ah100", "profiles", "Profiles"),
-         ("export", "export", "Export a policy")]
+         ("export", "export", "Export a policy"),
+         ("compare?plat=this%2Ch100%2Bpcie5%2Bxeon-gold-6430%2Crtx5090%2Bpcie5%2Bxeon-gold-6430",
+          "compare", "Compare platforms")]
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--headless",
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
@@ -144,6 +146,8 @@ def test_every_page_renders(server, page):
         assert "Page not found" not in page.content(), path
         if shot in ("matrix", "landscape", "traces", "profiles"):
             assert _wait_charts(page, 2), path
+        if shot in ("overview", "compare"):
+            assert _wait_charts(page, 1), path
         page.screenshot(path=str(SHOTS / f"{shot}.png"), full_page=True)
 
 
@@ -207,14 +211,15 @@ def test_clicking_a_matrix_cell_opens_its_timeline(server, page):
     assert "cost_selected" in timeline["data"]
 
 
-def test_a_shared_link_opened_first_on_a_fresh_server():
+def test_a_shared_link_opened_first_on_a_fresh_server(page):
     """A fresh server whose very first request is a sub-page with settings in its query string
     (a shared link): the page runs inside app.py — titled navigation, the example chooser, the
-    settings applied — not alone as Streamlit's pages/-folder mode would run it."""
-    from playwright.sync_api import sync_playwright
-    with _serve() as base, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1200})
+    settings applied — not alone as Streamlit's pages/-folder mode would run it. (The browser
+    is the module's; the server is this test's own, since the flag at fault is per process.)"""
+    with _serve() as base:
+        browser = page.context.browser
+        ctx = browser.new_context(viewport={"width": 1400, "height": 1200})
+        pg = ctx.new_page()
         pg.set_default_timeout(60_000)
         pg.goto(f"{base}/landscape?example=deepseek-v2-lite&vram=9.5&est=atomic")
         _settle(pg)
@@ -232,4 +237,4 @@ def test_a_shared_link_opened_first_on_a_fresh_server():
         charts = _wait_charts(pg, 2)
         assert "atomic" in charts[0]["title"]                           # the URL's estimator
         assert pg.locator('[data-testid="stException"]').count() == 0
-        browser.close()
+        ctx.close()

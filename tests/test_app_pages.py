@@ -607,3 +607,42 @@ def test_cope_app_runs_streamlit_on_this_app(capsys):
     assert main(["app", "--port", "70000"]) == 2
     assert "expected a port in 1..65535" in capsys.readouterr().err
     assert main(["app", "--examples", str(ROOT / "no-such-folder")]) == 2
+
+
+# --- Compare platforms ----------------------------------------------------------------------------
+def test_compare_page_equals_the_library(qwen):
+    from cope_core.app import compare_view
+    from cope_core.estimate.compare import compare
+    tr, cal, prof = qwen
+    at = open_app("compare", plat="this,rtx5090+pcie5+epyc-7763", vram="16")
+    assert at.multiselect(key="_w_plat").value == ["this", "rtx5090+pcie5+epyc-7763"]
+    table = at.dataframe[0].value
+    op = (32, 100.0)                 # the example profile's default operating point
+    plats = compare_view.build(["this", "rtx5090+pcie5+epyc-7763"], prof, (), op)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = compare(tr, plats, 16.0, cal, cpu_threads=op[0], gpu_share=op[1])
+    assert table["platform"].tolist() == ref.at_budget["platform"].tolist()
+    assert table["winner"].tolist() == ref.at_budget["winner"].tolist()
+    np.testing.assert_allclose(table["TPOT ms"], ref.at_budget["tpot_us"] / 1e3)
+    np.testing.assert_allclose(table["speed-up"], ref.at_budget["speedup"])
+    fig = charts(at)[0]
+    assert [t["name"] for t in fig["data"]] == ref.at_budget["platform"].tolist()
+    np.testing.assert_allclose(_arr(fig["data"][1]["y"]),
+                               ref.sweep[ref.sweep["platform"] == "rtx5090+pcie5+epyc-7763"]
+                               ["tpot_us"] / 1e3)
+    # a custom platform: its numbers go into the spec
+    at.multiselect(key="_w_plat").set_value(["this", "custom"])
+    rerun(at)
+    at.number_input(key="_w_custom_gpu_tflops").set_value(400.0)
+    rerun(at)
+    spec, vram = compare_view.custom_spec((400.0, 1008.0, 24.0, 31.5, 16.0, 150.0))
+    assert spec.gpu_flops == 400e12 and vram == 24.0
+    table = at.dataframe[0].value
+    assert table["platform"].tolist() == ["this profile (analytic, rtx4090)", "custom platform"]
+    assert table["kind"].tolist() == ["ANALYTIC", "ANALYTIC"]
+    assert at.query_params["plat"] in ("this,custom", ["this,custom"])
+    # fewer than two: said, nothing computed
+    at.multiselect(key="_w_plat").set_value(["this"])
+    rerun(at)
+    assert any("at least two platforms" in i.value for i in at.info) and not at.dataframe

@@ -299,3 +299,32 @@ def timeline_figure(timelines: Sequence[Timeline], title: str = "") -> go.Figure
                       height=140 + 32 * len(rows), margin=dict(l=10, r=10, t=60, b=40),
                       legend=dict(orientation="h", y=-0.25))
     return fig
+
+
+#: Line colours of the platforms on the Compare page (up to four).
+PLATFORM_COLOURS = ("#1b4f72", "#b03a2e", "#1e8449", "#7d3c98")
+
+
+def compare_figure(sweep: pd.DataFrame, current_gib: float | None = None,
+                   title: str = "") -> go.Figure:
+    """Best predicted TPOT against the VRAM budget, one line per platform (ending at its own
+    memory), each point coloured by the candidate that wins there."""
+    fig = go.Figure()
+    for i, (plat, sub) in enumerate(sweep.groupby("platform", sort=False)):
+        colour = PLATFORM_COLOURS[i % len(PLATFORM_COLOURS)]
+        fig.add_trace(go.Scatter(
+            x=sub["budget_gib"], y=_ms(sub["tpot_us"]), mode="lines+markers", name=plat,
+            line=dict(color=colour, width=2),
+            marker=dict(size=6, color=[CANDIDATE_COLOURS.get(c, "#111") for c in sub["winner"]],
+                        line=dict(color=colour, width=1)),
+            customdata=np.stack([sub["winner"], sub["experts_per_layer"]], axis=1),
+            hovertemplate=plat + "<br>%{x:.2f} GiB (K = %{customdata[1]})<br>"
+                          "%{customdata[0]} wins at %{y:.3f} ms/token<extra></extra>"))
+    shapes = []
+    if current_gib is not None:
+        shapes.append(dict(type="line", xref="x", yref="paper", x0=current_gib, x1=current_gib,
+                           y0=0, y1=1, line=dict(color="#111", dash="dash", width=1.2)))
+    fig.update_layout(title=title, shapes=shapes, xaxis_title="VRAM budget (GiB)",
+                      yaxis_title="best TPOT (ms per token)", height=460,
+                      margin=dict(l=10, r=10, t=60, b=40), legend=dict(orientation="h", y=-0.2))
+    return fig

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
+from ..estimate.compare import Comparison, compare
 from ..estimate.evaluate import Evaluation, evaluate
 from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from ..export import Policy, build_policy
@@ -56,6 +57,12 @@ def clear_replays() -> None:
         f.clear()
 
 
+#: Draws per K of a sweep (the band and the unsure budgets); one K's view uses the library's
+#: default (1000). Fewer draws keep a re-priced sweep of every K quick; the band's ends move by
+#: a few tenths of a percent, not its width.
+SWEEP_DRAWS = 200
+
+
 @st.cache_data(show_spinner=False, max_entries=512)
 def _predict_cached(key: str, ks: tuple[int, ...], op: tuple[int, float], estimator: str,
                     candidates: tuple[str, ...], _ds: Dataset) -> tuple[pd.DataFrame, tuple]:
@@ -66,7 +73,8 @@ def _predict_cached(key: str, ks: tuple[int, ...], op: tuple[int, float], estima
         warnings.simplefilter("always")
         df = price(_ds.trace, _ds.profile, counts, ks, cpu_threads=op[0], gpu_share=op[1],
                    estimator=estimator, candidates=candidates,
-                   calibrated=_ds.calibration is not None)
+                   calibrated=_ds.calibration is not None,
+                   **({} if len(ks) == 1 else {"draws": SWEEP_DRAWS}))
     return df, tuple(sorted({" ".join(str(w.message).split()) for w in caught}))
 
 
@@ -170,3 +178,22 @@ def trace_statistics(ds: Dataset) -> TraceStats:
     """:func:`cope_core.trace.stats.trace_stats` of the evaluated trace, with the calibration
     trace's popularity (cached)."""
     return _stats_cached(ds.key, ds)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _comparison_cached(key: str, names: tuple[str, ...], custom: tuple[float, ...], gib: float,
+                       op: tuple[int, float], estimator: str, _ds: Dataset) -> Comparison:
+    from . import compare_view
+    plats = compare_view.build(names, _ds.profile, custom, op)
+    n = _ds.trace.model.n_experts
+    # the replay at every K is cached apart: adding a platform only prices it
+    counts = _counts_cached(key, tuple(range(n + 1)), tuple(r.value for r in Residency), _ds)
+    return compare(_ds.trace, plats, gib, _ds.calibration, cpu_threads=op[0], gpu_share=op[1],
+                   estimator=estimator, counts=counts)
+
+
+def comparison(ds: Dataset, names: Sequence[str], custom: Sequence[float], gib: float,
+               op: tuple[int, float], estimator: str) -> Comparison:
+    """:func:`cope_core.estimate.compare.compare` of the chosen platforms (cached)."""
+    return _comparison_cached(ds.key, tuple(names), tuple(float(v) for v in custom), float(gib),
+                              (int(op[0]), float(op[1])), estimator, ds)

@@ -53,6 +53,7 @@ def _flag(text: str) -> bool:
 
 
 _TEXT = Codec(str, str)
+_NAMES = Codec(lambda t: [x for x in t.split(",") if x], lambda v: ",".join(v))
 _FLOAT = Codec(_float, lambda v: f"{float(v):g}")
 _INT = Codec(int, lambda v: str(int(v)))
 _FLAG = Codec(_flag, lambda v: "1" if v else "0")
@@ -75,6 +76,7 @@ CODECS: dict[str, Codec] = {
     "sort": _FLAG,             # sort experts by popularity on the Traces page
     "cand": _TEXT,             # candidate to export ("best" or an id)
     "strict": _FLAG,           # Export: a runtime that cannot run the candidate is an error
+    "plat": _NAMES,            # Compare: platforms (catalog names, "this", "custom")
 }
 
 

@@ -129,7 +129,13 @@ def winner_of(df: pd.DataFrame) -> Winner:
     winner's interval, win probability and strongest rival when the frame has draws."""
     s = df.sort_values("rank")
     w = s.iloc[0]
-    ru = s.iloc[1] if len(s) > 1 else None
+    # the runner-up is the best *other* policy: a candidate that is the same policy as the
+    # winner on this trace and platform (``equivalent_to``) is not a rival
+    rest = s.iloc[1:]
+    if "equivalent_to" in s:
+        others = rest[rest["equivalent_to"].to_numpy() != w.candidate]
+        rest = others if len(others) else rest
+    ru = rest.iloc[0] if len(rest) else None
     conf = (df.attrs.get("uncertainty", {}).get("per_k", {})
             .get(int(w.experts_per_layer)) if "experts_per_layer" in df else None)
 
