@@ -106,8 +106,10 @@ def drawn_costs(profile: Profile, costs: LayerCosts, cpu_threads: int, gpu_share
                 draws: int, rng: np.random.Generator,
                 raw_samples: Mapping[str, Sequence[float]] | None = None,
                 model: ModelGeometry | None = None) -> LayerCosts | None:
-    """``costs`` re-priced under ``B`` draws of the profile (leading draw dimension), or None
-    when there is nothing to draw (an analytic profile, zero spread, or the roofline).
+    """``costs`` re-priced under ``B`` draws of the profile (leading draw dimension): of each
+    row's measured spread, or for an analytic profile of its model's constants
+    (:func:`cope_core.profile.analytic.analytic_draws`); None when there is nothing to draw
+    (zero spread, an analytic profile without overheads, or the roofline).
     ``model``: the priced geometry (default the profiled one), as in ``Profile.resolve``."""
     if costs.estimator not in ("cope", "atomic"):
         return None
