@@ -40,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="cuda, or cpu for the emulated accelerator (default)")
     s.add_argument("--accel-threads", type=int, default=1,
                    help="torch threads of the emulated accelerator (default 1)")
+    emulation_arguments(s)
     s.add_argument("--trials", type=int, default=3, help="runs per (candidate, prompt)")
     s.add_argument("--warmup-tokens", type=int, default=2,
                    help="tokens decoded and discarded per candidate before measuring (default 2)")
@@ -77,6 +78,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     profile = parquet_io.read_profile(args.profile) if args.profile else None
     cands = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
     settings = ExecutorSettings(device=args.device, accel_threads=args.accel_threads,
+                                link_gbps=args.link_gbps, cpu_slowdown=args.cpu_slowdown,
                                 trials=args.trials, warmup_tokens=args.warmup_tokens,
                                 warmup_prompts=not args.no_warmup_prompts, dtype=args.dtype,
                                 seed=args.seed)
@@ -121,6 +123,7 @@ def run_profile(args: argparse.Namespace) -> int:
     shared_rule = replace(base.shared_rule, max_samples=args.max_samples,
                           min_samples=min(base.shared_rule.min_samples, args.max_samples))
     settings = ProfilerSettings(device=args.device, accel_threads=args.accel_threads,
+                                link_gbps=args.link_gbps, cpu_slowdown=args.cpu_slowdown,
                                 cpu_threads=tuple(args.cpu_threads) if args.cpu_threads else None,
                                 contexts=tuple(args.contexts or DEFAULT_CONTEXTS),
                                 dtype=args.dtype, seed=args.seed, rule=rule,
@@ -142,6 +145,17 @@ def run_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def emulation_arguments(s: argparse.ArgumentParser, prefix: str = "") -> None:
+    """The emulated platform's knobs, shared by ``cope profile`` and ``cope measure``."""
+    s.add_argument("--link-gbps", type=float, default=None, metavar="X",
+                   help=prefix + "emulated accelerator only: pace weight copies to X GB/s, the "
+                                 "copy worker sleeping between chunks as a copy engine leaves "
+                                 "the CPU free (default: host-memory speed)")
+    s.add_argument("--cpu-slowdown", type=float, default=1.0, metavar="F",
+                   help=prefix + "emulated accelerator only: every CPU-side expert computation "
+                                 "takes F >= 1 times its real duration (default 1)")
+
+
 def add_profile_arguments(s: argparse.ArgumentParser) -> None:
     """Options of the measured ``cope profile`` (the analytic one ignores them)."""
     s.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
@@ -150,6 +164,7 @@ def add_profile_arguments(s: argparse.ArgumentParser) -> None:
                    help="measured profile: torch threads of the emulated accelerator")
     s.add_argument("--dtype", choices=["bfloat16", "float16", "float32"],
                    help="measured profile: weight dtype (default bfloat16 for 2-byte models)")
+    emulation_arguments(s, "measured profile: ")
     s.add_argument("--max-samples", type=int, default=40,
                    help="measured profile: most samples per row (default 40)")
     s.add_argument("--time-budget", type=float, default=120.0, metavar="SECONDS",

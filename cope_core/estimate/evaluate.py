@@ -70,10 +70,25 @@ def pair_up(prediction: pd.DataFrame, measurements: pd.DataFrame,
     return pred.merge(meas, on=["prompt", "candidate"], how="inner")
 
 
-def _check_measurements(trace: Trace, measurements: Any) -> None:
+#: Settings of the emulated platform (:class:`~cope_core.mechanisms.accelerator.Accelerator`)
+#: and their values when absent (files written before they existed).
+EMULATION = {"link_gbps": None, "cpu_slowdown": 1.0}
+
+
+def _check_measurements(trace: Trace, measurements: Any, profile: Profile | None = None) -> None:
     if not measurements.model.same_shape(trace.model):
         raise CopeInputError("measured model geometry differs from the trace's",
                              source=measurements.path, field="model")
+    if profile is None or profile.analytic:
+        return
+    # a paced link or a slowed host is part of the platform: the profile must be of the same
+    for key, default in EMULATION.items():
+        m = (measurements.platform or {}).get(key, default)
+        p = (profile.platform or {}).get(key, default)
+        if m != p:
+            raise CopeInputError(f"measured at {key}={m} but the profile was made at {key}={p}; "
+                                 "profile and measure the same emulated platform",
+                                 source=measurements.path, field=f"platform.{key}")
 
 
 def _selected(measurements: Any, cpu_threads: int | None,
@@ -120,7 +135,7 @@ def evaluation_pairs(trace: Trace, profile: Profile, measurements: Any,
         in its cell (:func:`pair_up`). Measured pairs whose prompt id is not in the trace are
         left out, with a warning that counts them.
     """
-    _check_measurements(trace, measurements)
+    _check_measurements(trace, measurements, profile)
     check_compatible(trace, profile, calibration)
     table = _selected(measurements, cpu_threads, gpu_share)
     parts: dict[str, list[pd.DataFrame]] = {e: [] for e in estimators}
@@ -264,7 +279,7 @@ def evaluate(trace: Trace, profile: Profile, measurements: Any,
     -------
     dict of str to Evaluation
     """
-    _check_measurements(trace, measurements)
+    _check_measurements(trace, measurements, profile)
     table = _selected(measurements, cpu_threads, gpu_share)
     draws = check_draws(draws)
     if estimators is None:

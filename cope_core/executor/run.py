@@ -54,10 +54,15 @@ class ExecutorSettings:
         Weight dtype name (default from the geometry's ``dtype_bytes``).
     seed : int
         Seed of the synthetic weights.
+    link_gbps, cpu_slowdown
+        The emulated platform's paced link and host speed
+        (:class:`~cope_core.mechanisms.accelerator.Accelerator`).
     """
 
     device: str = "cpu"
     accel_threads: int = 1
+    link_gbps: float | None = None
+    cpu_slowdown: float = 1.0
     trials: int = 3
     warmup_tokens: int = 2
     warmup_prompts: bool = True
@@ -114,7 +119,8 @@ def measure(trace: Trace, experts_per_layer: int | Sequence[int], *,
     total = len(threads_list) * len(ks) * settings.trials * trace.n_prompts * len(cands)
     bar = progress_bar(total, progress, "cope measure", "run")
     load_before = load_average()
-    with Accelerator(settings.device, settings.accel_threads) as acc:
+    with Accelerator(settings.device, settings.accel_threads, link_gbps=settings.link_gbps,
+                     cpu_slowdown=settings.cpu_slowdown) as acc:
         rig = Rig.build(acc, g, dtype, pool_slots=max(ks) * g.n_layers,
                         max_context=int(trace.context.max()), seed=settings.seed)
         for threads in threads_list:

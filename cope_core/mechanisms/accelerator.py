@@ -14,10 +14,12 @@ accelerator work. Why threads and not a process: see :mod:`cope_core.mechanisms.
 """
 from __future__ import annotations
 
+import math
 import os
 import platform as _platform
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +29,9 @@ from ..errors import CopeInputError
 from .threads import pin_thread_budget, short_switch_interval
 
 DEVICES = ("cpu", "cuda")
+#: Bytes per paced chunk: small enough that the pacing is smooth, large enough that a chunk's
+#: copy is not all overhead.
+_CHUNK_BYTES = 1 << 20
 
 
 # --- emulated ----------------------------------------------------------------------------------
@@ -158,13 +163,37 @@ class Accelerator:
         ``cpu`` emulates the accelerator with worker threads; ``cuda`` uses the current GPU.
     threads : int
         Torch thread budget of the emulated compute worker (ignored on CUDA).
+    link_gbps : float, optional
+        Emulated only: the copy worker paces weight copies to this many GB/s (chunks, sleeping
+        between them), so the link is busy for bytes / X while its core is mostly free, as a
+        real copy engine's; None copies at host-memory speed (round 1's behaviour).
+    cpu_slowdown : float
+        Emulated only, >= 1: every CPU-side expert computation takes this many times its real
+        duration (computed, then the thread sleeps (F - 1) times the compute), so the host can
+        be made slower than the emulated accelerator, as real hosts are than GPUs.
     """
 
-    def __init__(self, device: str = "cpu", threads: int = 1):
+    def __init__(self, device: str = "cpu", threads: int = 1, *,
+                 link_gbps: float | None = None, cpu_slowdown: float = 1.0):
         if device not in DEVICES:
             raise CopeInputError(f"expected one of {list(DEVICES)}, got {device!r}",
                                  field="--device")
         self.kind = "cuda" if device == "cuda" else "emulated"
+        if device == "cuda" and (link_gbps is not None or cpu_slowdown != 1.0):
+            raise CopeInputError("is for the emulated accelerator (--device cpu): a real GPU's "
+                                 "link and host are what they are",
+                                 field="--link-gbps" if link_gbps is not None
+                                 else "--cpu-slowdown")
+        if link_gbps is not None and not (isinstance(link_gbps, (int, float))
+                                          and math.isfinite(link_gbps) and link_gbps > 0):
+            raise CopeInputError(f"expected a bandwidth > 0 GB/s, got {link_gbps!r}",
+                                 field="--link-gbps")
+        if not (isinstance(cpu_slowdown, (int, float)) and math.isfinite(cpu_slowdown)
+                and cpu_slowdown >= 1):
+            raise CopeInputError(f"expected a factor >= 1, got {cpu_slowdown!r}",
+                                 field="--cpu-slowdown")
+        self.link_gbps = None if link_gbps is None else float(link_gbps)
+        self.cpu_slowdown = float(cpu_slowdown)
         self._registered: list[int] = []
         self._switch = None
         if self.kind == "cuda":
@@ -211,6 +240,36 @@ class Accelerator:
                 return t
         return t.pin_memory()
 
+    def link_copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """A host-to-device weight copy, run on the copy stream: paced to ``link_gbps`` on the
+        emulated accelerator when set (chunk by chunk, sleeping until each chunk's time at that
+        bandwidth is up), otherwise at full speed."""
+        if self.link_gbps is None:
+            dst.copy_(src, non_blocking=True)
+            return
+        rate = self.link_gbps * 1e9
+        d, s = dst.reshape(-1), src.reshape(-1)
+        step = max(1, _CHUNK_BYTES // max(d.element_size(), 1))
+        start = time.perf_counter()
+        done = 0
+        for i in range(0, d.numel(), step):
+            j = min(i + step, d.numel())
+            d[i:j].copy_(s[i:j])
+            done += (j - i) * d.element_size()
+            wait = start + done / rate - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+
+    def host_compute(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run CPU-side expert work ``fn(*args)`` on this thread, stretched to ``cpu_slowdown``
+        times its duration by sleeping afterwards (the core is free meanwhile)."""
+        if self.cpu_slowdown == 1.0:
+            return fn(*args)
+        t0 = time.perf_counter()
+        out = fn(*args)
+        time.sleep((self.cpu_slowdown - 1.0) * (time.perf_counter() - t0))
+        return out
+
     def synchronize(self) -> None:
         """Wait for all outstanding work (on CUDA also the default stream, where setup runs)."""
         self.copy.synchronize()
@@ -253,9 +312,12 @@ class Accelerator:
                        gpu_memory_bytes=int(props.total_memory),
                        gpu_multiprocessors=int(props.multi_processor_count))
         else:
-            out.update(link="host memcpy (emulated)", accel_threads=self.threads,
+            out.update(link="host memcpy (emulated)" if self.link_gbps is None
+                       else f"paced copy worker, {self.link_gbps:g} GB/s (emulated)",
+                       accel_threads=self.threads,
                        emulation="compute worker thread with its own torch thread budget, "
-                                 "copy worker thread, preallocated slot memory")
+                                 "copy worker thread, preallocated slot memory",
+                       link_gbps=self.link_gbps, cpu_slowdown=self.cpu_slowdown)
         return out
 
 

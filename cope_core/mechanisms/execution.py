@@ -120,8 +120,8 @@ class ExpertRunner:
         io = self.io
         ready.synchronize()
         y = torch.zeros((1, self.H), dtype=torch.float32)
-        accumulate(y, io.x_host, io.w_host, [p for p, _ in cpu],
-                   [self.store.expert(layer, e) for _, e in cpu], self.H, self.I)
+        self.acc.host_compute(accumulate, y, io.x_host, io.w_host, [p for p, _ in cpu],
+                              [self.store.expert(layer, e) for _, e in cpu], self.H, self.I)
         io.y_host.copy_(y)
         self.acc.compute.submit(_merge, io.out, io.y_dev, io.y_host)
 

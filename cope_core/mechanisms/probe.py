@@ -41,13 +41,14 @@ def probe_platform(acc, dtype: torch.dtype) -> PlatformSpec:
     src = None
     host = acc.host_alloc((size // 4,), torch.float32)
     acc.synchronize()
-    link_bw = size / _on_stream(acc.copy, lambda: dst.copy_(host, non_blocking=True))
+    # through the copy worker's own path, so a paced link measures at its pace
+    link_bw = size / _on_stream(acc.copy, lambda: acc.link_copy(dst, host))
     dst = None
 
     m = 512
     x, y = torch.randn(m, m).to(dtype), torch.randn(m, m).to(dtype)
     with host_threads(1):
-        cpu_flops_1 = 2 * m**3 / _host(lambda: torch.mm(x, y))
+        cpu_flops_1 = 2 * m**3 / _host(lambda: acc.host_compute(torch.mm, x, y))
         bw_1 = size / _host(lambda: host.sum())
     cores = cpu_cores()
     with host_threads(cores):

@@ -134,9 +134,6 @@ class SlotPool:
 
     def stage(self, s: int, store: ExpertStore, layer: int, e: int) -> None:
         """Queue the host-to-slot copy of expert (layer, e) on the copy stream."""
-        self.acc.copy.submit(_copy, self.slot(s), store.expert(layer, e))
+        self.acc.copy.submit(self.acc.link_copy, self.slot(s), store.expert(layer, e))
         self.content[s % len(self.content)] = (layer, e)
 
-
-def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
-    dst.copy_(src, non_blocking=True)

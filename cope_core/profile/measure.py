@@ -57,6 +57,8 @@ class ProfilerSettings:
 
     device: str = "cpu"
     accel_threads: int = 1
+    link_gbps: float | None = None      # the emulated platform's paced link (Accelerator)
+    cpu_slowdown: float = 1.0           # and its host speed
     cpu_threads: tuple[int, ...] | None = None
     contexts: tuple[int, ...] = DEFAULT_CONTEXTS
     dtype: str | None = None
@@ -229,8 +231,8 @@ class Bench:
                 layer, misses = self._misses(range(n))
                 experts = [rig.store.expert(layer, e) for _, e in misses]
                 y = torch.zeros((1, H), dtype=torch.float32)
-                return timed(lambda: accumulate(y, io.x_host, io.w_host, list(range(n)),
-                                                experts, H, I))
+                return timed(lambda: acc.host_compute(accumulate, y, io.x_host, io.w_host,
+                                                      list(range(n)), experts, H, I))
             return cpu
         if name == "stage":
             def stage() -> float:
@@ -367,7 +369,8 @@ def measure_profile(g: ModelGeometry, settings: ProfilerSettings = ProfilerSetti
     bar = progress_bar(n_rows, progress, "cope profile", "row")
     rows, raw = [], {}
     load_before = load_average()
-    with Accelerator(settings.device, settings.accel_threads) as acc:
+    with Accelerator(settings.device, settings.accel_threads, link_gbps=settings.link_gbps,
+                     cpu_slowdown=settings.cpu_slowdown) as acc:
         rig = profiler_rig(acc, g, dtype, max(contexts), settings.seed)
         spec = probe_platform(acc, dtype)
         bench = Bench(rig)
