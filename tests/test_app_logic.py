@@ -429,3 +429,39 @@ def test_a_sweeps_replay_prices_any_of_its_k_and_refuses_others():
     with pytest.raises(CopeInputError, match="K=5") as e:
         price(tr, prof, replay_counts(tr, tr, [1, 2]), [5], draws=0)
     assert e.value.field == "experts_per_layer"
+
+
+def test_winner_skips_equivalents_and_says_how_sure():
+    df = pd.DataFrame({"candidate": ["fixed/parallel", "fixed/cost_selected", "layer_partition"],
+                       "rank": [1, 2, 3], "experts_per_layer": [4, 4, 4],
+                       "tpot_us": [1000.0, 1000.0, 1500.0],
+                       "tpot_lo_us": [900.0, 900.0, 1400.0], "tpot_hi_us": [1100.0, 1100.0, 1600.0],
+                       "equivalent_to": [None, "fixed/parallel", None]})
+    df.attrs["uncertainty"] = {"per_k": {4: {"win_probability": 0.6, "contender":
+                                              "layer_partition", "contender_probability": 0.4}}}
+    w = whatif.winner_of(df)
+    # the same policy (cost_selected with every miss on the CPU) is not the runner-up
+    assert (w.runner_up, w.margin_pct) == ("layer_partition", 50.0)
+    assert (w.tpot_lo_us, w.tpot_hi_us, w.win_probability) == (900.0, 1100.0, 0.6)
+    assert not w.sure
+    assert w.sentence() == ("fixed/parallel wins at 1.000 ms/token (95 % interval [0.900, 1.100]), "
+                            "50.0% ahead of layer_partition (1.500 ms/token); it is fastest in "
+                            "60 % of draws, layer_partition in 40 % — not a confident pick")
+    bare = df.drop(columns=["tpot_lo_us", "tpot_hi_us"]).assign(equivalent_to=None)
+    bare.attrs = {}                      # a prediction without draws
+    plain = whatif.winner_of(bare)
+    assert plain.sure and plain.runner_up == "fixed/cost_selected" and plain.win_probability is None
+
+
+def test_unsure_budget_ranges():
+    g = get_model("olmoe-1b-7b")
+    sw = pd.DataFrame({"experts_per_layer": range(g.n_experts + 1)})
+    wp = {k: 0.9 for k in range(g.n_experts + 1)} | {1: 0.5, 2: 0.79, g.n_experts: 0.7}
+    sw.attrs["uncertainty"] = {"per_k": {k: {"win_probability": v} for k, v in wp.items()}}
+    got = whatif.uncertain_ranges(sw, g)
+    top = g.n_experts
+    assert got == [(whatif.budget_gib(g, 1), whatif.budget_gib(g, 3), 1, 2),
+                   (whatif.budget_gib(g, top), whatif.budget_gib(g, top) + whatif.BUDGET_STEP,
+                    top, top)]
+    sw.attrs = {}
+    assert whatif.uncertain_ranges(sw, g) == []

@@ -164,8 +164,10 @@ def uncertain_ranges(sweep: pd.DataFrame, g: ModelGeometry,
         else:
             out.append([k, k])
     top = max(ks) if ks else 0
-    return [(budget_gib(g, a), budget_gib(g, b + 1) if b < top else budget_gib(g, b), a, b)
-            for a, b in out]
+    # K in [a, b] is bought from budget_gib(a) until K = b + 1 is; the top K is open-ended, so
+    # its strip is one slider step wide
+    return [(budget_gib(g, a), budget_gib(g, b + 1) if b < top else budget_gib(g, b) + BUDGET_STEP,
+             a, b) for a, b in out]
 
 
 @dataclass(frozen=True)
