@@ -46,7 +46,7 @@ MANIFEST = DATA / "manifest.json"
 PARAMS = DATA / "synthetic-parameters.json"
 sys.path.insert(0, str(ROOT))
 
-STEPS = ("calibrate", "synthetic", "collected", "measured", "readme")
+STEPS = ("calibrate", "synthetic", "collected", "measured", "grid", "readme")
 
 #: Shipped models: seed base, the GPU of the analytic what-if profile, and which real counts
 #: set the popularity skew ("olmoe": OLMoE's curve carried over by the fraction K / E).
@@ -65,6 +65,13 @@ PREDICTOR_ACCURACY = 0.7                           # no published recall for the
 MEASURED = dict(model="deepseek-v2-lite", layers=4, prompts=2, tokens=12, ks="8,16,32,48",
                 threads="1,2", trials=1, min_time=20)
 MEASURED_STEM = "deepseek-v2-lite-4l"
+
+# The controlled grid of emulated platforms (benchmarks/fidelity_grid.py): Mixtral-8x7B cut
+# to 2 MoE layers (its 336 MiB experts make the MoE layers most of a token), K = 2 of 8,
+# three (link, host) settings x CPU threads 1 and 2. About 20 minutes on the 2-core machine.
+GRID = dict(model="mixtral-8x7b", layers=2, k=2, settings="none:4,4:2,1:1", threads="1,2",
+            prompts=2, tokens=4, trials=2, min_time=10)
+GRID_DIR = DATA / "platforms" / "cpu-emulated-grid"
 
 #: Short provenance tags; data/README.md's "Outside data and licences" section expands [1]-[3].
 ATTRIBUTION = {
@@ -327,6 +334,61 @@ def step_measured(man: Manifest, bar: tqdm) -> None:
             what="`cope evaluate --json` of the measured example: MAPE, Spearman, top-1/top-3 "
                  "for COPE, the atomic-op simulation and the roofline (HRM)",
             commands=[_shown(a_eval)], platform=where, provenance=["measured here"])
+
+
+def grid_args(out: Path) -> list[str]:
+    g = GRID
+    return ["benchmarks/fidelity_grid.py", str(out), "--model", g["model"], "--layers",
+            str(g["layers"]), "-K", str(g["k"]), "--settings", g["settings"], "--cpu-threads",
+            g["threads"], "--prompts", str(g["prompts"]), "--tokens", str(g["tokens"]),
+            "--trials", str(g["trials"]), "--min-time", str(g["min_time"])]
+
+
+def step_grid(man: Manifest, bar: tqdm, done: Path | None = None) -> None:
+    """Run the grid in a scratch folder (or take a finished run's folder ``done``) and ship its
+    traces, profiles, measurements and report under data/platforms/cpu-emulated-grid/."""
+    import shutil
+    import tempfile
+
+    from cope_core import parquet_io
+    args = grid_args(Path("OUT"))
+    shown = "python3 " + " ".join(args).replace("OUT", "<scratch folder>")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = done or Path(tmp)
+        if done is None:
+            bar.set_postfix_str("fidelity grid (about 20 min)")
+            t0 = time.perf_counter()
+            r = subprocess.run([sys.executable, *grid_args(src)], cwd=ROOT)
+            if r.returncode:
+                sys.exit(f"make_data: the grid failed ({r.returncode}): {shown}")
+            bar.write(f"  [{time.perf_counter() - t0:6.1f} s] {shown}")
+        GRID_DIR.mkdir(parents=True, exist_ok=True)
+        for f in sorted(src.iterdir()):
+            if f.suffix in (".parquet", ".md") or f.name == "report.json":
+                shutil.copyfile(f, GRID_DIR / f.name)
+    g = GRID
+    what = (f"{g['model']} cut to {g['layers']} MoE layers, K = {g['k']}, CPU threads "
+            f"{g['threads']}, {g['prompts']} prompts x {g['tokens']} tokens, {g['trials']} trials")
+    for f in sorted(GRID_DIR.iterdir()):
+        if f.name.startswith("profile-") or f.name.startswith("measurements-"):
+            plat = parquet_io.read_metadata(f)["platform"]
+            where = (f"{plat.get('cpu', '?')} ({plat.get('cpu_cores', '?')} cores), "
+                     f"{plat.get('link', '?')}, host {plat.get('cpu_slowdown', 1)}x slower, "
+                     f"{time.strftime('%Y-%m-%d')}")
+            kind = "MEASURED profile" if f.name.startswith("profile-") else "MEASUREMENTS"
+            man.add(f, kind=kind, model=f"{g['model']} ({g['layers']} MoE layers)",
+                    what=f"grid cell setting {f.stem.split('-', 1)[1]}; {what}",
+                    commands=[shown], platform=where, provenance=["measured here"])
+        elif f.name in ("trace.parquet", "calibration.parquet"):
+            man.add(f, kind="SYNTHETIC " + ("trace" if f.name == "trace.parquet"
+                                            else "calibration trace"),
+                    model=f"{g['model']} ({g['layers']} MoE layers)",
+                    what=f"the grid's {f.stem}", commands=[shown], provenance=["generated"])
+        elif f.name in ("report.md", "report.json"):
+            man.add(f, kind="report", model=f"{g['model']} ({g['layers']} MoE layers)",
+                    what="the grid's report: per cell the measured winner and margin, each "
+                         "estimator's pick, regret, tie-aware and strict top-1, MAPE",
+                    commands=[shown], provenance=["measured here"])
 
 
 # --- readme -------------------------------------------------------------------------------------

@@ -116,12 +116,13 @@ def render(entries: dict, data: Path) -> str:
                          count=len(files))]
     folders = {"examples": "## `examples/` — what the app and the README's commands load",
                "collected": "## `collected/` — a trace collected from a model",
-               "platforms": "## `platforms/` — GPU results"}
+               "platforms": "## `platforms/` — platform results (the emulated grid; GPUs)"}
     for folder, title in folders.items():
         if any(k.split("/")[0] == folder for k in entries):
             out.append(title + "\n\n" + _files_table(entries, data, folder) + "\n")
-    if not (data / "platforms").is_dir():
-        out.append("## `platforms/` — GPU results\n\nNone yet: no session so far had a CUDA "
+    if not any(p.is_dir() and p.name != "cpu-emulated-grid"
+               for p in (data / "platforms").glob("*")):
+        out.append("## GPU results\n\nNone yet: no session so far had a CUDA "
                    "device. `bash scripts/gpu_validation.sh` writes them under "
                    "`platforms/<gpu-name>/` (README, *Profile your own GPU*).\n")
     top = [k for k in entries if "/" not in k]

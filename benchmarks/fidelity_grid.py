@@ -1,0 +1,282 @@
+"""A controlled grid of emulated platforms: does COPE pick the winner where the ranking flips?
+
+Platform settings (paced link GB/s, host slowdown) x CPU threads are the cells. Per setting the
+model is profiled once (``cope profile --link-gbps X --cpu-slowdown F``) and every candidate is
+measured (``cope measure`` with the same settings); then ``cope evaluate --per-k --json``
+scores every estimator per cell. The output folder is resumable: a step whose output exists is
+skipped. The report (``report.md``, ``report.json``) gives per cell the measured winner and its
+margin over the fastest candidate that is not the same policy, whether that margin is beyond
+the tie test, each estimator's pick, regret, tie-aware and strict top-1 and MAPE, and the
+aggregate — the shape of the paper's Table 3.
+
+    python benchmarks/fidelity_grid.py OUT [--model mixtral-8x7b] [--layers 2] [-K 2]
+        [--settings none:4,4:2,1:1] [--cpu-threads 1,2] [--prompts 2] [--tokens 8]
+        [--trials 2] [--min-time 20]
+
+``--settings`` is a comma list of LINK:SLOWDOWN (LINK ``none`` for an unpaced copy worker).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cope(args: list[str], log) -> float:
+    cmd = [sys.executable, "-m", "cope_core.cli.main", *map(str, args)]
+    print("$ cope " + " ".join(shlex.quote(str(a)) for a in args), file=log, flush=True)
+    t = time.time()
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    log.write(r.stdout + r.stderr)
+    log.flush()
+    if r.returncode != 0:
+        raise SystemExit(f"fidelity_grid: `cope {' '.join(map(str, args))}` failed:\n{r.stderr}")
+    return time.time() - t
+
+
+def settings_of(text: str) -> list[tuple[float | None, float]]:
+    out = []
+    for item in text.split(","):
+        link, slow = item.split(":")
+        out.append((None if link == "none" else float(link), float(slow)))
+    return out
+
+
+def tag(link: float | None, slow: float) -> str:
+    return f"link-{'unpaced' if link is None else f'{link:g}'}-slow-{slow:g}"
+
+
+def cells_of(ev: dict, link: float | None, slow: float) -> list[dict]:
+    """One row per (K, threads) cell of one setting's ``cope evaluate --per-k --json``."""
+    rows: dict[tuple, dict] = {}
+    for est in ("cope", "atomic", "hrm"):
+        e = ev.get(est)
+        if not e:
+            continue
+        for c in e["per_k"]:
+            key = (c["K"], c["cpu_threads"])
+            row = rows.setdefault(key, {"link_gbps": link, "cpu_slowdown": slow, "K": c["K"],
+                                        "cpu_threads": c["cpu_threads"],
+                                        "measured": c["measured"],
+                                        "tied": [t for t in c["measured_tied"]
+                                                 if t != c["measured"]]})
+            row[est] = {"pick": c["predicted"], "agree": c["agree"],
+                        "within_noise": c["within_noise"], "regret_pct": c["regret_pct"],
+                        "mape_pct": c["mape_pct"]}
+    return list(rows.values())
+
+
+def margins(measurements: Path, trace: Path, cal: Path, profile: Path
+            ) -> dict[tuple, tuple[str | None, float, set[str]]]:
+    """Per (K, threads): the fastest measured candidate that is not the same policy as the
+    measured winner on this trace and platform (``predict``'s ``equivalent_to``), the winner's
+    margin over it in %, and the candidates that are the winner's policy."""
+    import warnings
+    sys.path.insert(0, str(ROOT))
+    from cope_core import parquet_io, predict
+    t = parquet_io.read_measurements(measurements).table
+    tr, c = parquet_io.read_trace(trace), parquet_io.read_trace(cal)
+    prof = parquet_io.read_profile(profile)
+    out = {}
+    for (k, th), grp in t.groupby(["K", "cpu_threads"]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            df = predict(tr, prof, [int(k)], c, cpu_threads=int(th), draws=0)
+        root = {}
+        for cand, eq in zip(df["candidate"], df["equivalent_to"]):
+            root[cand] = root.get(eq, eq) if isinstance(eq, str) else cand
+        mean = grp.groupby("candidate")["tpot_us"].mean().sort_values()
+        best = mean.index[0]
+        same = {x for x in mean.index if root.get(x, x) == root.get(best, best)}
+        rest = mean[[x not in same for x in mean.index]]
+        out[(int(k), int(th))] = ((rest.index[0], 100 * (rest.iloc[0] / mean.iloc[0] - 1),
+                                   same) if len(rest) else (None, 0.0, same))
+    return out
+
+
+def _ratios(op) -> tuple[float, float]:
+    """(CPU expert / accelerator expert, one expert's copy / accelerator expert) of an
+    operating point's atomic rows: the shape of a platform, whatever its absolute speed."""
+    r, c, s = op.atomic["gpu_expert"][1], op.atomic["cpu_expert"][1], op.atomic["stage"][1]
+    return float(c / r), float(s / r)
+
+
+def resemblance(profiles: dict[str, Path]) -> list[dict]:
+    """Per grid setting and CPU-thread count: its ratios CPU expert : copy : accelerator expert
+    (from its measured profile) and the catalog platform (GPU x link x CPU x threads, analytic,
+    same model) whose ratios are nearest on a log scale."""
+    import math
+    sys.path.insert(0, str(ROOT))
+    from cope_core import parquet_io
+    from cope_core.platforms import CPUS, GPUS, LINKS, platform_spec
+    from cope_core.profile.analytic import analytic_profile
+    out = []
+    real = []
+    model = None
+    for name, path in profiles.items():
+        prof = parquet_io.read_profile(path)
+        model = prof.model
+        for t, share in prof.operating_points():
+            cr, sr = _ratios(prof.resolve(t, share))
+            out.append({"setting": name, "cpu_threads": t, "cpu_over_gpu": cr, "copy_over_gpu": sr})
+    for g in GPUS:
+        for lk in LINKS:
+            for c in CPUS:
+                spec = platform_spec(g, link=lk, cpu=c)
+                threads = sorted({1, 2, 4, 8, 16, CPUS[c].cores})
+                ap = analytic_profile(model, spec, threads, gpu_shares=(100,))
+                for t in threads:
+                    cr, sr = _ratios(ap.resolve(t, 100.0))
+                    real.append((f"{g}+{lk}+{c}, {t} threads", cr, sr))
+    for row in out:
+        best = min(real, key=lambda r: abs(math.log(r[1] / row["cpu_over_gpu"]))
+                   + abs(math.log(r[2] / row["copy_over_gpu"])))
+        row.update(nearest=best[0], nearest_cpu_over_gpu=best[1], nearest_copy_over_gpu=best[2])
+    return out
+
+
+def resemblance_table(rows: list[dict]) -> str:
+    lines = ["| setting | threads | CPU expert / accelerator expert | copy / accelerator expert | "
+             "nearest catalog platform (analytic) | its ratios |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['setting']} | {r['cpu_threads']} | {r['cpu_over_gpu']:.2f} | "
+                     f"{r['copy_over_gpu']:.2f} | {r['nearest']} | "
+                     f"{r['nearest_cpu_over_gpu']:.2f}, {r['nearest_copy_over_gpu']:.2f} |")
+    return "\n".join(lines)
+
+
+def report(cells: list[dict], top1_prompts: dict[str, list[int]] | None = None) -> str:
+    lines = ["| link | host | threads | K | measured winner | margin | beyond noise | COPE | "
+             "atomic | HRM |", "|---|---|---|---|---|---|---|---|---|---|"]
+    def pick(c: dict, est: str) -> str:
+        e = c.get(est)
+        if e is None:
+            return "—"
+        mark = "=" if e["agree"] else "~" if e["within_noise"] else "✗"
+        return f"{mark} {e['pick']} (regret {e['regret_pct']:.1f} %, MAPE {e['mape_pct']:.1f} %)"
+    for c in cells:
+        link = "unpaced" if c["link_gbps"] is None else f"{c['link_gbps']:g} GB/s"
+        lines.append(f"| {link} | {c['cpu_slowdown']:g}x slower | {c['cpu_threads']} | {c['K']} | "
+                     f"{c['measured']} | {c['margin_pct']:.1f} % over {c['runner_up']} | "
+                     f"{'yes' if not c['tied'] else 'no: ' + ', '.join(c['tied'])} | "
+                     f"{pick(c, 'cope')} | {pick(c, 'atomic')} | {pick(c, 'hrm')} |")
+    lines += ["", "| estimator | tie-aware top-1 (cells) | strict top-1 (cells) | strict top-1 "
+              "(prompts) | mean regret | max regret | mean MAPE |",
+              "|---|---|---|---|---|---|---|"]
+    n = len(cells)
+    for est in ("cope", "atomic", "hrm"):
+        es = [c[est] for c in cells if c.get(est)]
+        if not es:
+            continue
+        tp = (top1_prompts or {}).get(est)
+        lines.append(f"| {est} | {sum(e['within_noise'] for e in es)}/{n} | "
+                     f"{sum(e['agree'] for e in es)}/{n} | "
+                     f"{'—' if tp is None else f'{tp[0]}/{tp[1]}'} | "
+                     f"{sum(e['regret_pct'] for e in es) / len(es):.2f} % | "
+                     f"{max(e['regret_pct'] for e in es):.2f} % | "
+                     f"{sum(e['mape_pct'] for e in es) / len(es):.2f} % |")
+    winners = sorted({c["measured"] for c in cells})
+    beyond = sum(not c["tied"] for c in cells)
+    lines += ["", f"{len(winners)} distinct measured winners ({', '.join(winners)}); the winner "
+              f"is beyond the tie test in {beyond} of {n} cells."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--model", default="mixtral-8x7b")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("-K", type=int, default=2, dest="k")
+    ap.add_argument("--settings", default="none:4,4:2,1:1")
+    ap.add_argument("--cpu-threads", default="1,2")
+    ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument("--min-time", type=float, default=20.0)
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from tqdm import tqdm
+    settings = settings_of(args.settings)
+    trace, cal = out / "trace.parquet", out / "calibration.parquet"
+    steps = 2 + 3 * len(settings)
+    bar = tqdm(total=steps, unit="step", desc="fidelity grid")
+    times: dict[str, float] = {}
+    start = time.time()
+    with open(out / "run.log", "a") as log:
+        base = ["--model", args.model, "--layers", args.layers, "--seed", 1]
+        for path, extra in ((trace, ["--prompts", args.prompts, "--tokens", args.tokens]),
+                            (cal, ["--prompts", 8, "--tokens", 64, "--first-prompt",
+                                   args.prompts])):
+            if not path.exists():
+                times[path.name] = _cope(["synth", *base, *extra, "-o", path], log)
+            bar.update(1)
+        cells = []
+        top1: dict[str, list[int]] = {}
+        for link, slow in settings:
+            t = tag(link, slow)
+            knobs = (["--link-gbps", link] if link is not None else []) + \
+                ["--cpu-slowdown", slow]
+            prof, meas = out / f"profile-{t}.parquet", out / f"measurements-{t}.parquet"
+            ev_path = out / f"evaluate-{t}.json"
+            bar.set_postfix_str(f"profile {t}")
+            if not prof.exists():
+                times[prof.name] = _cope(["profile", "--trace", trace, "--cpu-threads",
+                                          args.cpu_threads, "--contexts", "128,1024",
+                                          "--min-time", args.min_time, "--no-progress", *knobs,
+                                          "-o", prof], log)
+            bar.update(1)
+            bar.set_postfix_str(f"measure {t}")
+            if not meas.exists():
+                times[meas.name] = _cope(["measure", "--trace", trace, "--calibration", cal,
+                                          "-K", args.k, "--cpu-threads", args.cpu_threads,
+                                          "--trials", args.trials, "--profile", prof,
+                                          "--no-progress", *knobs, "-o", meas], log)
+            bar.update(1)
+            if not ev_path.exists():
+                r = subprocess.run([sys.executable, "-m", "cope_core.cli.main", "evaluate",
+                                    "--trace", str(trace), "--calibration", str(cal),
+                                    "--profile", str(prof), "--measurements", str(meas),
+                                    "--per-k", "--json"], cwd=ROOT, capture_output=True,
+                                   text=True)
+                if r.returncode != 0:
+                    raise SystemExit(f"fidelity_grid: evaluate failed:\n{r.stderr}")
+                ev_path.write_text(r.stdout)
+            bar.update(1)
+            ev = json.loads(ev_path.read_text())
+            for est, e in ev.items():           # per prompt, strict: summed over settings
+                if e:
+                    acc = top1.setdefault(est, [0, 0])
+                    acc[0] += e["top1"][0]
+                    acc[1] += e["top1"][1]
+            m = margins(meas, trace, cal, prof)
+            for c in cells_of(ev, link, slow):
+                c["runner_up"], c["margin_pct"], same = m[(c["K"], c["cpu_threads"])]
+                c["tied"] = [x for x in c["tied"] if x not in same]    # other policies only
+                c["same_policy"] = sorted(same - {c["measured"]})
+                cells.append(c)
+    bar.close()
+    like = resemblance({tag(lk, sl): out / f"profile-{tag(lk, sl)}.parquet"
+                        for lk, sl in settings})
+    text = report(cells, top1) + "\n\n" + resemblance_table(like)
+    (out / "report.md").write_text(text + "\n")
+    (out / "report.json").write_text(json.dumps({"cells": cells, "resemblance": like,
+                                                 "top1_prompts": top1,
+                                                 "seconds": times,
+                                                 "wall_seconds": time.time() - start},
+                                                indent=1) + "\n")
+    print(text)
+    print(f"\nwall time this run: {time.time() - start:.0f} s (steps: "
+          + ", ".join(f"{k} {v:.0f} s" for k, v in times.items()) + ")")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The controlled grid's report (benchmarks/fidelity_grid.py): cells from ``cope evaluate
+--per-k --json``, the per-cell table and the aggregate on a hand-made case, and the shipped
+report consistent with its cells."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "data" / "platforms" / "cpu-emulated-grid"
+
+
+def _grid():
+    path = ROOT / "benchmarks" / "fidelity_grid.py"
+    spec = importlib.util.spec_from_file_location("fidelity_grid", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _cell(est, pick, agree, within, regret, mape, measured="fixed/parallel", k=2, threads=1):
+    return {"K": k, "cpu_threads": threads, "gpu_share": 100.0, "estimator": est,
+            "predicted": pick, "measured": measured, "agree": agree, "mape_pct": mape,
+            "regret_pct": regret, "measured_tied": [measured, "fixed/cost_selected"],
+            "within_noise": within, "measured_tpot_ci_us": [1.0, 2.0]}
+
+
+def test_settings_and_tags():
+    g = _grid()
+    assert g.settings_of("none:4,4:2,1:1") == [(None, 4.0), (4.0, 2.0), (1.0, 1.0)]
+    assert g.tag(None, 4.0) == "link-unpaced-slow-4" and g.tag(0.5, 1.0) == "link-0.5-slow-1"
+
+
+def test_cells_and_report_by_hand():
+    g = _grid()
+    ev = {"cope": {"per_k": [_cell("cope", "fixed/parallel", True, True, 0.0, 5.0),
+                             _cell("cope", "fixed/cost_selected", False, True, 1.0, 3.0,
+                                   threads=2)]},
+          "atomic": {"per_k": [_cell("atomic", "layer_partition", False, False, 10.0, 8.0),
+                               _cell("atomic", "fixed/parallel", True, True, 0.0, 4.0,
+                                     threads=2)]},
+          "hrm": None}
+    cells = g.cells_of(ev, 4.0, 2.0)
+    assert [(c["K"], c["cpu_threads"]) for c in cells] == [(2, 1), (2, 2)]
+    assert cells[0]["tied"] == ["fixed/cost_selected"] and "hrm" not in cells[0]
+    for c in cells:
+        c["runner_up"], c["margin_pct"] = "layer_partition", 12.5
+    text = g.report(cells, {"cope": [3, 4]})
+    assert "| 4 GB/s | 2x slower | 1 | 2 | fixed/parallel | 12.5 % over layer_partition | " \
+           "no: fixed/cost_selected | = fixed/parallel (regret 0.0 %, MAPE 5.0 %) | " \
+           "✗ layer_partition (regret 10.0 %, MAPE 8.0 %) | — |" in text
+    assert "| cope | 2/2 | 1/2 | 3/4 | 0.50 % | 1.00 % | 4.00 % |" in text
+    assert "| atomic | 1/2 | 1/2 | — | 5.00 % | 10.00 % | 6.00 % |" in text
+    assert "1 distinct measured winners (fixed/parallel); the winner is beyond the tie test " \
+           "in 0 of 2 cells." in text
+
+
+@pytest.mark.skipif(not (SHIPPED / "report.json").exists(), reason="no shipped grid")
+def test_the_shipped_report_is_its_cells():
+    g = _grid()
+    data = json.loads((SHIPPED / "report.json").read_text())
+    assert len(data["cells"]) >= 6
+    assert (SHIPPED / "report.md").read_text() == \
+        g.report(data["cells"], data["top1_prompts"]) + "\n\n" \
+        + g.resemblance_table(data["resemblance"]) + "\n"
