@@ -646,3 +646,25 @@ def test_compare_page_equals_the_library(qwen):
     at.multiselect(key="_w_plat").set_value(["this"])
     rerun(at)
     assert any("at least two platforms" in i.value for i in at.info) and not at.dataframe
+
+
+def test_the_grid_is_browsable_one_profile_per_setting():
+    grid = ROOT / "data" / "platforms" / "cpu-emulated-grid"
+    if not (grid / "report.json").exists():
+        pytest.skip("no shipped grid")
+    at = open_app("measured", example="mixtral-8x7b · 2 MoE layers",
+                  profile="profile-link-4-slow-2.parquet")
+    assert not at.error, [e.value for e in at.error]
+    assert at.selectbox(key="_w_profile").options == [
+        "profile-link-1-slow-1.parquet", "profile-link-4-slow-2.parquet",
+        "profile-link-unpaced-slow-4.parquet"]
+    cells = at.dataframe[1].value
+    report = json.loads((grid / "report.json").read_text())["cells"]
+    want = [c for c in report if c["link_gbps"] == 4.0]
+    assert cells["measured winner"].tolist() == [c["measured"] for c in want]
+    # another setting's profile brings its own measurements
+    at.selectbox(key="_w_profile").set_value("profile-link-unpaced-slow-4.parquet")
+    rerun(at)
+    assert not at.error
+    want = [c for c in report if c["link_gbps"] is None]
+    assert at.dataframe[1].value["measured winner"].tolist() == [c["measured"] for c in want]

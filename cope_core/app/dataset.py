@@ -96,6 +96,31 @@ def scan_examples(folder: str | os.PathLike) -> list[Example]:
     return sorted((e for e in out if e.usable), key=lambda e: e.name)
 
 
+#: Settings of the emulated platform that a profile and measurements must share.
+_EMULATION = {"link_gbps": None, "cpu_slowdown": 1.0}
+
+
+def matching_measurements(measurements: tuple[str, ...], profile: str | None) -> str | None:
+    """Of an example's measurement files, the one made on the profile's platform (the same
+    paced link and host speed: the grid's cells, one profile per setting); else the first."""
+    if not measurements:
+        return None
+    try:
+        want = parquet_io.read_metadata(profile)["platform"] if profile else {}
+    except (CopeInputError, KeyError, TypeError):
+        return measurements[0]
+
+    def setting(plat: dict) -> tuple:
+        return tuple((plat or {}).get(k, d) for k, d in _EMULATION.items())
+    for m in measurements:
+        try:
+            if setting(parquet_io.read_metadata(m).get("platform")) == setting(want):
+                return m
+        except CopeInputError:
+            continue
+    return measurements[0]
+
+
 @dataclass(frozen=True, eq=False)
 class Dataset:
     """The inputs every page works on.

@@ -26,7 +26,7 @@ from ..files import write_atomic
 from ..geometry import ModelGeometry
 from ..profile.data import Profile
 from . import whatif
-from .dataset import Dataset, Example, assemble, provenance, scan_examples
+from .dataset import Dataset, Example, assemble, matching_measurements, provenance, scan_examples
 from .inputs import estimators_for
 from .settings import format_setting, op_key, op_label, parse_query
 
@@ -76,10 +76,21 @@ def _scan_cached(folder: str, listing: tuple) -> list[Example]:
     return scan_examples(folder)
 
 
+def _example_dirs() -> list[Path]:
+    """The examples' folder and, beside it, the controlled grid of emulated platforms (one
+    example whose profiles are the grid's settings; shown with the shipped examples only)."""
+    grid = EXAMPLES_DIR.parent / "platforms" / "cpu-emulated-grid"
+    return [EXAMPLES_DIR] + ([grid] if not os.environ.get("COPE_EXAMPLES_DIR") else [])
+
+
 def examples() -> list[Example]:
-    """Shipped examples under :data:`EXAMPLES_DIR` (rescanned when a file there changes)."""
-    files = sorted(EXAMPLES_DIR.glob("*.parquet")) if EXAMPLES_DIR.is_dir() else []
-    return _scan_cached(str(EXAMPLES_DIR), tuple((p.name, _stamp(p)) for p in files))
+    """Shipped examples under :data:`EXAMPLES_DIR` and the grid's folder (rescanned when a
+    file there changes)."""
+    out: list[Example] = []
+    for folder in _example_dirs():
+        files = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+        out += _scan_cached(str(folder), tuple((p.name, _stamp(p)) for p in files))
+    return sorted(out, key=lambda e: e.name)
 
 
 # --- settings in the URL --------------------------------------------------------------------------
@@ -162,7 +173,8 @@ def sidebar() -> None:
     name = bound("example", st.sidebar.selectbox, default=_default_example(names),
                  valid=lambda v: v in names, label="Example data", options=names,
                  help="Shipped examples under data/examples: SYNTHETIC traces with ANALYTIC "
-                      "profiles, and one with a MEASURED profile and measurements; "
+                      "profiles, one with a MEASURED profile and measurements, and the "
+                      "controlled grid of emulated platforms (one profile per setting); "
                       "uploads on the Overview page replace single files.")
     ex = exs[names.index(name)]
     if len(ex.profiles) > 1:
@@ -178,10 +190,11 @@ def _paths() -> tuple[dict[str, str | None], dict[str, str]]:
     if ex is not None:
         files = [Path(p).name for p in ex.profiles]
         prof = resolve("profile", files[0], lambda v: v in files)
+        profile = ex.profiles[files.index(prof)]
         paths.update(trace=ex.traces[0],
                      calibration=ex.calibrations[0] if ex.calibrations else None,
-                     profile=ex.profiles[files.index(prof)],
-                     measurements=ex.measurements[0] if ex.measurements else None)
+                     profile=profile, measurements=matching_measurements(ex.measurements,
+                                                                         profile))
     origin = {s: f"example {Path(p).name}" for s, p in paths.items() if p}
     for slot, (name, path) in st.session_state.get(_UPLOADS, {}).items():
         paths[slot], origin[slot] = path, f"upload {name}"
