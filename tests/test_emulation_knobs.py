@@ -122,3 +122,23 @@ def test_the_probe_measures_the_paced_link():
     with Accelerator("cpu", link_gbps=1.0) as acc:
         spec = probe_platform(acc, torch.bfloat16)
     assert spec.link_bandwidth == pytest.approx(1e9, rel=0.25)
+
+
+@pytest.mark.slow
+def test_the_probe_is_stable_and_honours_the_host_speed():
+    """Decode-shape FLOP/s (a batch-1 product at the model's width on cache-resident weights)
+    and the bandwidths, probed three times: within 15 % of their median each time (five runs
+    on the 2-core VM spread +-6 %); a host 2x slower halves the CPU's FLOP/s."""
+    import numpy as np
+
+    from cope_core.mechanisms.probe import probe_platform
+    with Accelerator("cpu") as acc:
+        runs = [probe_platform(acc, torch.bfloat16, 2048) for _ in range(3)]
+    for field in ("gpu_flops", "gpu_bandwidth", "cpu_flops_per_thread",
+                  "cpu_bandwidth_per_thread"):
+        v = np.array([getattr(s, field) for s in runs])
+        assert np.all(np.abs(v / np.median(v) - 1) < 0.15), (field, v)
+    with Accelerator("cpu", cpu_slowdown=2.0) as acc:
+        slow = probe_platform(acc, torch.bfloat16, 2048)
+    base = np.median([s.cpu_flops_per_thread for s in runs])
+    assert slow.cpu_flops_per_thread / base == pytest.approx(0.5, rel=0.25)

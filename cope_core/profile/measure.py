@@ -372,7 +372,7 @@ def measure_profile(g: ModelGeometry, settings: ProfilerSettings = ProfilerSetti
     with Accelerator(settings.device, settings.accel_threads, link_gbps=settings.link_gbps,
                      cpu_slowdown=settings.cpu_slowdown) as acc:
         rig = profiler_rig(acc, g, dtype, max(contexts), settings.seed)
-        spec = probe_platform(acc, dtype)
+        spec = probe_platform(acc, dtype, g.hidden)   # FLOP/s at this model's width
         bench = Bench(rig)
         for threads in threads_list:
             with host_threads(threads):
