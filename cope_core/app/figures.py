@@ -54,6 +54,25 @@ def _wins(df: pd.DataFrame) -> list[str]:
     return out
 
 
+def _add_band(fig: go.Figure, x: np.ndarray, rows: pd.DataFrame, name: str) -> None:
+    """The 95 % band of ``rows`` (the winner at each K) along ``x``, when they have draws."""
+    lo, hi = _interval(rows)
+    if lo is None:
+        return
+    fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", line=dict(width=0), showlegend=False,
+                             hoverinfo="skip"))
+    fig.add_trace(go.Scatter(x=x, y=lo, mode="lines", line=dict(width=0), fill="tonexty",
+                             fillcolor="rgba(17,17,17,0.13)", name=name, hoverinfo="skip"))
+
+
+def _budget_line(current_gib: float | None) -> list[dict]:
+    """The current budget as a dashed vertical line (a layout shape), or none."""
+    if current_gib is None:
+        return []
+    return [dict(type="line", xref="x", yref="paper", x0=current_gib, x1=current_gib, y0=0,
+                 y1=1, line=dict(color="#111", dash="dash", width=1.2))]
+
+
 def tpot_bars(df: pd.DataFrame, title: str = "") -> go.Figure:
     """TPOT per candidate at one K, parts stacked (shared / experts / prefetch), best on top,
     the winner starred and outlined, each total with its 95 % interval when there are draws."""
@@ -101,14 +120,7 @@ def tpot_vs_budget(sweep: pd.DataFrame, g: ModelGeometry, regions: Sequence[Regi
     x_all = sweep_budgets(sweep, g)
     fig = go.Figure()
     win = sweep[sweep["winner"]].sort_values("experts_per_layer")
-    lo, hi = _interval(win)
-    if lo is not None:
-        xw = x_all[sweep.index.get_indexer(win.index)]
-        fig.add_trace(go.Scatter(x=xw, y=hi, mode="lines", line=dict(width=0),
-                                 showlegend=False, hoverinfo="skip"))
-        fig.add_trace(go.Scatter(x=xw, y=lo, mode="lines", line=dict(width=0), fill="tonexty",
-                                 fillcolor="rgba(17,17,17,0.13)", name="winner's 95 % band",
-                                 hoverinfo="skip"))
+    _add_band(fig, x_all[sweep.index.get_indexer(win.index)], win, "winner's 95 % band")
     for cand, sub in sweep.groupby("candidate", sort=False):
         idx = sub.index.to_numpy()
         pos = sweep.index.get_indexer(idx)
@@ -163,13 +175,7 @@ def best_vs_budget(sweep: pd.DataFrame, g: ModelGeometry, current_gib: float | N
     win = sweep[sweep["winner"]].sort_values("experts_per_layer")
     xw = x_all[sweep.index.get_indexer(win.index)]
     fig = go.Figure()
-    lo, hi = _interval(win)
-    if lo is not None:
-        fig.add_trace(go.Scatter(x=xw, y=hi, mode="lines", line=dict(width=0),
-                                 showlegend=False, hoverinfo="skip"))
-        fig.add_trace(go.Scatter(x=xw, y=lo, mode="lines", line=dict(width=0), fill="tonexty",
-                                 fillcolor="rgba(17,17,17,0.13)", name="95 % band",
-                                 hoverinfo="skip"))
+    _add_band(fig, xw, win, "95 % band")
     fig.add_trace(go.Scatter(
         x=xw, y=_ms(win["tpot_us"]), mode="lines+markers", name="best candidate",
         line=dict(color="#555", width=1.5),
@@ -184,11 +190,8 @@ def best_vs_budget(sweep: pd.DataFrame, g: ModelGeometry, current_gib: float | N
                                  line=dict(color="#111", dash="dot", width=1.5),
                                  hovertemplate="layer_partition<br>%{x:.2f} GiB<br>"
                                                "%{y:.3f} ms/token<extra></extra>"))
-    shapes = []
-    if current_gib is not None:
-        shapes.append(dict(type="line", xref="x", yref="paper", x0=current_gib, x1=current_gib,
-                           y0=0, y1=1, line=dict(color="#111", dash="dash", width=1.2)))
-    fig.update_layout(title=title, shapes=shapes, xaxis_title="VRAM budget (GiB)",
+    fig.update_layout(title=title, shapes=_budget_line(current_gib),
+                      xaxis_title="VRAM budget (GiB)",
                       yaxis_title="TPOT (ms per token)", height=330,
                       margin=dict(l=10, r=10, t=50, b=40), legend=dict(orientation="h", y=-0.3))
     return fig
@@ -320,11 +323,8 @@ def compare_figure(sweep: pd.DataFrame, current_gib: float | None = None,
             customdata=np.stack([sub["winner"], sub["experts_per_layer"]], axis=1),
             hovertemplate=plat + "<br>%{x:.2f} GiB (K = %{customdata[1]})<br>"
                           "%{customdata[0]} wins at %{y:.3f} ms/token<extra></extra>"))
-    shapes = []
-    if current_gib is not None:
-        shapes.append(dict(type="line", xref="x", yref="paper", x0=current_gib, x1=current_gib,
-                           y0=0, y1=1, line=dict(color="#111", dash="dash", width=1.2)))
-    fig.update_layout(title=title, shapes=shapes, xaxis_title="VRAM budget (GiB)",
+    fig.update_layout(title=title, shapes=_budget_line(current_gib),
+                      xaxis_title="VRAM budget (GiB)",
                       yaxis_title="best TPOT (ms per token)", height=460,
                       margin=dict(l=10, r=10, t=60, b=40), legend=dict(orientation="h", y=-0.2))
     return fig
