@@ -151,6 +151,96 @@ def resemblance_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def contention_rows(profiles: dict[str, Path]) -> list[dict]:
+    """Per grid setting and CPU-thread count: where its measured schedules depart most from the
+    composition of their isolated ops (``cope contention``), and how much of a prefetch copy a
+    running layer hides."""
+    sys.path.insert(0, str(ROOT))
+    from cope_core import parquet_io
+    from cope_core.estimate.contention import contention, prefetch_hiding
+    out = []
+    for name, path in profiles.items():
+        prof = parquet_io.read_profile(path)
+        for t, share in prof.operating_points():
+            df = contention(prof, t, share)
+            hi, lo = df.loc[df["excess_pct"].idxmax()], df.loc[df["excess_pct"].idxmin()]
+            pf = prefetch_hiding(prof, t, share)
+            out.append({"setting": name, "cpu_threads": t,
+                        "largest_excess": {k: _plain(hi[k]) for k in hi.index},
+                        "largest_shortfall": {k: _plain(lo[k]) for k in lo.index},
+                        "contention_rows": int((df["verdict"] == "contention").sum()),
+                        "faster_rows": int((df["verdict"] == "faster").sum()),
+                        "rows": len(df),
+                        "prefetch_hidden_pct": float(pf["hidden_pct"].mean()),
+                        "prefetch_isolated_us": float(pf["isolated_us"].iloc[0])})
+    return out
+
+
+def bias_rows(trace: Path, cal: Path, settings: dict[str, tuple[Path, Path]]) -> list[dict]:
+    """Per grid setting and CPU-thread count: each estimator's mean signed error (predicted
+    over measured TPOT, %) on the candidates of each residency. A ranking goes wrong where these
+    differ between residencies, whatever their common level."""
+    import warnings
+    sys.path.insert(0, str(ROOT))
+    from cope_core import parquet_io
+    from cope_core.estimate.evaluate import evaluation_pairs
+    tr, c = parquet_io.read_trace(trace), parquet_io.read_trace(cal)
+    out: list[dict] = []
+    for name, (prof, meas) in settings.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pairs = evaluation_pairs(tr, parquet_io.read_profile(prof),
+                                     parquet_io.read_measurements(meas), c,
+                                     estimators=("cope", "atomic"), draws=0)
+        for est, df in pairs.items():
+            df = df.assign(residency=df["candidate"].str.split("/").str[0])
+            per = df.groupby(["cpu_threads", "residency", "candidate"])[
+                ["predicted_us", "measured_us"]].mean()
+            per["err"] = 100.0 * (per["predicted_us"] / per["measured_us"] - 1.0)
+            for t, grp in per.groupby(level="cpu_threads"):
+                by = grp.groupby(level="residency")["err"].mean()
+                out.append({"setting": name, "cpu_threads": int(t), "estimator": est,
+                            **{r: float(v) for r, v in by.items()}})
+    order = {n: i for i, n in enumerate(settings)}
+    return sorted(out, key=lambda r: (order[r["setting"]], r["cpu_threads"],
+                                      r["estimator"] != "cope"))
+
+
+def bias_table(rows: list[dict]) -> str:
+    res = ["fixed", "mutable_per_layer", "mutable_cross_layer", "layer_partition"]
+    lines = ["Mean signed error (predicted over measured TPOT) of each estimator on the "
+             "candidates of each residency:", "",
+             "| setting | threads | estimator | " + " | ".join(res) + " |",
+             "|---|---|---|" + "---|" * len(res)]
+    for r in rows:
+        lines.append(f"| {r['setting']} | {r['cpu_threads']} | {r['estimator']} | "
+                     + " | ".join(f"{r[x]:+.1f} %" if x in r else "—" for x in res) + " |")
+    return "\n".join(lines)
+
+
+def _plain(v):
+    v = v.item() if hasattr(v, "item") else v
+    return None if isinstance(v, float) and v != v else v
+
+
+def contention_table(rows: list[dict]) -> str:
+    def row(r: dict) -> str:
+        return (f"{r['execution']} h={r['hits']} c={r['cpu']} u={r['staged']}: "
+                f"{r['excess_pct']:+.1f} % ({r['measured_us'] / 1e3:.1f} vs "
+                f"{r['composed_us'] / 1e3:.1f} ms)")
+    lines = ["Measured schedules against the composition of their isolated ops "
+             "(`cope contention`; the composition is what the atomic simulation charges):", "",
+             "| setting | threads | most above its composition (contention) | most below it "
+             "(better overlap) | rows beyond noise: slower / faster | prefetch hidden by a layer |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['setting']} | {r['cpu_threads']} | {row(r['largest_excess'])} | "
+                     f"{row(r['largest_shortfall'])} | {r['contention_rows']} / "
+                     f"{r['faster_rows']} of {r['rows']} | {r['prefetch_hidden_pct']:.0f} % of "
+                     f"{r['prefetch_isolated_us'] / 1e3:.1f} ms |")
+    return "\n".join(lines)
+
+
 def report(cells: list[dict], top1_prompts: dict[str, list[int]] | None = None) -> str:
     lines = ["| link | host | threads | K | measured winner | margin | beyond noise | COPE | "
              "atomic | HRM |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -263,14 +353,27 @@ def main(argv: list[str] | None = None) -> int:
                 c["same_policy"] = sorted(same - {c["measured"]})
                 cells.append(c)
     bar.close()
-    like = resemblance({tag(lk, sl): out / f"profile-{tag(lk, sl)}.parquet"
-                        for lk, sl in settings})
-    text = report(cells, top1) + "\n\n" + resemblance_table(like)
+    profiles = {tag(lk, sl): out / f"profile-{tag(lk, sl)}.parquet" for lk, sl in settings}
+    like = resemblance(profiles)
+    cont = contention_rows(profiles)
+    bias = bias_rows(trace, cal, {tag(lk, sl): (profiles[tag(lk, sl)],
+                                                out / f"measurements-{tag(lk, sl)}.parquet")
+                                  for lk, sl in settings})
+    text = (report(cells, top1) + "\n\n" + resemblance_table(like) + "\n\n"
+            + contention_table(cont) + "\n\n" + bias_table(bias))
+    prior = {}
+    if (out / "report.json").exists():      # a resumed run keeps the times of skipped steps
+        prior = json.loads((out / "report.json").read_text())
+    earlier = prior.get("seconds", {})
+    walls = prior.get("earlier_wall_seconds", []) + (
+        [prior["wall_seconds"]] if "wall_seconds" in prior else [])
     (out / "report.md").write_text(text + "\n")
     (out / "report.json").write_text(json.dumps({"cells": cells, "resemblance": like,
+                                                 "contention": cont, "bias": bias,
                                                  "top1_prompts": top1,
-                                                 "seconds": times,
-                                                 "wall_seconds": time.time() - start},
+                                                 "seconds": {**earlier, **times},
+                                                 "wall_seconds": time.time() - start,
+                                                 "earlier_wall_seconds": walls},
                                                 indent=1) + "\n")
     print(text)
     print(f"\nwall time this run: {time.time() - start:.0f} s (steps: "

@@ -387,7 +387,8 @@ def step_grid(man: Manifest, bar: tqdm, done: Path | None = None) -> None:
         elif f.name in ("report.md", "report.json"):
             man.add(f, kind="report", model=f"{g['model']} ({g['layers']} MoE layers)",
                     what="the grid's report: per cell the measured winner and margin, each "
-                         "estimator's pick, regret, tie-aware and strict top-1, MAPE",
+                         "estimator's pick, regret, tie-aware and strict top-1, MAPE; schedules "
+                         "against their isolated-op composition; signed error by residency",
                     commands=[shown], provenance=["measured here"])
 
 
@@ -404,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", choices=STEPS, help="run only these steps")
     ap.add_argument("--realdata", type=Path, default=ROOT.parent / "shared" / "realdata",
                     help="folder of the real routing data (default ../shared/realdata)")
+    ap.add_argument("--grid-from", type=Path, metavar="DIR",
+                    help="the grid step ships this finished `benchmarks/fidelity_grid.py` "
+                         "folder (run with the step's settings) instead of running the grid")
     a = ap.parse_args(argv)
     steps = [s for s in STEPS if not a.only or s in a.only]
     if "readme" not in steps:
@@ -414,7 +418,12 @@ def main(argv: list[str] | None = None) -> int:
         for step in bar:
             bar.write(f"== {step}")
             fn = globals()[f"step_{step}"]
-            fn(a.realdata, man, bar) if step == "calibrate" else fn(man, bar)
+            if step == "calibrate":
+                fn(a.realdata, man, bar)
+            elif step == "grid":
+                fn(man, bar, a.grid_from)
+            else:
+                fn(man, bar)
             man.save()
     total = sum(f.stat().st_size for f in DATA.rglob("*") if f.is_file())
     print(f"done in {time.perf_counter() - t0:.0f} s; data/ holds {total / 2**20:.1f} MiB")

@@ -67,4 +67,42 @@ def test_the_shipped_report_is_its_cells():
     assert len(data["cells"]) >= 6
     assert (SHIPPED / "report.md").read_text() == \
         g.report(data["cells"], data["top1_prompts"]) + "\n\n" \
-        + g.resemblance_table(data["resemblance"]) + "\n"
+        + g.resemblance_table(data["resemblance"]) + "\n\n" \
+        + g.contention_table(data["contention"]) + "\n\n" + g.bias_table(data["bias"]) + "\n"
+
+
+@pytest.mark.skipif(not (SHIPPED / "report.json").exists(), reason="no shipped grid")
+def test_the_shipped_contention_and_bias_come_from_the_shipped_files():
+    g = _grid()
+    data = json.loads((SHIPPED / "report.json").read_text())
+    names = sorted({r["setting"] for r in data["contention"]})
+    profiles = {n: SHIPPED / f"profile-{n}.parquet" for n in names}
+    assert sorted(map(json.dumps, g.contention_rows(profiles))) == \
+        sorted(map(json.dumps, data["contention"]))
+    bias = g.bias_rows(SHIPPED / "trace.parquet", SHIPPED / "calibration.parquet",
+                       {n: (profiles[n], SHIPPED / f"measurements-{n}.parquet") for n in names})
+    assert sorted(map(json.dumps, bias)) == sorted(map(json.dumps, data["bias"]))
+
+
+def test_contention_and_bias_tables_by_hand(tmp_path):
+    from tiny import tiny_profile
+
+    from cope_core import parquet_io
+    g = _grid()
+    ops = {("atomic", "gpu_expert", -1, -1, -1, n): v for n, v in enumerate([0.5, 3.0, 7.0])}
+    ops |= {("atomic", "cpu_expert", -1, -1, -1, n): v for n, v in enumerate([1.0, 20.0, 45.0])}
+    ops |= {("atomic", "act_copy", -1, -1, -1, 1): 8.0, ("atomic", "sync", -1, -1, -1, 1): 0.5,
+            ("atomic", "merge", -1, -1, -1, 1): 0.25, ("atomic", "prefetch", -1, -1, -1, 1): 6.0,
+            ("schedule", "parallel", 1, 1, 0, -1): 57.5}          # twice max(3, 28) + .75
+    path = tmp_path / "profile-x.parquet"
+    parquet_io.write_profile(tiny_profile(ops, operating_points=((8, 100.0),)), path)
+    (row,) = g.contention_rows({"x": path})
+    assert row["largest_excess"]["execution"] == "parallel"
+    assert row["largest_excess"]["excess_pct"] == pytest.approx(100.0)
+    assert row["prefetch_hidden_pct"] == pytest.approx(50.0)      # 3 of 6 beside a layer
+    text = g.contention_table([row])
+    assert "| x | 8 | parallel h=1 c=1 u=0: +100.0 % (0.1 vs 0.0 ms) |" in text
+    assert text.rstrip().endswith("| 50 % of 0.0 ms |")
+    rows = [{"setting": "x", "cpu_threads": 8, "estimator": "cope", "fixed": 1.25,
+             "mutable_per_layer": -2.0, "layer_partition": 0.0}]
+    assert "| x | 8 | cope | +1.2 % | -2.0 % | — | +0.0 % |" in g.bias_table(rows)

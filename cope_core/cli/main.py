@@ -17,7 +17,8 @@ from .args import ints, k_arg, share, shares
 #: Modules of this package that add sub-commands: each has ``register(subparsers)``, and every
 #: parser it adds sets ``func`` (``parser.set_defaults(func=...)``) to a function of ``args``
 #: that returns the exit status.
-PLUGINS: tuple[str, ...] = ("export_cmd", "trace_cmd", "app_cmd", "measure_cmd", "compare_cmd")
+PLUGINS: tuple[str, ...] = ("export_cmd", "trace_cmd", "app_cmd", "measure_cmd", "compare_cmd",
+                            "contention_cmd")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -145,22 +145,48 @@ def cope_costs(op: OperatingPoint, split: np.ndarray | None = None) -> LayerCost
                       shared_context=op.shared_context, shared_us=op.shared_us)
 
 
-def atomic_costs(op: OperatingPoint, split: np.ndarray | None = None) -> LayerCosts:
-    """Atomic-op simulation: isolated op costs, max where nominally overlapped, + where serial."""
-    k = op.top_k
-    if split is None:
-        split = cost_selected_split(op)[0]
+def atomic_layer(op: OperatingPoint, e: int, h, c, u, *, serial: bool = False) -> np.ndarray:
+    """One MoE layer composed from isolated op costs: execution ``e`` (index into
+    ``EXECUTIONS``) at ``h`` hits with ``c`` misses on the CPU and ``u`` staged.
+
+    The accelerator lane (resident experts), the CPU lane (CPU experts after the activation
+    copy) and the copy lane (staging) take their maximum where the execution nominally overlaps
+    them, or their sum with ``serial`` (the same ops one after another); staged compute, the
+    final sync and the merge follow. ``h``, ``c``, ``u`` may be arrays of one shape; costs keep
+    any leading draw dimensions of ``op``."""
     R, C = op.atomic["gpu_expert"], op.atomic["cpu_expert"]
     S, G = op.atomic["stage"], op.atomic["staged_gpu_expert"]
     A, F, M = _col(op.act_copy), _col(op.sync), _col(op.merge)
+    h, c, u = (np.asarray(v, np.int64) for v in (h, c, u))
+    join = np.add if serial else np.maximum
+    if e == _P:
+        lanes = join(R[..., h], C[..., c] + A)
+    elif e == _W:
+        lanes = S[..., u] + R[..., h] + G[..., u]       # serial by design: copies, then compute
+        return lanes + F + M
+    elif e == _R:
+        lanes = join(R[..., h], S[..., u])
+    elif e == _C:
+        lanes = join(join(R[..., h], C[..., c] + A), S[..., u])
+    else:
+        raise ValueError(f"unknown execution index {e}")
+    return lanes + (G[..., u] if e != _P else 0.0) + F + M
+
+
+def atomic_costs(op: OperatingPoint, split: np.ndarray | None = None) -> LayerCosts:
+    """Atomic-op simulation: isolated op costs, max where nominally overlapped, + where serial
+    (:func:`atomic_layer`)."""
+    k = op.top_k
+    if split is None:
+        split = cost_selected_split(op)[0]
     h = np.arange(k + 1)
     m = k - h
-    c, u = split, m - split
-    moe = np.stack([np.maximum(R[..., h], C[..., m] + A) + F + M,
-                    S[..., m] + R[..., h] + G[..., m] + F + M,
-                    np.maximum(R[..., h], S[..., m]) + G[..., m] + F + M,
-                    np.maximum(np.maximum(R[..., h], C[..., c] + A), S[..., u])
-                    + G[..., u] + F + M], axis=-2)
+    zero = np.zeros_like(h)
+    moe = np.stack([atomic_layer(op, _P, h, m, zero), atomic_layer(op, _W, h, zero, m),
+                    atomic_layer(op, _R, h, zero, m),
+                    atomic_layer(op, _C, h, split, m - split)], axis=-2)
+    R, C = op.atomic["gpu_expert"], op.atomic["cpu_expert"]
+    A, F, M = _col(op.act_copy), _col(op.sync), _col(op.merge)
     ones = np.ones((4, k + 1))
     A1, F1, M1 = A[..., 0], F[..., 0], M[..., 0]
     return LayerCosts("atomic", moe, split,
