@@ -159,18 +159,17 @@ def atomic_layer(op: OperatingPoint, e: int, h, c, u, *, serial: bool = False) -
     A, F, M = _col(op.act_copy), _col(op.sync), _col(op.merge)
     h, c, u = (np.asarray(v, np.int64) for v in (h, c, u))
     join = np.add if serial else np.maximum
-    if e == _P:
-        lanes = join(R[..., h], C[..., c] + A)
-    elif e == _W:
-        lanes = S[..., u] + R[..., h] + G[..., u]       # serial by design: copies, then compute
-        return lanes + F + M
+    if e == _P:                 # nothing staged: no staged compute either
+        return join(R[..., h], C[..., c] + A) + F + M
+    if e == _W:
+        lanes = S[..., u] + R[..., h]       # serial by design: every copy, then compute
     elif e == _R:
         lanes = join(R[..., h], S[..., u])
     elif e == _C:
         lanes = join(join(R[..., h], C[..., c] + A), S[..., u])
     else:
         raise ValueError(f"unknown execution index {e}")
-    return lanes + (G[..., u] if e != _P else 0.0) + F + M
+    return lanes + G[..., u] + F + M
 
 
 def atomic_costs(op: OperatingPoint, split: np.ndarray | None = None) -> LayerCosts:
