@@ -1,10 +1,12 @@
 """Profiles: atomic-operator costs against the roofline estimate, cost-selected schedule costs
-(h x c), shared cost against context; a second profile side by side."""
+(h x c), a measured profile's schedules against the composition of their isolated ops, shared
+cost against context; a second profile side by side."""
 import streamlit as st
 
 from cope_core.app import dataset as dsm
 from cope_core.app import figures_inputs, inputs, results, session
 from cope_core.errors import CopeInputError
+from cope_core.estimate.contention import contention, prefetch_hiding
 from cope_core.estimate.predict import profile_spec
 from cope_core.platforms import GPUS
 
@@ -54,6 +56,20 @@ for col, (label, prof) in zip(cols, profiles):
         st.plotly_chart(figures_inputs.schedule_heatmap(
             inputs.schedule_grid(opp), inputs.chosen_split(opp),
             title="cost_selected schedule (µs); ★ = split COPE picks"), key=f"sched_{label}")
+        if prof.analytic:
+            st.caption("Analytic: its schedules are composed from its operators by construction, "
+                       "so there is no contention to show.")
+        else:
+            st.plotly_chart(figures_inputs.contention_figure(
+                contention(prof, threads, share),
+                title="Schedules against their isolated operators (as `cope contention`)"),
+                key=f"contention_{label}")
+            st.dataframe(prefetch_hiding(prof, threads, share), hide_index=True)
+            st.caption("Composed: what the atomic simulation charges (isolated operators, the "
+                       "maximum where the execution overlaps them). Above 0: contention the "
+                       "composition misses; below: overlap it does not see. Colour: beyond the "
+                       "interquartile ranges or not. The table: what one prefetch adds beside a "
+                       "running layer (COPE's price) against the copy timed alone (atomic's).")
 st.plotly_chart(figures_inputs.shared_figure(
     {label: inputs.shared_frame(p.resolve(*(op if op in p.operating_points() else p.choose())))
      for label, p in profiles}, title="Shared per-token cost against context"),

@@ -455,6 +455,25 @@ def test_profiles_page_operating_point_and_comparison(qwen):
     assert any("ANALYTIC profile (h100" in m.value for m in at.markdown)
 
 
+def test_profiles_page_shows_a_measured_profiles_contention():
+    grid = ROOT / "data" / "platforms" / "cpu-emulated-grid"
+    if not (grid / "report.json").exists():
+        pytest.skip("no shipped grid")
+    from cope_core.estimate.contention import contention
+    at = open_app("profiles", example="mixtral-8x7b · 2 MoE layers",
+                  profile="profile-link-4-slow-2.parquet")
+    assert not at.error, [e.value for e in at.error]
+    fig = next(f for f in charts(at) if "isolated operators" in title(f))
+    prof = parquet_io.read_profile(grid / "profile-link-4-slow-2.parquet")
+    t, s = prof.choose()
+    want = contention(prof, t, s)
+    got = {x: y for tr in fig["data"] for x, y in zip(tr["x"], _arr(tr["y"]))}
+    np.testing.assert_allclose([got[f"{r.execution} h{r.hits} c{r.cpu} u{r.staged}"]
+                                for r in want.itertuples()], want["excess_pct"])
+    hid = next(d.value for d in at.dataframe if "hidden_pct" in d.value.columns)
+    assert hid["residency"].tolist() == ["mutable_per_layer", "mutable_cross_layer"]
+
+
 # --- Export ---------------------------------------------------------------------------------------
 @pytest.fixture
 def downloads(monkeypatch) -> dict[str, bytes]:

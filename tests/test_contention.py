@@ -140,3 +140,17 @@ def test_cope_contention_bad_input_is_one_line(tmp_path, capsys, extra, field):
     code = main(["contention", "--profile", str(path), *extra])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and field in err
+
+
+def test_contention_figure_is_the_table(table):
+    from cope_core.app.figures_inputs import contention_figure
+    df = table.reset_index()
+    fig = contention_figure(df)
+    # one trace per verdict present, together one bar per schedule row, in the table's order
+    assert sorted(t.name for t in fig.data) == sorted(set(df["verdict"]))
+    got = {x: y for t in fig.data for x, y in zip(t.x, t.y)}
+    assert len(got) == len(df)
+    assert got["parallel h1 c1 u0"] == pytest.approx(100 * (40 / 28.75 - 1))
+    assert next(t for t in fig.data if t.name == "contention").x.tolist() == \
+        ["parallel h1 c1 u0"]
+    assert list(fig.layout.xaxis.categoryarray)[0] == "parallel h0 c2 u0"

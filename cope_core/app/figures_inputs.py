@@ -99,6 +99,36 @@ def schedule_heatmap(grid: np.ndarray, split: np.ndarray, title: str = "") -> go
     return fig
 
 
+_VERDICT_COLOURS = {"contention": "#c0504d", "faster": "#4f81bd", "as composed": "#7f7f7f"}
+
+
+def contention_figure(df: pd.DataFrame, title: str = "") -> go.Figure:
+    """Each schedule's excess over the composition of its isolated ops (% of the composition),
+    one bar per (execution, h, c, u) of a :func:`~cope_core.estimate.contention.contention`
+    frame, coloured by its verdict; the hover gives the measured, composed and serial costs."""
+    labels = [f"{e} h{h} c{c} u{u}" for e, h, c, u in
+              zip(df["execution"], df["hits"], df["cpu"], df["staged"])]
+    fig = go.Figure()
+    for verdict, colour in _VERDICT_COLOURS.items():
+        sel = (df["verdict"] == verdict).to_numpy()
+        if not sel.any():
+            continue
+        sub = df[sel]
+        fig.add_trace(go.Bar(
+            x=np.asarray(labels)[sel], y=sub["excess_pct"], name=verdict, marker_color=colour,
+            customdata=np.stack([sub["measured_us"] / 1e3, sub["composed_us"] / 1e3,
+                                 sub["serial_us"] / 1e3], axis=-1),
+            hovertemplate="%{x}: %{y:+.1f} %<br>measured %{customdata[0]:.3f} ms, composed "
+                          "%{customdata[1]:.3f} ms, serial %{customdata[2]:.3f} ms"
+                          "<extra></extra>"))
+    fig.add_hline(y=0.0, line_color="#444")
+    fig.update_layout(title=title, yaxis_title="measured over composed (%)",
+                      xaxis=dict(categoryorder="array", categoryarray=labels, tickangle=-45),
+                      height=420, margin=dict(l=10, r=10, t=60, b=40),
+                      legend=dict(orientation="h", y=1.02, x=0, yanchor="bottom"))
+    return fig
+
+
 def shared_figure(frames: dict[str, pd.DataFrame], title: str = "") -> go.Figure:
     """Shared per-token cost against context, one line per profile."""
     fig = go.Figure()
