@@ -62,9 +62,13 @@ for col, (label, prof) in zip(cols, profiles):
         else:
             st.plotly_chart(figures_inputs.contention_figure(
                 contention(prof, threads, share),
-                title="Schedules against their isolated operators (as `cope contention`)"),
+                title="Schedules against their isolated operators (as cope contention)"),
                 key=f"contention_{label}")
-            st.dataframe(prefetch_hiding(prof, threads, share), hide_index=True)
+            st.dataframe(prefetch_hiding(prof, threads, share), hide_index=True, column_config={
+                "beside_layer_us": st.column_config.NumberColumn("a prefetch beside a layer, µs",
+                                                                 format="%.0f"),
+                "isolated_us": st.column_config.NumberColumn("the copy alone, µs", format="%.0f"),
+                "hidden_pct": st.column_config.NumberColumn("hidden, %", format="%.1f")})
             st.caption("Composed: what the atomic simulation charges (isolated operators, the "
                        "maximum where the execution overlaps them). Above 0: contention the "
                        "composition misses; below: overlap it does not see. Colour: beyond the "
