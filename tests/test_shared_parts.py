@@ -123,14 +123,18 @@ def test_bad_part_rows(tmp_path, edit, says):
 @pytest.mark.slow
 def test_a_cut_profile_predicts_the_whole_model_as_well_as_its_own():
     """Profile 2 of 6 MoE layers (one dense block, a shared expert) and the full 6; measure the
-    6-layer model. The cut's shared work per token is within 20 % of the full profile's (pricing
+    6-layer model. The cut's shared work per token is within 30 % of the full profile's (pricing
     only the cut's own 2 MoE blocks would be far short), its TPOT predictions within
     15 MAPE points of the full profile's and its error against a directly timed whole token within
     15 points. The tolerances are the spread of repeats on the 2-core machines with margin: five
     repeats gave ratio -1.5..+7.2 %, MAPE difference <= 2.2 points, error difference <= 0.08; a
     CI run on a busier machine gave a MAPE difference of 8.8 points (26.4 vs 17.6 %), as two
-    profiling runs of one model differ by that much at this size; mis-scaled shared work would be
-    tens of points off. Hidden 512 was too noisy (ratio up to +25 %).
+    profiling runs of one model differ by that much at this size, and one (2026-12-01) a shared
+    ratio of +22 % (the cut profiled in a slow minute: +27.7 % against the measured token, the
+    full profile +4.6 %). Shared work priced from the cut's own 2 of 6 MoE blocks alone would be
+    about 36 % short (the roofline of this geometry): the ratio test catches it at the edge, the
+    error test against the directly timed token (15 points) clearly. Hidden 512 was too noisy
+    (ratio up to +25 %).
     benchmarks/bench_shared_transfer.py runs the same at DeepSeek-V2-Lite's size."""
     import importlib.util
     from pathlib import Path
@@ -154,7 +158,7 @@ def test_a_cut_profile_predicts_the_whole_model_as_well_as_its_own():
     r = bench.transfer(g, 2, 6, prompts=2, tokens=12, K=4, candidates=None, trials=2,
                        settings=settings, shared_rule=quick)
     cut, full = r.mape_pct
-    assert abs(r.shared_predicted_us[cut] / r.shared_predicted_us[full] - 1) < 0.20, r.lines()
+    assert abs(r.shared_predicted_us[cut] / r.shared_predicted_us[full] - 1) < 0.30, r.lines()
     assert r.mape_pct[cut] <= r.mape_pct[full] + 15.0, r.lines()
     err = {n: abs(r.shared_predicted_us[n] / r.shared_measured_us - 1) for n in (cut, full)}
     assert err[cut] <= err[full] + 0.15, r.lines()
