@@ -409,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the grid step ships this finished `benchmarks/fidelity_grid.py` "
                          "folder (run with the step's settings) instead of running the grid")
     a = ap.parse_args(argv)
+    if a.grid_from is not None and not (a.grid_from / "report.json").is_file():
+        ap.error(f"--grid-from {a.grid_from}: no report.json there; expected a finished "
+                 "benchmarks/fidelity_grid.py folder")
     steps = [s for s in STEPS if not a.only or s in a.only]
     if "readme" not in steps:
         steps.append("readme")
