@@ -158,6 +158,7 @@ def contention_rows(profiles: dict[str, Path]) -> list[dict]:
     sys.path.insert(0, str(ROOT))
     from cope_core import parquet_io
     from cope_core.estimate.contention import contention, prefetch_hiding
+    from cope_core.files import plain
     out = []
     for name, path in profiles.items():
         prof = parquet_io.read_profile(path)
@@ -166,8 +167,8 @@ def contention_rows(profiles: dict[str, Path]) -> list[dict]:
             hi, lo = df.loc[df["excess_pct"].idxmax()], df.loc[df["excess_pct"].idxmin()]
             pf = prefetch_hiding(prof, t, share)
             out.append({"setting": name, "cpu_threads": t,
-                        "largest_excess": {k: _plain(hi[k]) for k in hi.index},
-                        "largest_shortfall": {k: _plain(lo[k]) for k in lo.index},
+                        "largest_excess": plain(hi.to_dict()),
+                        "largest_shortfall": plain(lo.to_dict()),
                         "contention_rows": int((df["verdict"] == "contention").sum()),
                         "faster_rows": int((df["verdict"] == "faster").sum()),
                         "rows": len(df),
@@ -216,11 +217,6 @@ def bias_table(rows: list[dict]) -> str:
         lines.append(f"| {r['setting']} | {r['cpu_threads']} | {r['estimator']} | "
                      + " | ".join(f"{r[x]:+.1f} %" if x in r else "—" for x in res) + " |")
     return "\n".join(lines)
-
-
-def _plain(v):
-    v = v.item() if hasattr(v, "item") else v
-    return None if isinstance(v, float) and v != v else v
 
 
 def contention_table(rows: list[dict]) -> str:

@@ -455,14 +455,23 @@ def test_profiles_page_operating_point_and_comparison(qwen):
     assert any("ANALYTIC profile (h100" in m.value for m in at.markdown)
 
 
-def test_profiles_page_shows_a_measured_profiles_contention():
-    grid = ROOT / "data" / "platforms" / "cpu-emulated-grid"
-    if not (grid / "report.json").exists():
+GRID = ROOT / "data" / "platforms" / "cpu-emulated-grid"
+
+
+def open_grid(page: str) -> AppTest:
+    """``page`` on the shipped controlled grid's example at its 4 GB/s setting."""
+    if not (GRID / "report.json").exists():
         pytest.skip("no shipped grid")
-    from cope_core.estimate.contention import contention
-    at = open_app("profiles", example="mixtral-8x7b · 2 MoE layers",
+    at = open_app(page, example="mixtral-8x7b · 2 MoE layers",
                   profile="profile-link-4-slow-2.parquet")
     assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def test_profiles_page_shows_a_measured_profiles_contention():
+    from cope_core.estimate.contention import contention
+    grid = GRID
+    at = open_grid("profiles")
     fig = next(f for f in charts(at) if "isolated operators" in title(f))
     prof = parquet_io.read_profile(grid / "profile-link-4-slow-2.parquet")
     t, s = prof.choose()
@@ -668,12 +677,8 @@ def test_compare_page_equals_the_library(qwen):
 
 
 def test_the_grid_is_browsable_one_profile_per_setting():
-    grid = ROOT / "data" / "platforms" / "cpu-emulated-grid"
-    if not (grid / "report.json").exists():
-        pytest.skip("no shipped grid")
-    at = open_app("measured", example="mixtral-8x7b · 2 MoE layers",
-                  profile="profile-link-4-slow-2.parquet")
-    assert not at.error, [e.value for e in at.error]
+    grid = GRID
+    at = open_grid("measured")
     assert at.selectbox(key="_w_profile").options == [
         "profile-link-1-slow-1.parquet", "profile-link-4-slow-2.parquet",
         "profile-link-unpaced-slow-4.parquet"]

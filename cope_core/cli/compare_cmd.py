@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
                   seed=args.seed)
     if args.json:
         print_json({"vram_gib": cmp.vram_gib, "estimator": args.estimator,
-                    "platforms": [_clean(r) for r in cmp.at_budget.to_dict("records")],
-                    "sweep": [_clean(r) for r in cmp.sweep.to_dict("records")]})
+                    "platforms": cmp.at_budget.to_dict("records"),
+                    "sweep": cmp.sweep.to_dict("records")})
         return 0
     print(f"trace {args.trace}: {trace.source.upper()} {trace.model.name}, {trace.n_prompts} "
           f"prompts | budget {args.vram_gib:g} GiB | estimator {args.estimator}")
@@ -73,12 +73,3 @@ def run(args: argparse.Namespace) -> int:
           "memory than the budget is compared at all of its own")
     return 0
 
-
-def _clean(row: dict) -> dict:
-    """Strict JSON: NaN as null, numpy scalars as Python numbers."""
-    out = {}
-    for k, v in row.items():
-        if hasattr(v, "item"):
-            v = v.item()
-        out[k] = None if isinstance(v, float) and not math.isfinite(v) else v
-    return out

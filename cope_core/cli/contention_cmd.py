@@ -37,11 +37,6 @@ def _points(prof, args) -> list[tuple[int, float]]:
     return [prof.choose(args.cpu_threads, args.gpu_share)]
 
 
-def _num(v):
-    v = v.item() if hasattr(v, "item") else v
-    return None if isinstance(v, float) and not math.isfinite(v) else v
-
-
 def run(args: argparse.Namespace) -> int:
     prof = parquet_io.read_profile(args.profile)
     points = _points(prof, args)
@@ -49,8 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"profile": str(args.profile), "operating_points": [
             {"cpu_threads": t, "gpu_share": s,
-             "schedules": [{k: _num(v) for k, v in r.items()} for r in df.to_dict("records")],
-             "prefetch": [{k: _num(v) for k, v in r.items()} for r in pf.to_dict("records")]}
+             "schedules": df.to_dict("records"), "prefetch": pf.to_dict("records")}
             for t, s, df, pf in result]})
         return 0
     plat = prof.platform

@@ -10,7 +10,7 @@ from .accelerator import cpu_cores, cpu_name
 from .threads import host_threads
 from .timing import StopRule, round_robin, timed
 
-#: Every quantity gets at least 5 samples, spread over at least a second by sampling in turns.
+#: Every quantity gets at least 5 samples, spread over at least two seconds by sampling in turns.
 _RULE = StopRule(warmup=1, min_samples=5, max_samples=15, batch=2, rel_tol=0.05, max_seconds=4.0)
 _MIN_SECONDS, _BUDGET_SECONDS = 2.0, 4.0
 
@@ -51,14 +51,14 @@ def _gemv(alloc, hidden: int, dtype: torch.dtype):
 
 
 def probe_platform(acc, dtype: torch.dtype, hidden: int = 4096) -> PlatformSpec:
-    """Measure the peak numbers of ``acc`` and the host (a second or two on a small CPU).
+    """Measure the peak numbers of ``acc`` and the host (about two seconds on a small CPU).
 
     FLOP/s are those of a batch-1 product at the model's width ``hidden`` in ``dtype`` on
     cache-resident weights — what decode's experts and blocks can reach when memory is not the
     limit; bandwidths come from streaming copies. (A large square matrix product, the probe of
     round 1, measures a peak decode never sees: 0.94 GF/s in bfloat16 on one 2-core VM, 82 GF/s
     on another, both far from the 5-10 GF/s a decode GEMV reaches there.) Each quantity is its
-    fastest of at least five samples, taken in turns over at least a second: one burst of other
+    fastest of at least five samples, taken in turns over at least two seconds: one burst of other
     work on a busy machine cannot spoil one number alone (round 2's single-pass median let a CI
     run's FLOP/s come out 33 % low)."""
     cuda = acc.kind == "cuda"
