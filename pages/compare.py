@@ -26,14 +26,12 @@ names = session.bound(
     valid=lambda v: isinstance(v, list) and set(v) <= set(opts),
     label="Platforms (2-4)", options=opts, max_selections=compare_view.MAX_PLATFORMS,
     format_func=lambda v: compare_view.label(v, ds.profile))
-custom = list(compare_view.CUSTOM_DEFAULT)
+custom = compare_view.CUSTOM_DEFAULT
 if compare_view.CUSTOM in names:
     with st.expander("Custom platform", expanded=True):
-        cols = st.columns(len(compare_view.CUSTOM_FIELDS))
-        for i, (field, default) in enumerate(zip(compare_view.CUSTOM_FIELDS, custom)):
-            with cols[i]:
-                custom[i] = st.number_input(field.replace("_", " "), min_value=0.01,
-                                            value=float(default), key=f"_w_custom_{field}")
+        custom = session.bound_numbers("custom", compare_view.CUSTOM_FIELDS,
+                                       default=compare_view.CUSTOM_DEFAULT,
+                                       min_value=compare_view.CUSTOM_MIN)
 if len(names) < 2:
     st.info("Choose at least two platforms to compare.")
     st.stop()

@@ -670,10 +670,35 @@ def test_compare_page_equals_the_library(qwen):
     assert table["platform"].tolist() == ["this profile (analytic, rtx4090)", "custom platform"]
     assert table["kind"].tolist() == ["ANALYTIC", "ANALYTIC"]
     assert at.query_params["plat"] in ("this,custom", ["this,custom"])
+    assert at.query_params["custom"] in ("400,1008,24,31.5,16,150", ["400,1008,24,31.5,16,150"])
     # fewer than two: said, nothing computed
     at.multiselect(key="_w_plat").set_value(["this"])
     rerun(at)
     assert any("at least two platforms" in i.value for i in at.info) and not at.dataframe
+
+
+def test_a_shared_link_carries_the_custom_platform(qwen):
+    """The custom platform's numbers come back from the URL; nonsense there falls back to the
+    defaults (too few numbers, or one below the inputs' minimum)."""
+    from cope_core.app import compare_view
+    from cope_core.estimate.compare import compare
+    tr, cal, prof = qwen
+    at = open_app("compare", plat="this,custom", vram="16", custom="400,2000,48,64,8,200")
+    assert [at.number_input(key=f"_w_custom_{f}").value for f in compare_view.CUSTOM_FIELDS] \
+        == [400.0, 2000.0, 48.0, 64.0, 8.0, 200.0]
+    spec, vram = compare_view.custom_spec((400.0, 2000.0, 48.0, 64.0, 8.0, 200.0))
+    assert (spec.gpu_flops, spec.link_bandwidth, vram) == (400e12, 64e9, 48.0)
+    plats = compare_view.build(["this", "custom"], prof, (400.0, 2000.0, 48.0, 64.0, 8.0, 200.0),
+                               (32, 100.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = compare(tr, plats, 16.0, cal, cpu_threads=32, gpu_share=100.0)
+    np.testing.assert_allclose(at.dataframe[0].value["TPOT ms"], ref.at_budget["tpot_us"] / 1e3)
+    for junk in ("400,2000", "400,2000,48,64,8,0.001", "400,x,48,64,8,200"):
+        at = open_app("compare", plat="this,custom", custom=junk)
+        assert [at.number_input(key=f"_w_custom_{f}").value
+                for f in compare_view.CUSTOM_FIELDS] == list(compare_view.CUSTOM_DEFAULT), junk
+        assert not at.exception, junk
 
 
 def test_the_grid_is_browsable_one_profile_per_setting():

@@ -16,6 +16,8 @@ THIS, CUSTOM = "this", "custom"
 #: The custom platform's fields and defaults: an RTX 4090-like card on PCIe 4, 16 host threads.
 CUSTOM_FIELDS = ("gpu_tflops", "gpu_gbs", "vram_gib", "link_gbs", "cpu_threads", "cpu_gbs")
 CUSTOM_DEFAULT = (165.2, 1008.0, 24.0, 31.5, 16.0, 150.0)
+#: The smallest number the custom platform's inputs take.
+CUSTOM_MIN = 0.01
 MAX_PLATFORMS = 4
 
 
@@ -46,11 +48,16 @@ def default_choice(profile: Profile) -> list[str]:
 
 
 def parse_custom(text: str) -> tuple[float, ...]:
-    """``"TFLOPS,GBS,VRAM,LINK,THREADS,CPUGBS"`` -> six positive numbers."""
+    """``"TFLOPS,GBS,VRAM,LINK,THREADS,CPUGBS"`` (the URL's ``custom``) -> six finite numbers
+    of at least :data:`CUSTOM_MIN`; ValueError otherwise."""
     vals = tuple(float(x) for x in text.split(","))
-    if len(vals) != len(CUSTOM_FIELDS) or not all(np.isfinite(vals)) or min(vals) <= 0:
+    if len(vals) != len(CUSTOM_FIELDS) or not all(np.isfinite(vals)) or min(vals) < CUSTOM_MIN:
         raise ValueError(text)
     return vals
+
+
+def format_custom(values: Sequence[float]) -> str:
+    return ",".join(f"{float(v):g}" for v in values)
 
 
 def custom_spec(values: Sequence[float]) -> tuple[PlatformSpec, float]:

@@ -145,6 +145,26 @@ def bound(name: str, widget: Callable[..., Any], *, default: Any,
     return value
 
 
+def bound_numbers(name: str, fields: Sequence[str], *, default: Sequence[float],
+                  valid: Callable[[Any], bool] = lambda v: True, **kwargs: Any
+                  ) -> tuple[float, ...]:
+    """A row of ``st.number_input``, one per field, whose values are kept together as the
+    tuple setting ``name`` (in the session and the URL), so a shared link carries them all.
+
+    Each input is seeded from the setting whenever its state is missing (first run, a page
+    switch, the row hidden and shown again), as :func:`bound` does for one widget."""
+    cur = resolve(name, tuple(default), lambda v: len(v) == len(fields) and valid(v), tuple)
+    values = []
+    for field, col, seed in zip(fields, st.columns(len(fields)), cur):
+        key = f"_w_{name}_{field}"
+        if key not in st.session_state:
+            st.session_state[key] = float(seed)
+        with col:
+            values.append(float(st.number_input(field.replace("_", " "), key=key, **kwargs)))
+    remember(name, tuple(values))
+    return tuple(values)
+
+
 # --- the dataset ----------------------------------------------------------------------------------
 #: The example shown first, when it is shipped (the README's main example).
 PREFERRED_EXAMPLE = "qwen3-30b-a3b"

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..estimate.costs import ESTIMATORS
 from ..matrix import CANDIDATE_IDS, EXECUTIONS, RESIDENCIES
+from .compare_view import format_custom, parse_custom
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ CODECS: dict[str, Codec] = {
     "cand": _TEXT,             # candidate to export ("best" or an id)
     "strict": _FLAG,           # Export: a runtime that cannot run the candidate is an error
     "plat": _NAMES,            # Compare: platforms (catalog names, "this", "custom")
+    "custom": Codec(parse_custom, format_custom),  # Compare: the custom platform's six numbers
 }
 
 
