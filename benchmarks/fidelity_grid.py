@@ -200,11 +200,44 @@ def bias_rows(trace: Path, cal: Path, settings: dict[str, tuple[Path, Path]]) ->
             per["err"] = 100.0 * (per["predicted_us"] / per["measured_us"] - 1.0)
             for t, grp in per.groupby(level="cpu_threads"):
                 by = grp.groupby(level="residency")["err"].mean()
+                err = {c: float(v) for (_, _, c), v in grp["err"].items()}
                 out.append({"setting": name, "cpu_threads": int(t), "estimator": est,
-                            **{r: float(v) for r, v in by.items()}})
+                            **{r: float(v) for r, v in by.items()},
+                            "gap": residency_gaps(err)})
     order = {n: i for i, n in enumerate(settings)}
     return sorted(out, key=lambda r: (order[r["setting"]], r["cpu_threads"],
                                       r["estimator"] != "cope"))
+
+
+EXECS = ("parallel", "wait_then_gpu", "ready_first", "cost_selected")
+MUTABLE = ("mutable_per_layer", "mutable_cross_layer")
+
+
+def residency_gaps(err: dict[str, float]) -> dict[str, float]:
+    """Per execution: the mutable residencies' mean signed error (``err`` by candidate id, %)
+    minus the fixed residency's with the same execution, in points. Negative: the estimator
+    prices the mutable residency too cheap against fixed, which is how it comes to pick a
+    mutable candidate where fixed wins."""
+    out: dict[str, float] = {}
+    for e in EXECS:
+        mut = [err[f"{r}/{e}"] for r in MUTABLE if f"{r}/{e}" in err]
+        if mut and f"fixed/{e}" in err:
+            out[e] = sum(mut) / len(mut) - err[f"fixed/{e}"]
+    return out
+
+
+def gap_table(rows: list[dict]) -> str:
+    lines = ["Residency gap by execution: the mutable residencies' mean signed error minus the "
+             "fixed residency's, same execution, in points (negative: mutable priced too cheap "
+             "against fixed):", "",
+             "| setting | threads | estimator | " + " | ".join(EXECS) + " |",
+             "|---|---|---|" + "---|" * len(EXECS)]
+    for r in rows:
+        gap = r.get("gap", {})
+        lines.append(f"| {r['setting']} | {r['cpu_threads']} | {r['estimator']} | "
+                     + " | ".join(f"{gap[e]:+.1f}" if e in gap else "—" for e in EXECS)
+                     + " |")
+    return "\n".join(lines)
 
 
 def bias_table(rows: list[dict]) -> str:
@@ -356,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                                                 out / f"measurements-{tag(lk, sl)}.parquet")
                                   for lk, sl in settings})
     text = (report(cells, top1) + "\n\n" + resemblance_table(like) + "\n\n"
-            + contention_table(cont) + "\n\n" + bias_table(bias))
+            + contention_table(cont) + "\n\n" + bias_table(bias) + "\n\n" + gap_table(bias))
     prior = {}
     if (out / "report.json").exists():      # a resumed run keeps the times of skipped steps
         prior = json.loads((out / "report.json").read_text())

@@ -68,7 +68,8 @@ def test_the_shipped_report_is_its_cells():
     assert (SHIPPED / "report.md").read_text() == \
         g.report(data["cells"], data["top1_prompts"]) + "\n\n" \
         + g.resemblance_table(data["resemblance"]) + "\n\n" \
-        + g.contention_table(data["contention"]) + "\n\n" + g.bias_table(data["bias"]) + "\n"
+        + g.contention_table(data["contention"]) + "\n\n" + g.bias_table(data["bias"]) \
+        + "\n\n" + g.gap_table(data["bias"]) + "\n"
 
 
 @pytest.mark.skipif(not (SHIPPED / "report.json").exists(), reason="no shipped grid")
@@ -106,3 +107,10 @@ def test_contention_and_bias_tables_by_hand(tmp_path):
     rows = [{"setting": "x", "cpu_threads": 8, "estimator": "cope", "fixed": 1.25,
              "mutable_per_layer": -2.0, "layer_partition": 0.0}]
     assert "| x | 8 | cope | +1.2 % | -2.0 % | — | +0.0 % |" in g.bias_table(rows)
+    # the gap: mean of the mutable residencies' errors minus fixed's, per execution
+    err = {"fixed/parallel": 1.0, "mutable_per_layer/parallel": -4.0,
+           "mutable_cross_layer/parallel": -6.0, "fixed/ready_first": 2.0,
+           "mutable_cross_layer/ready_first": 2.5, "mutable_per_layer/cost_selected": 3.0}
+    assert g.residency_gaps(err) == {"parallel": -6.0, "ready_first": 0.5}   # no fixed/cs
+    rows[0]["gap"] = g.residency_gaps(err)
+    assert "| x | 8 | cope | -6.0 | — | +0.5 | — |" in g.gap_table(rows)

@@ -178,13 +178,19 @@ class Bench:
             sh.end_token()
         return lambda: timed(run)
 
-    def prefetch(self, residency: Residency, q: int, context: int) -> Sampler:
+    def prefetch(self, residency: Residency, q: int, context: int,
+                 cpu_misses: int = 0) -> Sampler:
         """Extra cost of the residency's per-layer step with ``q`` inserted experts, measured
-        alongside expert execution: a fully resident layer, the next block's shared work, and
-        the next layer's wait for the copy, with the step minus without it (paired samples).
-        The step runs on a real cache state (2 layers, ``2 * top_k`` slots each), so the victim
-        and the copy are the ones the residency would choose."""
+        alongside expert execution: a ``parallel`` layer (fully resident for the profile's
+        rows; ``cpu_misses`` of its routed experts computed on the CPU instead, for
+        ``benchmarks/prefetch_beside.py``), the next block's shared work, and the next layer's
+        wait for the copy, with the step minus without it (paired samples). The step runs on a
+        real cache state (2 layers, ``2 * top_k`` slots each), so the victim and the copy are
+        the ones the residency would choose."""
         rig, runner, k = self.rig, self.rig.runner, self.g.top_k
+        if not 0 <= cpu_misses <= k:
+            raise CopeInputError(f"expected 0..{k} CPU misses beside a prefetch, got "
+                                 f"{cpu_misses}", field="cpu_misses")
         P = rig.store.experts
         state = make_state(residency, np.tile(np.arange(P), (2, 1)), P - k)
         nxt = min(1, self.g.n_layers - 1)
@@ -192,7 +198,10 @@ class Bench:
 
         def window(step: bool) -> float:
             resident0 = np.flatnonzero(state.slot_of[0] >= 0)
-            ids = resident0[(next(self._turn) + np.arange(k)) % len(resident0)]
+            absent0 = np.flatnonzero(state.slot_of[0] < 0)
+            turn = next(self._turn)
+            ids = np.concatenate([resident0[(turn + np.arange(k - cpu_misses)) % len(resident0)],
+                                  absent0[(turn + np.arange(cpu_misses)) % max(len(absent0), 1)]])
             hits, misses = state.lookup(0, ids)
             if step:
                 layer1 = state.slot_of[1]
