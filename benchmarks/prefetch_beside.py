@@ -12,7 +12,6 @@ prefetch in both surroundings with the profiler's own sampler (``Bench.prefetch`
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import replace

@@ -13,6 +13,7 @@ from tiny import tiny_geometry, tiny_trace
 
 from cope_core import parquet_io
 from cope_core.cli.main import main
+from cope_core.errors import CopeInputError
 from cope_core.estimate.metrics import winners_by_k
 from cope_core.estimate.predict import predict, profile_spec
 from cope_core.executor.decode import CandidateDecoder
@@ -22,8 +23,13 @@ from cope_core.matrix import CANDIDATE_IDS, CANDIDATES, Residency, get_candidate
 from cope_core.mechanisms import Accelerator, Rig, StopRule, host_threads
 from cope_core.mechanisms.experts import close_to_reference, dense_reference
 from cope_core.platforms import PlatformSpec
-from cope_core.profile.data import required_keys
-from cope_core.profile.measure import ProfilerSettings, measure_cost_selected_split, measure_profile
+from cope_core.profile.data import beside_keys, required_keys
+from cope_core.profile.measure import (
+    Bench,
+    ProfilerSettings,
+    measure_cost_selected_split,
+    measure_profile,
+)
 from cope_core.replay.engine import replay
 from cope_core.trace.data import fill_order
 from cope_core.trace.synth import synthesize
@@ -157,6 +163,14 @@ def test_measured_cost_selected_split_is_a_valid_share(acc):
     assert all(0 <= split[h] <= G.top_k - h for h in range(G.top_k + 1))
 
 
+def test_a_prefetch_beside_more_cpu_misses_than_routed_is_refused(acc):
+    rig = Rig.build(acc, G, torch.bfloat16, pool_slots=4, max_context=8)
+    with pytest.raises(CopeInputError, match=r"expected 0\.\.2 CPU misses"):
+        Bench(rig).prefetch(Residency.MUTABLE_PER_LAYER, 1, 8, cpu_misses=3)
+    sample = Bench(rig).prefetch(Residency.MUTABLE_PER_LAYER, 1, 8, cpu_misses=G.top_k)
+    assert np.isfinite(sample())         # a window with every routed expert on the CPU runs
+
+
 # --- the profiler ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
@@ -176,7 +190,7 @@ def test_profile_has_every_row_with_sane_statistics(measured):
     t = back.table
     keys = {tuple(r) for r in t[["kind", "name", "hits", "cpu", "staged", "count", "context"]]
             .itertuples(index=False)}
-    assert set(required_keys(G.top_k)) <= keys
+    assert set(required_keys(G.top_k)) | set(beside_keys(G.top_k)) <= keys
     shared = t[t.kind == "shared"]
     assert sorted(shared[shared.name == "moe_block"]["context"]) == [16, 64]
     assert shared[shared.name == "head"]["context"].tolist() == [-1]

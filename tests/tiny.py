@@ -10,7 +10,7 @@ import pandas as pd
 
 from cope_core.geometry import ModelGeometry
 from cope_core.matrix import CANDIDATE_IDS
-from cope_core.profile.data import COLUMNS, Profile, required_keys
+from cope_core.profile.data import COLUMNS, Profile, beside_keys, required_keys
 from cope_core.trace.data import Trace
 
 #: The two operating points of :func:`tiny_profile`: (cpu_threads, gpu_share).
@@ -86,10 +86,11 @@ CostSpec = Callable[[Mapping[str, Any]], float] | Mapping[tuple, float] | None
 
 def tiny_profile(costs: CostSpec = None, *, operating_points=TINY_OPERATING_POINTS,
                  contexts=TINY_CONTEXTS, geometry: ModelGeometry | None = None,
-                 parts: bool = False) -> Profile:
+                 parts: bool = False, beside: bool = False) -> Profile:
     """A complete profile: every required row plus shared rows at ``contexts``, per op point:
     whole tokens (``decode``, a ``cope.profile/1`` profile) or, with ``parts``, per part
-    (``moe_block``, ``dense_block`` when the geometry has dense blocks, ``head``: ``/2``).
+    (``moe_block``, ``dense_block`` when the geometry has dense blocks, ``head``: ``/2``);
+    ``beside`` adds the optional prefetch rows beside CPU misses (``beside_keys``).
 
     Parameters
     ----------
@@ -101,7 +102,7 @@ def tiny_profile(costs: CostSpec = None, *, operating_points=TINY_OPERATING_POIN
         name get :func:`default_cost`.
     """
     g = geometry or tiny_geometry()
-    keys = [tuple(k) for k in required_keys(g.top_k)]
+    keys = [tuple(k) for k in required_keys(g.top_k) + (beside_keys(g.top_k) if beside else [])]
     if parts:
         names = ("moe_block", "dense_block") if g.dense_layers else ("moe_block",)
         keys += [("shared", n, -1, -1, -1, -1, c) for c in contexts for n in names]

@@ -135,11 +135,13 @@ def cope_costs(op: OperatingPoint, split: np.ndarray | None = None) -> LayerCost
     sched = np.asarray(op.schedule)
     moe = np.stack([sched[..., _P, h, k - h], sched[..., _W, h, 0], sched[..., _R, h, 0],
                     sched[..., _C, h, split]], axis=-2)
-    ones = np.ones(k + 1)
+    # an inserted prefetch is priced beside the CPU experts its layer computes: parallel's
+    # misses, cost_selected's CPU share, none for the staging executions
+    beside_c = np.stack([k - h, 0 * h, 0 * h, np.asarray(split)[h]])      # (4, top_k + 1)
     return LayerCosts("cope", moe, split,
                       pf_step={r: op.prefetch[r][..., 0] for r in _mutable_ids()},
-                      pf_insert={r: np.stack([ones] * 4) * _col(op.prefetch[r][..., 1]
-                                                               - op.prefetch[r][..., 0])[..., None]
+                      pf_insert={r: op.prefetch_beside[r][..., beside_c]
+                                 - _col(op.prefetch[r][..., 0])[..., None]
                                  for r in _mutable_ids()},
                       cpu_layer=op.cpu_layer, gpu_layer=op.gpu_layer,
                       shared_context=op.shared_context, shared_us=op.shared_us)

@@ -60,12 +60,14 @@ def _profile_frame(table: pa.Table, top_k: int, src: str) -> pd.DataFrame:
         name_ok |= (kind == kd) & np.isin(name, names)
     _check(~name_ok, src, "name", lambda i: f"row {i} (kind {kind[i]}): {name[i]!r}, expected "
            f"one of {list(_PROFILE_NAMES[kind[i]])}")
+    beside = (kind == "prefetch") & (c["cpu"] != -1)   # beside CPU misses: checked per point
     for col in ("hits", "cpu", "staged", "count", "context"):
         v = c[col]
         uses = np.isin(kind, [kd for kd, cols in _PROFILE_USES.items() if col in cols])
         if col == "context":
             uses &= ~((kind == _NO_CONTEXT[0]) & (name == _NO_CONTEXT[1]))
-        _check(np.where(uses, v < 0, v != -1), src, col,
+        unset_ok = beside if col == "cpu" else np.zeros(len(v), bool)
+        _check(np.where(uses, v < 0, (v != -1) & ~unset_ok), src, col,
                lambda i, v=v, uses=uses: f"row {i} (kind {kind[i]}): {v[i]}, expected "
                + (">= 0" if uses[i] else f"-1 (unused by {kind[i]}/{name[i]})"))
     total = c["hits"].astype(np.int64) + c["cpu"] + c["staged"]

@@ -75,6 +75,22 @@ def required_keys(top_k: int) -> list[ProfileKey]:
     return keys
 
 
+def beside_counts(top_k: int) -> list[int]:
+    """CPU-miss counts ``c >= 1`` beside which the profiler also times one inserted prefetch
+    (the ``prefetch`` rows with ``cpu = c``): half the routed experts and all of them; other
+    counts are interpolated (:func:`operating_point_layout`)."""
+    return sorted({c for c in ((top_k + 1) // 2, top_k) if c >= 1})
+
+
+def beside_keys(top_k: int) -> list[ProfileKey]:
+    """The optional rows of one operating point: one inserted prefetch of each mutable
+    residency timed beside a layer that computes ``c`` routed experts on the CPU. A profile
+    without them (analytic, or measured before they existed) prices every prefetch as timed
+    beside a fully resident layer."""
+    return [ProfileKey("prefetch", name, cpu=c, count=1)
+            for name in PREFETCH_NAMES for c in beside_counts(top_k)]
+
+
 def same_schedule(row: ProfileKey | tuple, top_k: int) -> ProfileKey:
     """The row whose measurement also stands for ``row``: schedules that are the same code path
     are timed once by the profiler and share one draw in the uncertainty. ``cost_selected`` with
@@ -99,6 +115,9 @@ class OperatingPoint:
     ``schedule[e, h, c]`` holds the schedule cost of execution ``e`` (index into
     :data:`~cope_core.matrix.EXECUTIONS`) at ``h`` hits with ``c`` misses on the CPU (NaN where no
     such row exists). ``atomic[name]`` is indexed by ``n``; single-count ops are scalars.
+    ``prefetch[r]`` is indexed by ``q`` (beside a fully resident layer); ``prefetch_beside[r]``
+    by ``c``: one inserted prefetch beside a layer computing ``c`` routed experts on the CPU
+    (``c = 0`` is ``prefetch[r][1]``; unmeasured counts interpolated, or all equal to it).
     """
 
     cpu_threads: int
@@ -108,6 +127,7 @@ class OperatingPoint:
     shared_us: np.ndarray
     schedule: np.ndarray
     prefetch: dict[str, np.ndarray]
+    prefetch_beside: dict[str, np.ndarray]
     cpu_layer: float
     gpu_layer: float
     atomic: dict[str, np.ndarray]
@@ -266,6 +286,8 @@ class OperatingPointLayout:
     shared_weights: np.ndarray    # (contexts, parts) multipliers
     schedule: np.ndarray
     prefetch: dict[str, np.ndarray]
+    #: per residency (low row, high row, weight of the high one) for c = 0..top_k
+    prefetch_beside: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
     layer: np.ndarray
     atomic: dict[str, np.ndarray]
     single: np.ndarray
@@ -289,6 +311,8 @@ class OperatingPointLayout:
             shared_us=np.moveaxis(shared, -1, 0) if v.ndim == 2 else shared,
             schedule=at(self.schedule),
             prefetch={n: at(ix) for n, ix in self.prefetch.items()},
+            prefetch_beside={n: (1.0 - w) * at(lo) + w * at(hi)
+                             for n, (lo, hi, w) in self.prefetch_beside.items()},
             cpu_layer=at(self.layer[0]), gpu_layer=at(self.layer[1]),
             atomic={n: at(ix) for n, ix in self.atomic.items()},
             act_copy=single[..., 0], sync=single[..., 1], merge=single[..., 2],
@@ -351,6 +375,17 @@ def operating_point_layout(rows: pd.DataFrame, threads: int, share: float, top_k
                              f"{tuple(missing[0])[:6]} (kind, name, hits, cpu, staged, count)",
                              source=source, field="kind")
     k = top_k
+    beside = {}
+    for n in PREFETCH_NAMES:
+        at_c = {0: lookup[ProfileKey("prefetch", n, count=1)]}
+        for key, i in lookup.items():
+            if key.kind == "prefetch" and key.name == n and key.cpu != -1:
+                if not (1 <= key.cpu <= k and key.count == 1):
+                    raise CopeInputError(f"{where}: prefetch/{n} row beside cpu={key.cpu} with "
+                                         f"count={key.count}, expected cpu 1..{k} and count 1",
+                                         source=source, field="cpu")
+                at_c[key.cpu] = i
+        beside[n] = _interpolation(at_c, k)
     sched = np.full((len(EXECUTIONS), k + 1, k + 1), -1, np.int64)
     for h in range(k + 1):
         m = k - h
@@ -362,10 +397,26 @@ def operating_point_layout(rows: pd.DataFrame, threads: int, share: float, top_k
         shared_context=shared_ctx, shared=shared_pos, shared_weights=shared_w, schedule=sched,
         prefetch={n: np.array([lookup[ProfileKey("prefetch", n, count=q)] for q in (0, 1)])
                   for n in PREFETCH_NAMES},
+        prefetch_beside=beside,
         layer=np.array([lookup[ProfileKey("layer", n)] for n in LAYER_NAMES]),
         atomic={n: np.array([lookup[ProfileKey("atomic", n, count=c)] for c in range(k + 1)])
                 for n in ATOMIC_PER_N},
         single=np.array([lookup[ProfileKey("atomic", n, count=1)] for n in ATOMIC_SINGLE]))
+
+
+def _interpolation(at_c: dict[int, int], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows and weights giving a value at every ``c = 0..k`` from the rows measured at the
+    counts of ``at_c`` (which holds 0): linear between measured counts, the highest measured
+    one beyond them."""
+    cs = sorted(at_c)
+    lo, hi, w = (np.empty(k + 1, np.int64), np.empty(k + 1, np.int64), np.zeros(k + 1))
+    for c in range(k + 1):
+        below = max(x for x in cs if x <= c)
+        above = min((x for x in cs if x >= c), default=below)
+        lo[c], hi[c] = at_c[below], at_c[above]
+        if above != below:
+            w[c] = (c - below) / (above - below)
+    return lo, hi, w
 
 
 def build_operating_point(rows: pd.DataFrame, threads: int, share: float, top_k: int,

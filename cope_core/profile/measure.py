@@ -43,7 +43,7 @@ from ..mechanisms.timing import (
     until_stable,
 )
 from ..mechanisms.weights import model_dtype
-from .data import COLUMNS, Profile, ProfileKey, required_keys, same_schedule
+from .data import COLUMNS, Profile, ProfileKey, beside_keys, required_keys, same_schedule
 
 DEFAULT_CONTEXTS = (128, 1024, 4096)
 
@@ -181,10 +181,10 @@ class Bench:
     def prefetch(self, residency: Residency, q: int, context: int,
                  cpu_misses: int = 0) -> Sampler:
         """Extra cost of the residency's per-layer step with ``q`` inserted experts, measured
-        alongside expert execution: a ``parallel`` layer (fully resident for the profile's
-        rows; ``cpu_misses`` of its routed experts computed on the CPU instead, for
-        ``benchmarks/prefetch_beside.py``), the next block's shared work, and the next layer's
-        wait for the copy, with the step minus without it (paired samples). The step runs on a
+        alongside expert execution: a ``parallel`` layer (fully resident, or with
+        ``cpu_misses`` of its routed experts computed on the CPU: the rows with ``cpu = c``),
+        the next block's shared work, and the next layer's wait for the copy, with the step
+        minus without it (paired samples). The step runs on a
         real cache state (2 layers, ``2 * top_k`` slots each), so the victim and the copy are
         the ones the residency would choose."""
         rig, runner, k = self.rig, self.rig.runner, self.g.top_k
@@ -315,14 +315,14 @@ def operating_point_rows(bench: Bench, contexts: Sequence[int], settings: Profil
         samplers.append(sampler)
         rules.append(settings.shared_rule)
     n_shared = len(keys)
-    rows = required_keys(bench.g.top_k)
+    rows = required_keys(bench.g.top_k) + beside_keys(bench.g.top_k)
     for row in dict.fromkeys(same_schedule(r, bench.g.top_k) for r in rows):
         kind, name, h, c, u, n, _ = row
         keys.append(row)
         if kind == "schedule":
             samplers.append(bench.schedule(Execution(name), h, c, u))
         elif kind == "prefetch":
-            samplers.append(bench.prefetch(Residency(name), n, mid))
+            samplers.append(bench.prefetch(Residency(name), n, mid, cpu_misses=max(c, 0)))
         elif kind == "layer":
             samplers.append(bench.cpu_layer() if name == "cpu_layer" else bench.gpu_layer())
         else:
@@ -373,7 +373,8 @@ def measure_profile(g: ModelGeometry, settings: ProfilerSettings = ProfilerSetti
                              field="--cpu-threads")
     dtype = model_dtype(g, settings.dtype)
     n_shared = len(contexts) * (2 if g.dense_layers else 1) + 1
-    rows_per_point = n_shared + len({same_schedule(k, g.top_k) for k in required_keys(g.top_k)})
+    rows_per_point = n_shared + len({same_schedule(k, g.top_k)
+                                     for k in required_keys(g.top_k) + beside_keys(g.top_k)})
     n_rows = len(threads_list) * rows_per_point
     bar = progress_bar(n_rows, progress, "cope profile", "row")
     rows, raw = [], {}
