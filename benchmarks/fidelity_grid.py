@@ -209,6 +209,64 @@ def bias_rows(trace: Path, cal: Path, settings: dict[str, tuple[Path, Path]]) ->
                                       r["estimator"] != "cope"))
 
 
+def ablation_rows(trace: Path, cal: Path, settings: dict[str, tuple[Path, Path]]) -> list[dict]:
+    """COPE on each setting's own profile with its prefetch rows beside CPU misses dropped, so
+    every prefetch is priced beside a resident layer (as before those rows existed): per cell
+    its pick and regret, against the same measurements, with ``cope evaluate``'s defaults."""
+    import dataclasses
+    import warnings
+    sys.path.insert(0, str(ROOT))
+    from cope_core import parquet_io
+    from cope_core.estimate.evaluate import evaluate
+    tr, c = parquet_io.read_trace(trace), parquet_io.read_trace(cal)
+    out: list[dict] = []
+    for name, (prof_path, meas) in settings.items():
+        prof = parquet_io.read_profile(prof_path)
+        t = prof.table
+        keep = ~((t["kind"] == "prefetch") & (t["cpu"] != -1))
+        if keep.all():
+            continue                      # a profile made before the rows: nothing to drop
+        resident = dataclasses.replace(prof, table=t[keep].reset_index(drop=True))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ev = evaluate(tr, resident, parquet_io.read_measurements(meas), c,
+                          estimators=("cope",))["cope"].to_dict(True)
+        for cell in ev["per_k"]:
+            out.append({"setting": name, "K": cell["K"], "cpu_threads": cell["cpu_threads"],
+                        "pick": cell["predicted"], "agree": cell["agree"],
+                        "within_noise": cell["within_noise"],
+                        "regret_pct": cell["regret_pct"], "mape_pct": cell["mape_pct"]})
+    return out
+
+
+def ablation_table(rows: list[dict], cells: list[dict]) -> str:
+    """The ablation's cells beside COPE's own, and both aggregates."""
+    if not rows:
+        return ""
+    own = {(tag(c["link_gbps"], c["cpu_slowdown"]), c["K"], c["cpu_threads"]): c["cope"]
+           for c in cells if c.get("cope")}
+    lines = ["COPE with every prefetch priced beside a resident layer (each profile's rows beside "
+             "CPU misses dropped) against COPE as shipped, on the same measurements:", "",
+             "| setting | threads | K | beside CPU misses: pick (regret, MAPE) | beside a resident "
+             "layer only: pick (regret, MAPE) |", "|---|---|---|---|---|"]
+    for r in rows:
+        o = own.get((r["setting"], r["K"], r["cpu_threads"]))
+        mine = (f"{o['pick']} ({o['regret_pct']:.1f} %, {o['mape_pct']:.1f} %)" if o else "—")
+        lines.append(f"| {r['setting']} | {r['cpu_threads']} | {r['K']} | {mine} | "
+                     f"{r['pick']} ({r['regret_pct']:.1f} %, {r['mape_pct']:.1f} %) |")
+    mine = [own[k] for k in ((r["setting"], r["K"], r["cpu_threads"]) for r in rows) if k in own]
+
+    def agg(xs: list[dict]) -> str:
+        n = len(xs)
+        return (f"tie-aware {sum(x['within_noise'] for x in xs)}/{n}, strict "
+                f"{sum(x['agree'] for x in xs)}/{n}, mean regret "
+                f"{sum(x['regret_pct'] for x in xs) / n:.2f} %, max "
+                f"{max(x['regret_pct'] for x in xs):.2f} %, MAPE "
+                f"{sum(x['mape_pct'] for x in xs) / n:.2f} %")
+    lines += ["", f"Beside CPU misses: {agg(mine)}. Beside a resident layer only: {agg(rows)}."]
+    return "\n".join(lines)
+
+
 EXECS = ("parallel", "wait_then_gpu", "ready_first", "cost_selected")
 MUTABLE = ("mutable_per_layer", "mutable_cross_layer")
 
@@ -388,8 +446,13 @@ def main(argv: list[str] | None = None) -> int:
     bias = bias_rows(trace, cal, {tag(lk, sl): (profiles[tag(lk, sl)],
                                                 out / f"measurements-{tag(lk, sl)}.parquet")
                                   for lk, sl in settings})
+    abl = ablation_rows(trace, cal, {tag(lk, sl): (profiles[tag(lk, sl)],
+                                                 out / f"measurements-{tag(lk, sl)}.parquet")
+                                     for lk, sl in settings})
     text = (report(cells, top1) + "\n\n" + resemblance_table(like) + "\n\n"
             + contention_table(cont) + "\n\n" + bias_table(bias) + "\n\n" + gap_table(bias))
+    if abl:
+        text += "\n\n" + ablation_table(abl, cells)
     prior = {}
     if (out / "report.json").exists():      # a resumed run keeps the times of skipped steps
         prior = json.loads((out / "report.json").read_text())
@@ -399,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "report.md").write_text(text + "\n")
     (out / "report.json").write_text(json.dumps({"cells": cells, "resemblance": like,
                                                  "contention": cont, "bias": bias,
+                                                 "ablation": abl,
                                                  "top1_prompts": top1,
                                                  "seconds": {**earlier, **times},
                                                  "wall_seconds": time.time() - start,

@@ -69,7 +69,9 @@ def test_the_shipped_report_is_its_cells():
         g.report(data["cells"], data["top1_prompts"]) + "\n\n" \
         + g.resemblance_table(data["resemblance"]) + "\n\n" \
         + g.contention_table(data["contention"]) + "\n\n" + g.bias_table(data["bias"]) \
-        + "\n\n" + g.gap_table(data["bias"]) + "\n"
+        + "\n\n" + g.gap_table(data["bias"]) \
+        + ("\n\n" + g.ablation_table(data["ablation"], data["cells"])
+           if data.get("ablation") else "") + "\n"
 
 
 @pytest.mark.skipif(not (SHIPPED / "report.json").exists(), reason="no shipped grid")
@@ -80,9 +82,11 @@ def test_the_shipped_contention_and_bias_come_from_the_shipped_files():
     profiles = {n: SHIPPED / f"profile-{n}.parquet" for n in names}
     assert sorted(map(json.dumps, g.contention_rows(profiles))) == \
         sorted(map(json.dumps, data["contention"]))
-    bias = g.bias_rows(SHIPPED / "trace.parquet", SHIPPED / "calibration.parquet",
-                       {n: (profiles[n], SHIPPED / f"measurements-{n}.parquet") for n in names})
+    both = {n: (profiles[n], SHIPPED / f"measurements-{n}.parquet") for n in names}
+    bias = g.bias_rows(SHIPPED / "trace.parquet", SHIPPED / "calibration.parquet", both)
     assert sorted(map(json.dumps, bias)) == sorted(map(json.dumps, data["bias"]))
+    abl = g.ablation_rows(SHIPPED / "trace.parquet", SHIPPED / "calibration.parquet", both)
+    assert sorted(map(json.dumps, abl)) == sorted(map(json.dumps, data.get("ablation", [])))
 
 
 def test_contention_and_bias_tables_by_hand(tmp_path):
@@ -114,3 +118,20 @@ def test_contention_and_bias_tables_by_hand(tmp_path):
     assert g.residency_gaps(err) == {"parallel": -6.0, "ready_first": 0.5}   # no fixed/cs
     rows[0]["gap"] = g.residency_gaps(err)
     assert "| x | 8 | cope | -6.0 | — | +0.5 | — |" in g.gap_table(rows)
+
+
+def test_ablation_table_by_hand():
+    g = _grid()
+    cells = [{"link_gbps": 4.0, "cpu_slowdown": 2.0, "K": 2, "cpu_threads": t,
+              "cope": {"pick": "fixed/parallel", "agree": t == 1, "within_noise": True,
+                       "regret_pct": 0.0 if t == 1 else 2.0, "mape_pct": 4.0}} for t in (1, 2)]
+    rows = [{"setting": "link-4-slow-2", "K": 2, "cpu_threads": t, "pick": "m/p",
+             "agree": False, "within_noise": t == 2, "regret_pct": 6.0, "mape_pct": 8.0}
+            for t in (1, 2)]
+    text = g.ablation_table(rows, cells)
+    assert "| link-4-slow-2 | 2 | 2 | fixed/parallel (2.0 %, 4.0 %) | m/p (6.0 %, 8.0 %) |" \
+        in text
+    assert text.endswith("Beside CPU misses: tie-aware 2/2, strict 1/2, mean regret 1.00 %, "
+                         "max 2.00 %, MAPE 4.00 %. Beside a resident layer only: tie-aware "
+                         "1/2, strict 0/2, mean regret 6.00 %, max 6.00 %, MAPE 8.00 %.")
+    assert g.ablation_table([], cells) == ""
