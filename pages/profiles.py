@@ -65,15 +65,19 @@ for col, (label, prof) in zip(cols, profiles):
                 title="Schedules against their isolated operators (as cope contention)"),
                 key=f"contention_{label}")
             st.dataframe(prefetch_hiding(prof, threads, share), hide_index=True, column_config={
-                "beside_layer_us": st.column_config.NumberColumn("a prefetch beside a layer, µs",
-                                                                 format="%.0f"),
+                "beside_layer_us": st.column_config.NumberColumn(
+                    "a prefetch beside a resident layer, µs", format="%.0f"),
+                "beside_cpu_us": st.column_config.NumberColumn(
+                    "beside every routed expert on the CPU, µs", format="%.0f"),
                 "isolated_us": st.column_config.NumberColumn("the copy alone, µs", format="%.0f"),
                 "hidden_pct": st.column_config.NumberColumn("hidden, %", format="%.1f")})
             st.caption("Composed: what the atomic simulation charges (isolated operators, the "
                        "maximum where the execution overlaps them). Above 0: contention the "
                        "composition misses; below: overlap it does not see. Colour: beyond the "
                        "interquartile ranges or not. The table: what one prefetch adds beside a "
-                       "running layer (COPE's price) against the copy timed alone (atomic's).")
+                       "resident layer (COPE's price at a staging execution) and beside every "
+                       "routed expert on the CPU (its price for parallel at no hits) against "
+                       "the copy timed alone (atomic's).")
 st.plotly_chart(figures_inputs.shared_figure(
     {label: inputs.shared_frame(p.resolve(*(op if op in p.operating_points() else p.choose())))
      for label, p in profiles}, title="Shared per-token cost against context"),

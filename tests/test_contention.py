@@ -104,8 +104,18 @@ def test_prefetch_hiding():
     # default prefetch rows 2 + 3q at 8 threads: 3 beside a layer; the isolated op is 9
     pf = prefetch_hiding(tiny_profile(OPS, operating_points=((8, 100.0),)))
     assert pf["beside_layer_us"].tolist() == [3.0, 3.0]
+    assert pf["beside_cpu_us"].tolist() == [3.0, 3.0]      # no rows beside CPU misses
     assert pf["isolated_us"].tolist() == [9.0, 9.0]
     assert pf["hidden_pct"].to_numpy() == pytest.approx([100 * 6 / 9] * 2)
+
+
+def test_prefetch_beside_cpu_misses():
+    ops = {("prefetch", r, -1, c, -1, 1): v for r in ("mutable_per_layer", "mutable_cross_layer")
+           for c, v in ((1, 40.0), (2, 70.0))}
+    prof = tiny_profile({**OPS, **ops}, operating_points=((8, 100.0),), beside=True)
+    pf = prefetch_hiding(prof)
+    assert pf["beside_layer_us"].tolist() == [3.0, 3.0]
+    assert pf["beside_cpu_us"].tolist() == [70.0 - 2.0, 70.0 - 2.0]   # at c = k, less q = 0
 
 
 def test_analytic_profile_is_refused():

@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{r.serial_us / 1e3:>11.3f}{r.excess_pct:>8.1f}%{ov:>9}  {r.verdict}")
         for r in pf.itertuples(index=False):
             hid = "" if not math.isfinite(r.hidden_pct) else f", {r.hidden_pct:.1f} % hidden"
-            print(f"prefetch {r.residency}: {r.beside_layer_us / 1e3:.3f} ms beside a layer, "
+            print(f"prefetch {r.residency}: {r.beside_layer_us / 1e3:.3f} ms beside a resident "
+                  f"layer, {r.beside_cpu_us / 1e3:.3f} ms beside CPU misses, "
                   f"{r.isolated_us / 1e3:.3f} ms alone{hid}")
     return 0

@@ -123,16 +123,21 @@ def prefetch_hiding(profile: Profile, cpu_threads: int | None = None,
     -------
     pandas.DataFrame
         Per mutable residency: ``beside_layer_us`` (the profile's prefetch row with one
-        prefetch minus the one with none: what COPE charges per inserted prefetch),
-        ``isolated_us`` (the atomic ``prefetch`` op: what the atomic simulation charges) and
-        ``hidden_pct``, the share of the isolated copy that the layer hid.
+        prefetch minus the one with none, beside a fully resident layer: what COPE charges per
+        inserted prefetch at a staging execution), ``beside_cpu_us`` (the same beside a layer
+        computing every routed expert on the CPU, what ``parallel`` pays at no hits; equal to
+        ``beside_layer_us`` when the profile has no rows beside CPU misses), ``isolated_us``
+        (the atomic ``prefetch`` op: what the atomic simulation charges) and ``hidden_pct``,
+        the share of the isolated copy that the resident layer hid.
     """
     threads, share = profile.choose(cpu_threads, gpu_share)
     op = profile.resolve(threads, share)
     out = []
     for name, pf in op.prefetch.items():
         beside = float(pf[1] - pf[0])
+        cpu = float(op.prefetch_beside[name][-1] - pf[0])
         iso = float(op.prefetch_op)
-        out.append((name, beside, iso, 100.0 * (1.0 - beside / iso) if iso > 0 else np.nan))
-    return pd.DataFrame(out, columns=["residency", "beside_layer_us", "isolated_us",
-                                      "hidden_pct"])
+        out.append((name, beside, cpu, iso,
+                    100.0 * (1.0 - beside / iso) if iso > 0 else np.nan))
+    return pd.DataFrame(out, columns=["residency", "beside_layer_us", "beside_cpu_us",
+                                      "isolated_us", "hidden_pct"])
