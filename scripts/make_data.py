@@ -68,7 +68,7 @@ MEASURED_STEM = "deepseek-v2-lite-4l"
 
 # The controlled grid of emulated platforms (benchmarks/fidelity_grid.py): Mixtral-8x7B cut
 # to 2 MoE layers (its 336 MiB experts make the MoE layers most of a token), K = 2 of 8,
-# three (link, host) settings x CPU threads 1 and 2. About 31 minutes on the 2-core machine.
+# three (link, host) settings x CPU threads 1 and 2. About 33 minutes on the 2-core machine.
 GRID = dict(model="mixtral-8x7b", layers=2, k=2, settings="none:4,4:2,1:1", threads="1,2",
             prompts=4, tokens=4, trials=2, min_time=10)
 GRID_DIR = DATA / "platforms" / "cpu-emulated-grid"
@@ -356,7 +356,7 @@ def step_grid(man: Manifest, bar: tqdm, done: Path | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         src = done or Path(tmp)
         if done is None:
-            bar.set_postfix_str("fidelity grid (about 31 min)")
+            bar.set_postfix_str("fidelity grid (about 33 min)")
             t0 = time.perf_counter()
             r = subprocess.run([sys.executable, *grid_args(src)], cwd=ROOT)
             if r.returncode:
