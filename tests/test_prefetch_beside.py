@@ -96,6 +96,15 @@ def test_prefetches_beside_cpu_misses_raise_the_mutable_parallel_tpot_only():
         elif res not in (MPL, MCL) or exe in ("wait_then_gpu", "ready_first"):
             assert more.loc[cand, "tpot_us"] == base.loc[cand, "tpot_us"], cand
     assert (more["tpot_us"] > base["tpot_us"]).any()
+    # drawn profiles price the rows beside CPU misses too: every candidate's interval holds
+    # its point estimate, and the mutable parallel ones moved with the rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        drawn = predict(tr, tiny_profile(_ops({1: 130.0, 2: 190.0}), beside=True), [2],
+                        draws=200).set_index("candidate")
+    assert (drawn["tpot_lo_us"] <= drawn["tpot_us"]).all()
+    assert (drawn["tpot_us"] <= drawn["tpot_hi_us"]).all()
+    np.testing.assert_array_equal(drawn["tpot_us"], more["tpot_us"])
 
 
 def test_rows_beside_cpu_misses_round_trip_and_bad_ones_are_one_line(tmp_path):

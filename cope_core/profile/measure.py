@@ -184,9 +184,9 @@ class Bench:
         alongside expert execution: a ``parallel`` layer (fully resident, or with
         ``cpu_misses`` of its routed experts computed on the CPU: the rows with ``cpu = c``),
         the next block's shared work, and the next layer's wait for the copy, with the step
-        minus without it (paired samples). The step runs on a
-        real cache state (2 layers, ``2 * top_k`` slots each), so the victim and the copy are
-        the ones the residency would choose."""
+        minus without it (paired samples). The step runs on a real cache state (2 layers,
+        ``2 * top_k`` slots each), so the victim and the copy are the ones the residency would
+        choose."""
         rig, runner, k = self.rig, self.rig.runner, self.g.top_k
         if not 0 <= cpu_misses <= k:
             raise CopeInputError(f"expected 0..{k} CPU misses beside a prefetch, got "
