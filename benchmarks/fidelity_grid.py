@@ -7,7 +7,9 @@ scores every estimator per cell. The output folder is resumable: a step whose ou
 skipped. The report (``report.md``, ``report.json``) gives per cell the measured winner and its
 margin over the fastest candidate that is not the same policy, whether that margin is beyond
 the tie test, each estimator's pick, regret, tie-aware and strict top-1 and MAPE, and the
-aggregate — the shape of the paper's Table 3.
+aggregate — the shape of the paper's Table 3 — then the platforms' cost ratios, schedules against
+their isolated-op composition, each estimator's signed error by residency and its residency gap
+by execution, and COPE with the profiles' prefetch rows beside CPU misses dropped.
 
     python benchmarks/fidelity_grid.py OUT [--model mixtral-8x7b] [--layers 2] [-K 2]
         [--settings none:4,4:2,1:1] [--cpu-threads 1,2] [--prompts 2] [--tokens 8]
