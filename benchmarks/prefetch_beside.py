@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from fidelity_grid import settings_of, tag  # noqa: E402
 
 from cope_core import parquet_io  # noqa: E402
+from cope_core.errors import CopeInputError  # noqa: E402
 from cope_core.files import json_text  # noqa: E402
 from cope_core.matrix import Residency  # noqa: E402
 from cope_core.mechanisms.accelerator import Accelerator  # noqa: E402
@@ -33,6 +34,14 @@ from cope_core.profile.measure import Bench, profiler_rig  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _run(argv)
+    except CopeInputError as exc:       # a missing or malformed grid file: one line, exit 2
+        print(f"prefetch_beside: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--grid", type=Path, default=ROOT / "data" / "platforms" / "cpu-emulated-grid",
                     help="a grid folder: its trace gives the geometry, its profiles the context")

@@ -137,7 +137,8 @@ def cope_costs(op: OperatingPoint, split: np.ndarray | None = None) -> LayerCost
                     sched[..., _C, h, split]], axis=-2)
     # an inserted prefetch is priced beside the CPU experts its layer computes: parallel's
     # misses, cost_selected's CPU share, none for the staging executions
-    beside_c = np.stack([k - h, 0 * h, 0 * h, np.asarray(split)[h]])      # (4, top_k + 1)
+    none = np.zeros_like(h)
+    beside_c = np.stack([k - h, none, none, np.asarray(split)[h]])      # (4, top_k + 1)
     return LayerCosts("cope", moe, split,
                       pf_step={r: op.prefetch[r][..., 0] for r in _mutable_ids()},
                       pf_insert={r: op.prefetch_beside[r][..., beside_c]
