@@ -82,6 +82,7 @@ def margins(measurements: Path, trace: Path, cal: Path, profile: Path
     import warnings
     sys.path.insert(0, str(ROOT))
     from cope_core import parquet_io, predict
+    from cope_core.estimate.ranking import fastest_first, policy_of, runner_up
     t = parquet_io.read_measurements(measurements).table
     tr, c = parquet_io.read_trace(trace), parquet_io.read_trace(cal)
     prof = parquet_io.read_profile(profile)
@@ -90,15 +91,14 @@ def margins(measurements: Path, trace: Path, cal: Path, profile: Path
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             df = predict(tr, prof, [int(k)], c, cpu_threads=int(th), draws=0)
-        root = {}
-        for cand, eq in zip(df["candidate"], df["equivalent_to"]):
-            root[cand] = root.get(eq, eq) if isinstance(eq, str) else cand
-        mean = grp.groupby("candidate")["tpot_us"].mean().sort_values()
-        best = mean.index[0]
-        same = {x for x in mean.index if root.get(x, x) == root.get(best, best)}
-        rest = mean[[x not in same for x in mean.index]]
-        out[(int(k), int(th))] = ((rest.index[0], 100 * (rest.iloc[0] / mean.iloc[0] - 1),
-                                   same) if len(rest) else (None, 0.0, same))
+        eq = {c: e if isinstance(e, str) else None
+              for c, e in zip(df["candidate"], df["equivalent_to"])}
+        mean = grp.groupby("candidate")["tpot_us"].mean().to_dict()
+        best = fastest_first(mean)[0]
+        ru = runner_up(mean, eq, best)
+        same = {x for x in mean if policy_of(x, eq) == policy_of(best, eq)}
+        out[(int(k), int(th))] = ((ru, 100 * (mean[ru] / mean[best] - 1), same)
+                                  if ru is not None else (None, 0.0, same))
     return out
 
 

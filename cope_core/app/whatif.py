@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..estimate.ranking import frame_runner_up
 from ..geometry import GIB, ModelGeometry
 from ..matrix import CANDIDATES, LAYER_PARTITION
 from ..platforms import GPUS
@@ -127,15 +128,8 @@ SURE = 0.8
 def winner_of(df: pd.DataFrame) -> Winner:
     """Winner and runner-up of a one-K prediction frame (ranks from ``predict``), with the
     winner's interval, win probability and strongest rival when the frame has draws."""
-    s = df.sort_values("rank")
-    w = s.iloc[0]
-    # the runner-up is the best *other* policy: a candidate that is the same policy as the
-    # winner on this trace and platform (``equivalent_to``) is not a rival
-    rest = s.iloc[1:]
-    if "equivalent_to" in s:
-        others = rest[rest["equivalent_to"].to_numpy() != w.candidate]
-        rest = others if len(others) else rest
-    ru = rest.iloc[0] if len(rest) else None
+    w = df.sort_values("rank").iloc[0]
+    ru = frame_runner_up(df, w.candidate)
     conf = (df.attrs.get("uncertainty", {}).get("per_k", {})
             .get(int(w.experts_per_layer)) if "experts_per_layer" in df else None)
 

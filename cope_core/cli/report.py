@@ -6,6 +6,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..estimate.ranking import frame_runner_up
 from ..estimate.uncertainty import confidence_lines
 
 
@@ -71,11 +72,10 @@ def format_sweep(df: pd.DataFrame) -> str:
     lines = [f"{'K':>4}  {'winner':<36}{'TPOT ms':>10}  {'runner-up':<36}{'margin':>8}"
              f"{'wins':>7}"]
     for k, sub in df.groupby("experts_per_layer", sort=True):
-        s = sub.sort_values("tpot_us", kind="stable")
-        w = s.iloc[0]
+        w = sub.sort_values("rank").iloc[0]
+        ru = frame_runner_up(sub, w.candidate)
         tail = f"  {'-':<36}{'':>8}"
-        if len(s) > 1:
-            ru = s.iloc[1]
+        if ru is not None:
             tail = f"  {ru.candidate:<36}{(ru.tpot_us - w.tpot_us) / w.tpot_us * 100:>7.1f}%"
         wins = "" if not math.isfinite(w.win_probability) else f"{100 * w.win_probability:.0f}%"
         lines.append(f"{k:>4}  {w.candidate:<36}{w.tpot_us / 1e3:>10.3f}{tail}{wins:>7}")

@@ -36,6 +36,7 @@ from ..platforms import PlatformSpec
 from ..profile.analytic import analytic_draws
 from ..profile.data import Profile, ProfileKey, same_schedule
 from .costs import LayerCosts, atomic_costs, cope_costs
+from .ranking import frame_runner_up
 
 DEFAULT_DRAWS = 1000
 LEVEL = 0.95
@@ -266,10 +267,10 @@ def confidence_lines(df: pd.DataFrame, experts_per_layer: int) -> list[str]:
                 lines.append(f"  no number of prompts would make it {_pct(CONFIDENT)}: the "
                              f"profile's own spread is wider than the {conf['gap_us'] / 1e3:.3f} "
                              "ms/token gap (re-profile with a longer --min-time)")
-    if len(ranked) > 1:
-        ru = ranked.iloc[1]
+    ru = frame_runner_up(sub, w.candidate)
+    if ru is not None:
         margin = (ru.tpot_us - w.tpot_us) / w.tpot_us * 100
-        same = f", the same policy here as {ru.equivalent_to}" if ru.equivalent_to else ""
-        lines.append(f"runner-up: {ru.candidate} {ru.tpot_us / 1e3:.3f} ms/token "
-                     f"(+{margin:.1f}%{same})")
+        lines.append(f"runner-up: {ru.candidate} {ru.tpot_us / 1e3:.3f} ms/token (+{margin:.1f}%)")
+    elif len(ranked) > 1:
+        lines.append("runner-up: none (every other candidate is the same policy here)")
     return lines

@@ -14,6 +14,7 @@ from ..estimate.predict import (
     profile_spec,
     replay_counts,
 )
+from ..estimate.ranking import fastest_first
 from ..files import sha256_file
 from ..geometry import DEFAULT_CONTEXT, DEFAULT_WORKSPACE_BYTES, GIB
 from ..matrix import get_candidate
@@ -82,6 +83,7 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
 
     tables: dict[str, dict[str, float] | None] = {}
     confidence: dict = {}
+    equivalent: dict[str, str | None] = {}
     notes: dict[str, str] = {}
     attrs: dict = {}
     if spec is None:
@@ -108,8 +110,10 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
         attrs = attrs or dict(df.attrs)
         if est == "cope":
             confidence = _confidence(df)
+            equivalent = {r.candidate: r.equivalent_to if isinstance(r.equivalent_to, str)
+                          else None for r in df.itertuples(index=False)}
     if chosen is None:
-        chosen = min(tables["cope"].items(), key=lambda kv: kv[1])[0]  # first of exact ties
+        chosen = fastest_first(tables["cope"])[0]
 
     order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
     resident = tuple(tuple(int(e) for e in row[:K]) for row in order)
@@ -128,7 +132,7 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
         trace={"source": trace.source, "prompts": trace.n_prompts, "tokens": trace.n_tokens},
         provenance={"inputs": inputs, "tool": TOOL, "version": __version__,
                     "created": created or datetime.now(UTC).isoformat(timespec="seconds")},
-        confidence=confidence,
+        confidence=confidence, equivalent_to=equivalent,
     )
 
 
@@ -145,7 +149,6 @@ def _confidence(df) -> dict:
                            if math.isfinite(r.tpot_lo_us) else None for r in rows},
             "win_probability": {r.candidate: float(r.win_probability)
                                 if math.isfinite(r.win_probability) else None for r in rows},
-            "equivalent_to": {r.candidate: r.equivalent_to for r in rows},
             "prompts_for_confidence": conf["prompts_for_confidence"]}
 
 

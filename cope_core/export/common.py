@@ -62,7 +62,7 @@ def header(policy: Policy, runtime: str) -> list[str]:
     ]
     ci, win = policy.interval_us(), policy.win_probability()
     if ci is not None:
-        eq = policy.confidence.get("equivalent_to", {}).get(policy.candidate)
+        eq = policy.equivalent_to.get(policy.candidate)
         wins = (f"the same policy here as {eq}" if eq else
                 "wins" + ("" if win is None else f" {100 * win:.0f} %") + " of "
                 f"{policy.confidence['draws']} draws")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CopeInputError
+from ..estimate.ranking import fastest_first, runner_up
 from ..files import write_atomic
 from ..geometry import ModelGeometry
 from ..matrix import CANDIDATE_IDS, get_candidate
@@ -63,8 +64,14 @@ class Policy:
     confidence : dict
         How sure COPE's prediction is (:mod:`cope_core.estimate.uncertainty`): ``draws``,
         ``seed``, ``level``, ``sources``, and per candidate ``tpot_ci_us`` ([low, high] or
-        None), ``win_probability`` (None for an equivalent candidate) and ``equivalent_to``;
-        plus ``prompts_for_confidence``. Empty for records written before it existed.
+        None) and ``win_probability`` (None for an equivalent candidate); plus
+        ``prompts_for_confidence``. Empty for records written before it existed.
+    equivalent_to : dict
+        Candidate id -> the earlier candidate that is the same policy on this trace and
+        platform by COPE, or None (:func:`cope_core.estimate.uncertainty.equivalences`); the
+        runner-up is never the chosen candidate's policy
+        (:func:`cope_core.estimate.ranking.runner_up`). Empty (every candidate a policy of its
+        own) for records written before it existed.
     path : str or None
         File it was read from, for messages.
     """
@@ -85,6 +92,7 @@ class Policy:
     trace: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     confidence: dict[str, Any] = field(default_factory=dict)
+    equivalent_to: dict[str, str | None] = field(default_factory=dict)
     path: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -114,16 +122,18 @@ class Policy:
     def ranking(self, estimator: str = "cope") -> list[tuple[str, float]]:
         """Candidates fastest first; exact ties keep the canonical candidate order."""
         table = self.predictions_us[estimator]
-        return sorted(table.items(), key=lambda kv: (kv[1], CANDIDATE_IDS.index(kv[0])))
+        return [(c, table[c]) for c in fastest_first(table)]
 
     @property
     def rank(self) -> int:
         return [c for c, _ in self.ranking()].index(self.candidate) + 1
 
     @property
-    def runner_up(self) -> tuple[str, float]:
-        """The fastest other candidate by COPE."""
-        return next((c, t) for c, t in self.ranking() if c != self.candidate)
+    def runner_up(self) -> tuple[str, float] | None:
+        """The fastest candidate by COPE that is not the chosen one's policy, with its TPOT
+        (None when every other candidate is that policy here)."""
+        ru = runner_up(self.predictions_us["cope"], self.equivalent_to, self.candidate)
+        return None if ru is None else (ru, self.predictions_us["cope"][ru])
 
     def interval_us(self, candidate: str | None = None) -> tuple[float, float] | None:
         """COPE's 95 % interval of ``candidate``'s TPOT (default: the chosen one), if known."""
@@ -136,15 +146,18 @@ class Policy:
         return None if p is None else float(p)
 
     @property
-    def margin_pct(self) -> float:
-        """Runner-up's TPOT over the chosen one's, in percent (negative: another is faster)."""
-        mine = self.tpot_us()
-        return (self.runner_up[1] - mine) / mine * 100 if mine > 0 else 0.0
+    def margin_pct(self) -> float | None:
+        """Runner-up's TPOT over the chosen one's, in percent (negative: another is faster;
+        None without a runner-up)."""
+        mine, ru = self.tpot_us(), self.runner_up
+        if ru is None:
+            return None
+        return (ru[1] - mine) / mine * 100 if mine > 0 else 0.0
 
     # --- JSON --------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         plan = self.layer_plan
-        ru, ru_tpot = self.runner_up
+        ru = self.runner_up
         return {
             "schema": SCHEMA,
             "model": self.model.to_dict(),
@@ -162,12 +175,13 @@ class Policy:
             "predicted_tpot_us": {e: self.tpot_us(estimator=e) for e in ESTIMATORS},
             "estimator_notes": self.estimator_notes,
             "rank": self.rank,
-            "runner_up": {"candidate": ru, "tpot_us": ru_tpot},
+            "runner_up": None if ru is None else {"candidate": ru[0], "tpot_us": ru[1]},
             "margin_pct": self.margin_pct,
             "predictions_us": self.predictions_us,
             "trace": self.trace,
             "provenance": self.provenance,
             "confidence": self.confidence,
+            "equivalent_to": self.equivalent_to,
         }
 
     @classmethod
@@ -199,6 +213,7 @@ class Policy:
             trace=dict(get("trace", Mapping)),
             provenance=dict(get("provenance", Mapping)),
             confidence=dict(data.get("confidence") or {}),
+            equivalent_to=dict(data.get("equivalent_to") or {}),
             path=source,
         )
         derived = policy.to_dict()
@@ -323,6 +338,10 @@ def _check(p: Policy, src: str | None) -> None:
         raise CopeInputError(f"got {p.chosen_by!r}, expected 'best' or 'user'", source=src,
                              field="candidate.chosen_by")
     _check_confidence(p.confidence, src)
+    for cid, eq in p.equivalent_to.items():
+        if cid not in CANDIDATE_IDS or not (eq is None or (eq in CANDIDATE_IDS and eq != cid)):
+            raise CopeInputError(f"{cid}: expected another candidate id or null, got {eq!r}",
+                                 source=src, field="equivalent_to")
     if isinstance(p.cpu_threads, bool) or not isinstance(p.cpu_threads, int) or p.cpu_threads < 1:
         raise CopeInputError(f"expected a positive whole number, got {p.cpu_threads!r}",
                              source=src, field="operating_point.cpu_threads")
