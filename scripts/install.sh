@@ -8,8 +8,10 @@
 # `. scripts/env.sh` puts .venv on PATH afterwards (scripts/quickstart.sh does that).
 #
 # torch is pinned first: the CPU build 2.13.0 satisfies pyproject's range, so the project
-# install below does not pull a multi-GB CUDA build. Ends with every module of the package
-# imported and `cope --help` run, so a missing dependency fails here, in seconds, by name.
+# install below does not pull a multi-GB CUDA build. pip runs again only when pyproject.toml
+# changed since the last install into that environment (the install is editable; delete .venv
+# to start afresh). Ends with every module of the package imported and `cope --help` run, so a
+# missing dependency fails here, in seconds, by name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -37,8 +39,16 @@ else
   PY="$VIRTUAL_ENV/bin/python"
 fi
 PIP=(--quiet --disable-pip-version-check --no-input)
-"$PY" -m pip install "${PIP[@]}" "torch==2.13.0"
-"$PY" -m pip install "${PIP[@]}" -e ".[test]"
+# The install is editable, so only a changed pyproject.toml (or another checkout) needs pip again:
+# a stamp in the environment records what was installed from where.
+stamp="$("$PY" -c 'import sys; print(sys.prefix)')/.cope-explorer-install"
+want="$(pwd) $(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  rm -f "$stamp"
+  "$PY" -m pip install "${PIP[@]}" "torch==2.13.0"
+  "$PY" -m pip install "${PIP[@]}" -e ".[test]"
+  echo "$want" > "$stamp"
+fi
 
 # Fail fast: every module imports (lazily imported ones too) and the command line answers.
 if ! "$PY" - <<'PY'
