@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from cope_core.estimate.costs import ESTIMATORS
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -57,7 +59,7 @@ def tag(link: float | None, slow: float) -> str:
 def cells_of(ev: dict, link: float | None, slow: float) -> list[dict]:
     """One row per (K, threads) cell of one setting's ``cope evaluate --per-k --json``."""
     rows: dict[tuple, dict] = {}
-    for est in ("cope", "atomic", "hrm"):
+    for est in ESTIMATORS:
         e = ev.get(est)
         if not e:
             continue
@@ -80,8 +82,9 @@ def margins(measurements: Path, trace: Path, cal: Path, profile: Path
     measured winner on this trace and platform (``predict``'s ``equivalent_to``), the winner's
     margin over it in %, and the candidates that are the winner's policy."""
     import warnings
-    sys.path.insert(0, str(ROOT))
+
     from cope_core import parquet_io, predict
+    from cope_core.estimate.evaluate import measured_tpot
     from cope_core.estimate.ranking import fastest_first, policy_of, runner_up
     t = parquet_io.read_measurements(measurements).table
     tr, c = parquet_io.read_trace(trace), parquet_io.read_trace(cal)
@@ -93,7 +96,9 @@ def margins(measurements: Path, trace: Path, cal: Path, profile: Path
             df = predict(tr, prof, [int(k)], c, cpu_threads=int(th), draws=0)
         eq = {c: e if isinstance(e, str) else None
               for c, e in zip(df["candidate"], df["equivalent_to"])}
-        mean = grp.groupby("candidate")["tpot_us"].mean().to_dict()
+        # the library's measured TPOT: median over trials, mean over prompts
+        m = measured_tpot(grp)
+        mean = dict(zip(m["candidate"], m["tpot_us"].astype(float)))
         best = fastest_first(mean)[0]
         ru = runner_up(mean, eq, best)
         same = {x for x in mean if policy_of(x, eq) == policy_of(best, eq)}
@@ -114,7 +119,7 @@ def resemblance(profiles: dict[str, Path]) -> list[dict]:
     (from its measured profile) and the catalog platform (GPU x link x CPU x threads, analytic,
     same model) whose ratios are nearest on a log scale."""
     import math
-    sys.path.insert(0, str(ROOT))
+
     from cope_core import parquet_io
     from cope_core.platforms import CPUS, GPUS, LINKS, platform_spec
     from cope_core.profile.analytic import analytic_profile
@@ -157,7 +162,6 @@ def contention_rows(profiles: dict[str, Path]) -> list[dict]:
     """Per grid setting and CPU-thread count: where its measured schedules depart most from the
     composition of their isolated ops (``cope contention``), and how much of a prefetch copy a
     running layer hides."""
-    sys.path.insert(0, str(ROOT))
     from cope_core import parquet_io
     from cope_core.estimate.contention import contention, prefetch_hiding
     from cope_core.files import plain
@@ -184,7 +188,7 @@ def bias_rows(trace: Path, cal: Path, settings: dict[str, tuple[Path, Path]]) ->
     over measured TPOT, %) on the candidates of each residency. A ranking goes wrong where these
     differ between residencies, whatever their common level."""
     import warnings
-    sys.path.insert(0, str(ROOT))
+
     from cope_core import parquet_io
     from cope_core.estimate.evaluate import evaluation_pairs
     tr, c = parquet_io.read_trace(trace), parquet_io.read_trace(cal)
@@ -217,7 +221,7 @@ def ablation_rows(trace: Path, cal: Path, settings: dict[str, tuple[Path, Path]]
     its pick and regret, against the same measurements, with ``cope evaluate``'s defaults."""
     import dataclasses
     import warnings
-    sys.path.insert(0, str(ROOT))
+
     from cope_core import parquet_io
     from cope_core.estimate.evaluate import evaluate
     tr, c = parquet_io.read_trace(trace), parquet_io.read_trace(cal)
@@ -349,7 +353,7 @@ def report(cells: list[dict], top1_prompts: dict[str, list[int]] | None = None) 
               "(prompts) | mean regret | max regret | mean MAPE |",
               "|---|---|---|---|---|---|---|"]
     n = len(cells)
-    for est in ("cope", "atomic", "hrm"):
+    for est in ESTIMATORS:
         es = [c[est] for c in cells if c.get(est)]
         if not es:
             continue

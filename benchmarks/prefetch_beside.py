@@ -17,20 +17,19 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from fidelity_grid import settings_of, tag  # beside this script, on sys.path when it runs
+
+from cope_core import parquet_io
+from cope_core.errors import CopeInputError
+from cope_core.files import json_text
+from cope_core.matrix import Residency
+from cope_core.mechanisms.accelerator import Accelerator
+from cope_core.mechanisms.threads import host_threads
+from cope_core.mechanisms.timing import StopRule, load_average, round_robin
+from cope_core.mechanisms.weights import model_dtype
+from cope_core.profile.measure import Bench, profiler_rig
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from fidelity_grid import settings_of, tag  # noqa: E402
-
-from cope_core import parquet_io  # noqa: E402
-from cope_core.errors import CopeInputError  # noqa: E402
-from cope_core.files import json_text  # noqa: E402
-from cope_core.matrix import Residency  # noqa: E402
-from cope_core.mechanisms.accelerator import Accelerator  # noqa: E402
-from cope_core.mechanisms.threads import host_threads  # noqa: E402
-from cope_core.mechanisms.timing import StopRule, load_average, round_robin  # noqa: E402
-from cope_core.mechanisms.weights import model_dtype  # noqa: E402
-from cope_core.profile.measure import Bench, profiler_rig  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -241,7 +241,22 @@ ALIASES = {"deepseek-coder-v2-lite": "deepseek-v2-lite",
 
 
 def get_model(name: str) -> ModelGeometry:
-    """Look a model up in the catalog by name (case-insensitive, aliases accepted)."""
+    """Look a model up in the catalog.
+
+    Parameters
+    ----------
+    name : str
+        A catalog name (``cope models``), case-insensitive; aliases accepted.
+
+    Returns
+    -------
+    ModelGeometry
+
+    Raises
+    ------
+    CopeInputError
+        For a name the catalog does not know, listing the ones it does.
+    """
     key = ALIASES.get(name.lower(), name.lower())
     if key not in CATALOG:
         raise CopeInputError(f"unknown model {name!r}; expected one of {sorted(CATALOG)}",

@@ -1,5 +1,7 @@
-"""The measurement record of the reference executor (``cope.measurements/1``), as
-:mod:`cope_core.trace.data` and :mod:`cope_core.profile.data` hold theirs."""
+"""The measurement record (``cope.measurements/1``): what the reference executor measured, the
+ground truth the estimators are scored against. It sits low, beside the other records
+(:mod:`cope_core.trace.data`, :mod:`cope_core.profile.data`), so the estimators, the Parquet
+I/O and the app type it without importing the executor."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -7,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..geometry import ModelGeometry
+from .geometry import ModelGeometry
 
 MEASUREMENTS_SCHEMA = "cope.measurements/1"
 

@@ -7,7 +7,7 @@ from cope_core.app import dataset as dsm
 from cope_core.app import figures_inputs, inputs, results, session
 from cope_core.errors import CopeInputError
 from cope_core.estimate.contention import contention, prefetch_hiding
-from cope_core.estimate.predict import profile_spec
+from cope_core.estimate.costs import hrm_spec
 from cope_core.platforms import GPUS
 
 session.run_through_app()
@@ -31,7 +31,8 @@ if compare.startswith("analytic:"):
     profiles.append((compare, results.analytic_what_if(ds.profile.model.to_dict(),
                                                        compare.split(":")[1])))
 elif compare == "upload":
-    f = st.file_uploader("Second profile (cope.profile/1)", type=["parquet"], key="_up_second")
+    f = st.file_uploader("Second profile (cope.profile/2 or /1)", type=["parquet"],
+                         key="_up_second")
     if f is not None:
         try:
             profiles.append((f"upload {f.name}", session.read_upload(f.name, f.getvalue(),
@@ -46,7 +47,7 @@ for col, (label, prof) in zip(cols, profiles):
         with session.user_errors():
             threads, share = op if (op in prof.operating_points()) else prof.choose()
             opp = prof.resolve(threads, share)
-        spec = profile_spec(prof)
+        spec, _ = hrm_spec(prof)     # a malformed spec only leaves the roofline out
         st.caption(f"{prof.model.name} · {threads} CPU threads · GPU share {share:g}%"
                    + ("" if spec else " · no platform spec: roofline not drawn"))
         st.plotly_chart(figures_inputs.atomic_figure(

@@ -47,7 +47,6 @@ def rows() -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     table = "\n".join(rows())
     if "--write" in sys.argv[1:]:
         text = DOC.read_text()

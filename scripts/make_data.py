@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -38,13 +37,14 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from cope_core.files import write_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
 EXAMPLES = DATA / "examples"
 COLLECTED = DATA / "collected"
 MANIFEST = DATA / "manifest.json"
 PARAMS = DATA / "synthetic-parameters.json"
-sys.path.insert(0, str(ROOT))
 
 STEPS = ("calibrate", "synthetic", "collected", "measured", "grid", "readme")
 
@@ -98,9 +98,7 @@ class Manifest:
 
 
 def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_atomic(path, text, overwrite=True)   # make_data regenerates its own files
 
 
 def _rel(p: Path | str) -> str:

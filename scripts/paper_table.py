@@ -31,17 +31,17 @@ import warnings
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
+from cope_core import parquet_io
+from cope_core.estimate import roofline as rl
+from cope_core.estimate.predict import price, replay_counts
+from cope_core.files import write_atomic
+from cope_core.geometry import GIB
+from cope_core.platforms import PlatformSpec, platform_spec
+from cope_core.profile.analytic import analytic_profile
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-
-from cope_core import parquet_io  # noqa: E402
-from cope_core import roofline as rl  # noqa: E402
-from cope_core.estimate.predict import price, replay_counts  # noqa: E402
-from cope_core.geometry import GIB  # noqa: E402
-from cope_core.platforms import PlatformSpec, platform_spec  # noqa: E402
-from cope_core.profile.analytic import analytic_profile  # noqa: E402
 
 NINE = ["layer_partition"] + [f"{r}/{e}" for r in ("fixed", "mutable_per_layer")
                               for e in ("parallel", "wait_then_gpu", "ready_first",
@@ -128,7 +128,7 @@ def _roofline_row(g, s: PlatformSpec, r) -> float:
 
 def roofline_profile(g, spec: PlatformSpec, threads, shares):
     """The analytic profile as round 1 wrote it (the "before"): every row the pure roofline of
-    ``cope_core.roofline``, layers as the max of their lanes, so COPE on it is the HRM."""
+    ``cope_core.estimate.roofline``, layers as the max of their lanes, so COPE on it is the HRM."""
     prof = analytic_profile(g, spec, threads, gpu_shares=shares)
     t = prof.table.copy()
     vals = [_roofline_row(g, spec.at_share(r.gpu_share), r) for r in t.itertuples(index=False)]
@@ -284,9 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         if new != old:
             stale.append(doc.name)
             if args.write:
-                tmp = doc.with_suffix(".md.tmp")
-                tmp.write_text(new)
-                tmp.replace(doc)
+                write_atomic(doc, new, overwrite=True)
     if args.check and stale:
         print(f"not current: {', '.join(stale)}: run python3 scripts/paper_table.py --write",
               file=sys.stderr)

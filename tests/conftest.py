@@ -28,3 +28,14 @@ def profile() -> Profile:
 @pytest.fixture
 def measurements():
     return tiny_measurements()
+
+
+@pytest.fixture
+def files(tmp_path):
+    """A valid tiny trace, profile and measurements file, written in ``tmp_path``."""
+    from cope_core import parquet_io
+    t, p, m = tmp_path / "trace.parquet", tmp_path / "profile.parquet", tmp_path / "meas.parquet"
+    parquet_io.write_trace(tiny_trace(), t)
+    parquet_io.write_profile(tiny_profile(), p)
+    parquet_io.write_measurements(tiny_measurements(), m)
+    return {"trace": t, "profile": p, "measurements": m, "dir": tmp_path}

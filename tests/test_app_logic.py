@@ -15,7 +15,7 @@ from cope_core import parquet_io, predict
 from cope_core.app import dataset, figures, figures_inputs, inputs, settings, whatif
 from cope_core.app.timeline import execution_timeline, layer_partition_timelines
 from cope_core.errors import CopeInputError
-from cope_core.estimate.costs import atomic_costs
+from cope_core.estimate.costs import atomic_costs, estimators_for
 from cope_core.estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from cope_core.geometry import GIB, get_model
 from cope_core.matrix import CANDIDATE_IDS, EXECUTIONS, Execution, matrix_table, residencies_of
@@ -261,8 +261,8 @@ def test_schedule_grid_and_split():
 
 def test_measured_pairs_and_metrics_against_a_plain_reference():
     tr, prof, meas = tiny_trace(), _profile_with_spec(), tiny_measurements()
-    assert inputs.estimators_for(tiny_profile()) == ["cope", "atomic"]   # its spec is partial
-    pairs = {e: inputs.measured_pairs(tr, prof, tr, meas, e) for e in inputs.estimators_for(prof)}
+    assert estimators_for(tiny_profile()) == ["cope", "atomic"]   # its spec is partial
+    pairs = {e: inputs.measured_pairs(tr, prof, tr, meas, e) for e in estimators_for(prof)}
     assert list(pairs) == ["cope", "atomic", "hrm"]
     ref = predict(tr, prof, 2, calibration=tr, cpu_threads=8, gpu_share=100.0)
     p = pairs["cope"].set_index(["prompt", "candidate"])

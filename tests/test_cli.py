@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from tiny import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
+from tiny import put, raw, tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
 
 from cope_core import parquet_io
 from cope_core.cli.main import main
@@ -49,18 +49,6 @@ def assert_one_line_error(code: int, out: str, err: str, *needles: str) -> str:
     return lines[0]
 
 
-def raw(path: Path) -> tuple[pa.Table, dict]:
-    table = pq.read_table(path)
-    meta = json.loads(table.schema.metadata[b"cope"])
-    return table.replace_schema_metadata(None), meta
-
-
-def put(path: Path, table: pa.Table, meta: dict | None) -> Path:
-    md = None if meta is None else {b"cope": json.dumps(meta).encode()}
-    pq.write_table(table.replace_schema_metadata(md), path)
-    return path
-
-
 def edit_rows(path: Path, fn) -> Path:
     """Rewrite ``path`` after ``fn`` edited its rows (a list of dicts), keeping types and meta."""
     table, meta = raw(path)
@@ -80,16 +68,6 @@ def set_row(i, **values):
     def fn(rows):
         rows[i].update(values)
     return fn
-
-
-@pytest.fixture
-def files(tmp_path):
-    """A valid tiny trace, profile and measurements file."""
-    t, p, m = tmp_path / "trace.parquet", tmp_path / "profile.parquet", tmp_path / "meas.parquet"
-    parquet_io.write_trace(tiny_trace(), t)
-    parquet_io.write_profile(tiny_profile(), p)
-    parquet_io.write_measurements(tiny_measurements(), m)
-    return {"trace": t, "profile": p, "measurements": m, "dir": tmp_path}
 
 
 def predict_args(f, *extra):

@@ -10,10 +10,10 @@ import pytest
 from tiny import tiny_profile, tiny_trace
 
 from cope_core import parquet_io
-from cope_core import roofline as rl
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.estimate import layer_costs, predict
+from cope_core.estimate import roofline as rl
 from cope_core.estimate.costs import atomic_costs, cope_costs, cost_selected_split, hrm_costs
 from cope_core.geometry import ModelGeometry
 from cope_core.matrix import EXECUTIONS, Execution

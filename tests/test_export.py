@@ -151,6 +151,8 @@ def spec_profile():
 
 @pytest.fixture
 def files(tmp_path):
+    """This module's files (in place of conftest's): a tiny trace, a calibration trace (its
+    tokens reversed) and a profile whose platform carries a spec, as the exports need."""
     t, c, p = tmp_path / "trace.parquet", tmp_path / "cal.parquet", tmp_path / "profile.parquet"
     tr = tiny_trace()
     parquet_io.write_trace(tr, t)

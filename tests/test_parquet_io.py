@@ -1,7 +1,6 @@
 """Round trips and every malformed-input case of cope_core.parquet_io."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tiny import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
+from tiny import put, raw, tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
 
 from cope_core.errors import CopeInputError
 from cope_core.parquet_io import (
@@ -32,20 +31,6 @@ TRACE_ARRAYS = ("prompt_ids", "prompt_start", "context", "routed", "predicted")
 
 
 # --- helpers ------------------------------------------------------------------------------------
-def raw(path: Path) -> tuple[pa.Table, dict]:
-    """A written file's table (without metadata) and its parsed ``cope`` metadata."""
-    table = pq.read_table(path)
-    meta = json.loads(table.schema.metadata[b"cope"])
-    return table.replace_schema_metadata(None), meta
-
-
-def put(path: Path, table: pa.Table, meta: dict | None) -> Path:
-    """Write ``table`` with ``meta`` as the ``cope`` metadata (None: no metadata at all)."""
-    md = None if meta is None else {b"cope": json.dumps(meta).encode()}
-    pq.write_table(table.replace_schema_metadata(md), path)
-    return path
-
-
 def edit_rows(table: pa.Table, fn) -> pa.Table:
     """Apply ``fn`` to the table as a list of row dicts, keeping the column types."""
     rows = table.to_pylist()

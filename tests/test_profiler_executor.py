@@ -14,8 +14,9 @@ from tiny import tiny_geometry, tiny_trace
 from cope_core import parquet_io
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
+from cope_core.estimate.costs import profile_spec
 from cope_core.estimate.metrics import winners_by_k
-from cope_core.estimate.predict import predict, profile_spec
+from cope_core.estimate.predict import predict
 from cope_core.executor.decode import CandidateDecoder
 from cope_core.executor.run import ExecutorSettings, measure
 from cope_core.geometry import ModelGeometry

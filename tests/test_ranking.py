@@ -118,6 +118,11 @@ def test_readme_example_names_a_different_policy_as_runner_up(capsys, monkeypatc
     assert main(["predict", *shlex.split(args)]) == 0
     out = capsys.readouterr().out
     assert "winner: fixed/parallel" in out
+    readme = (ROOT / "README.md").read_text()
+    shown = readme[readme.index("It ends its table with the answer"):]
+    shown = shown[shown.index("```\n") + 4:]
+    shown = shown[:shown.index("```")]
+    assert shown and shown in out, "README's worked answer is not what the command prints"
     assert re.search(r"^runner-up: layer_partition .*\(\+\d+\.\d%\)$", out, re.M), out
     pol = build_policy(read_trace(ex / "qwen3-30b-a3b-trace.parquet"),
                        read_profile(ex / "qwen3-30b-a3b-rtx4090-analytic.parquet"),

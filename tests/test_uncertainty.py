@@ -17,9 +17,10 @@ from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.estimate.evaluate import evaluate, score
 from cope_core.estimate.noise import measured_cells
-from cope_core.estimate.uncertainty import confidence_lines, intervals, raw_key, row_draws
+from cope_core.estimate.uncertainty import confidence_lines, intervals, row_draws
 from cope_core.matrix import CANDIDATE_IDS, get_candidate
 from cope_core.profile.data import ProfileKey, same_schedule
+from cope_core.profile.raw_samples import raw_key
 
 A, B = get_candidate("fixed/parallel"), get_candidate("fixed/wait_then_gpu")
 
@@ -250,15 +251,6 @@ def test_evaluate_reports_coverage_for_measured_profiles_only():
 
 
 # --- the command line ---------------------------------------------------------------------------
-@pytest.fixture
-def files(tmp_path):
-    t, p, m = tmp_path / "t.parquet", tmp_path / "p.parquet", tmp_path / "m.parquet"
-    parquet_io.write_trace(tiny_trace(), t)
-    parquet_io.write_profile(tiny_profile(), p)
-    parquet_io.write_measurements(tiny_measurements(), m)
-    return {"trace": t, "profile": p, "measurements": m, "dir": tmp_path}
-
-
 def test_predict_json_and_table_carry_the_confidence(capsys, files):
     args = ["predict", "--trace", str(files["trace"]), "--profile", str(files["profile"]),
             "--calibration", str(files["trace"]), "-K", "2"]

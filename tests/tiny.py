@@ -2,11 +2,15 @@
 that tests call with arguments; ``conftest.py`` wraps the same data as fixtures."""
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from cope_core.geometry import ModelGeometry
 from cope_core.matrix import CANDIDATE_IDS
@@ -137,7 +141,7 @@ def tiny_profile(costs: CostSpec = None, *, operating_points=TINY_OPERATING_POIN
 
 def tiny_measurements(geometry: ModelGeometry | None = None):
     """Every candidate on prompts 3 and 7, two trials, K = 2, at 8 threads / 100 %."""
-    from cope_core.executor.data import Measurements
+    from cope_core.measurements import Measurements
     rows = []
     for ci, cand in enumerate(CANDIDATE_IDS):
         for prompt in (3, 7):
@@ -151,3 +155,18 @@ def tiny_measurements(geometry: ModelGeometry | None = None):
     return Measurements(table=df, model=geometry or tiny_geometry(),
                         platform={"gpu": "emulated", "cpu": "test-cpu", "accelerator": "emulated"},
                         created="2025-01-01T00:00:00+00:00", notes="tiny measurements")
+
+
+# --- raw Parquet, for tests that break a written file on purpose -------------------------------
+def raw(path: Path) -> tuple[pa.Table, dict]:
+    """A written file's table (without metadata) and its parsed ``cope`` metadata."""
+    table = pq.read_table(path)
+    meta = json.loads(table.schema.metadata[b"cope"])
+    return table.replace_schema_metadata(None), meta
+
+
+def put(path: Path, table: pa.Table, meta: dict | None) -> Path:
+    """Write ``table`` with ``meta`` as the ``cope`` metadata (None: no metadata at all)."""
+    md = None if meta is None else {b"cope": json.dumps(meta).encode()}
+    pq.write_table(table.replace_schema_metadata(md), path)
+    return path

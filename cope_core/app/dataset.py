@@ -16,10 +16,10 @@ from typing import Any
 
 from .. import parquet_io
 from ..errors import CopeInputError
-from ..estimate.predict import check_compatible
-from ..executor.data import Measurements
 from ..geometry import CATALOG
+from ..measurements import Measurements
 from ..profile.data import Profile
+from ..profile.pricing import check_compatible
 from ..trace.data import Trace
 
 SLOTS = ("trace", "calibration", "profile", "measurements")

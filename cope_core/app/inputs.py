@@ -9,18 +9,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import roofline as rl
-from ..errors import CopeInputError
-from ..estimate.costs import ESTIMATORS, cost_selected_split
+from ..estimate import roofline as rl
 from ..estimate.evaluate import evaluation_pairs
 from ..estimate.evaluate import score as evaluate_score
 from ..estimate.metrics import Accuracy
-from ..estimate.predict import OptimisticPredictionWarning, profile_spec
-from ..executor.data import Measurements
+from ..estimate.predict import OptimisticPredictionWarning
 from ..geometry import ModelGeometry
 from ..matrix import CANDIDATE_IDS, EXECUTIONS, Execution
+from ..measurements import Measurements
 from ..platforms import PlatformSpec
 from ..profile.data import ATOMIC_PER_N, OperatingPoint, Profile
+from ..profile.pricing import cost_selected_split
 from ..trace.data import Trace
 from ..trace.stats import HotSet, TraceStats
 
@@ -113,15 +112,6 @@ def shared_frame(op: OperatingPoint) -> pd.DataFrame:
 
 
 # --- predicted vs measured ----------------------------------------------------------------------
-def estimators_for(profile: Profile) -> list[str]:
-    """Estimators that can run on this profile (HRM needs a platform spec)."""
-    try:
-        spec = profile_spec(profile)
-    except CopeInputError:      # a malformed spec only rules out the roofline estimator
-        spec = None
-    return [e for e in ESTIMATORS if e != "hrm" or spec is not None]
-
-
 def measured_pairs(trace: Trace, profile: Profile, calibration: Trace | None,
                    measurements: Measurements, estimator: str) -> pd.DataFrame:
     """One estimator's predictions joined with measured TPOT at every measured cell

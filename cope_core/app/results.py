@@ -14,6 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from ..estimate.compare import Comparison, compare
+from ..estimate.costs import estimators_for
 from ..estimate.evaluate import Evaluation, evaluate
 from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from ..export import Policy, build_policy
@@ -23,7 +24,7 @@ from ..profile.data import Profile
 from ..trace.stats import TraceStats, trace_stats
 from . import whatif
 from .dataset import Dataset
-from .inputs import estimators_for, measured_pairs
+from .inputs import measured_pairs
 
 
 def _replay(key: str, ks: tuple[int, ...], residencies: tuple[str, ...], ds: Dataset) -> dict:

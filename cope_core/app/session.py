@@ -22,12 +22,12 @@ from streamlit.runtime.pages_manager import PagesManager
 
 from .. import parquet_io
 from ..errors import CopeInputError
+from ..estimate.costs import estimators_for
 from ..files import write_atomic
 from ..geometry import ModelGeometry
 from ..profile.data import Profile
 from . import whatif
 from .dataset import Dataset, Example, assemble, matching_measurements, provenance, scan_examples
-from .inputs import estimators_for
 from .settings import format_setting, op_key, op_label, parse_query
 
 EXAMPLES_DIR = Path(os.environ.get("COPE_EXAMPLES_DIR")

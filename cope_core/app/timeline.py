@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..estimate.costs import cost_selected_split
 from ..matrix import EXECUTIONS, Execution
 from ..profile.data import OperatingPoint
+from ..profile.pricing import cost_selected_split
 
 CPU, GPU, H2D, D2H = "CPU", "GPU", "host→device", "device→host"
 LANES = (CPU, GPU, H2D, D2H)

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import CopeInputError
 from ..files import check_writable
+from ..matrix import get_candidate
 
 
 def ints(text: str) -> list[int]:
@@ -36,6 +38,32 @@ def share(text: str) -> float:
     if len(values) != 1:
         raise argparse.ArgumentTypeError(f"expected one GPU share, got {text!r}")
     return values[0]
+
+
+def layers(text: str) -> int:
+    """``--layers N``: a whole number of MoE layers, at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of layers, got {text!r}") \
+            from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 layer, got {n}")
+    return n
+
+
+def candidate_list(text: str) -> list[str]:
+    """``--candidates``: a comma list of candidate ids, each one of the 13."""
+    ids = [c.strip() for c in text.split(",") if c.strip()]
+    if not ids:
+        raise argparse.ArgumentTypeError(f"expected candidate ids separated by commas, got "
+                                         f"{text!r}")
+    for c in ids:
+        try:
+            get_candidate(c)
+        except CopeInputError as exc:
+            raise argparse.ArgumentTypeError(exc.detail) from None
+    return ids
 
 
 def k_arg(text: str) -> str:

@@ -16,7 +16,7 @@ from ..files import print_json
 from ..geometry import CATALOG, GIB, get_model
 from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
 from ..platforms import resolve_platform
-from ..profile.data import read_raw_samples
+from ..profile.raw_samples import read_raw_samples
 from .report import format_evaluation, format_per_k, format_sweep, format_table, prediction_json
 
 
@@ -110,8 +110,6 @@ def cmd_synth(args: argparse.Namespace) -> int:
     else:
         g = get_model(args.model)
     if args.layers is not None:
-        if not 1 <= args.layers:
-            raise CopeInputError(f"expected at least 1 layer, got {args.layers}", field="--layers")
         g = g.with_layers(args.layers)
     if args.predictor_accuracy is not None:
         acc_text = str(args.predictor_accuracy).lower()
@@ -147,39 +145,6 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
-def profiled_geometry(args: argparse.Namespace):
-    """The geometry ``cope profile`` profiles: the trace's or the catalog's, cut by --layers."""
-    g = parquet_io.read_trace(args.trace).model if args.trace else get_model(args.model)
-    if args.layers is not None:
-        if not 1 <= args.layers:
-            raise CopeInputError(f"expected at least 1 layer, got {args.layers}", field="--layers")
-        g = g.with_layers(args.layers)
-    return g
-
-
-def cmd_profile(args: argparse.Namespace) -> int:
-    if args.analytic is None:  # measured on this machine (cope_core.profile.measure)
-        if args.gpu_shares:
-            raise CopeInputError("is for --analytic profiles: a measured profile is taken at "
-                                 "the GPU share its process has (100 %, or the CUDA MPS limit "
-                                 "it runs under)", field="--gpu-shares")
-        from .measure_cmd import run_profile
-        return run_profile(args)
-    from ..profile.analytic import DEFAULT_CONTEXTS, DEFAULT_SHARES, analytic_profile
-    g = profiled_geometry(args)
-    spec = resolve_platform(args.analytic, link=args.link, cpu=args.cpu or "xeon-gold-6430")
-    prof = analytic_profile(g, spec, cpu_threads=args.cpu_threads,
-                            contexts=args.contexts or DEFAULT_CONTEXTS,
-                            gpu_shares=args.gpu_shares or DEFAULT_SHARES)
-    parquet_io.write_profile(prof, args.output, overwrite=args.force)
-    threads = sorted({t for t, _ in prof.operating_points()})
-    got = sorted({s for _, s in prof.operating_points()})
-    print(f"wrote {args.output}: ANALYTIC profile ({spec.source} peak numbers with efficiencies "
-          f"and overheads, not measured) of {spec.name} for {g.name}, CPU threads {threads}, "
-          f"GPU shares {[f'{s:g} %' for s in got]}")
-    return 0
-
-
 # --- predicting ---------------------------------------------------------------------------------
 def _load(args: argparse.Namespace):
     trace = parquet_io.read_trace(args.trace)
@@ -201,10 +166,9 @@ def _ks(args: argparse.Namespace, trace) -> list[int]:
 def cmd_predict(args: argparse.Namespace) -> int:
     trace, profile, cal, spec = _load(args)
     ks = _ks(args, trace)
-    cands = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
     raw = read_raw_samples(args.raw_samples) if args.raw_samples else None
     df = predict(trace, profile, ks, calibration=cal, cpu_threads=args.cpu_threads,
-                 gpu_share=args.gpu_share, estimator=args.estimator, candidates=cands,
+                 gpu_share=args.gpu_share, estimator=args.estimator, candidates=args.candidates,
                  fill_by_id=args.fill_by_id, spec=spec,
                  draws=check_draws(args.draws), seed=args.seed, raw_samples=raw)
     if args.json:

@@ -12,6 +12,7 @@ import math
 from .. import parquet_io
 from ..errors import CopeInputError
 from ..estimate.compare import catalog_platform, compare, profile_platform
+from ..estimate.costs import ESTIMATORS
 from ..files import print_json
 from .args import share
 
@@ -33,7 +34,7 @@ def register(subparsers) -> None:
     s.add_argument("--vram-gib", type=float, required=True, help="the budget to compare at")
     s.add_argument("--cpu-threads", type=int, help="operating point in every platform")
     s.add_argument("--gpu-share", type=share, help="GPU share in every platform, %%")
-    s.add_argument("--estimator", default="cope", choices=["cope", "atomic", "hrm"])
+    s.add_argument("--estimator", default="cope", choices=ESTIMATORS)
     s.add_argument("--draws", type=int, default=1000, help="bootstrap draws (0: none)")
     s.add_argument("--seed", type=int, default=0, help="seed of the draws")
     s.add_argument("--json", action="store_true", help="print the comparison as JSON")

@@ -11,12 +11,13 @@ import warnings
 from collections.abc import Sequence
 
 from ..errors import CopeInputError
+from ..estimate.costs import ESTIMATORS
 from . import commands
-from .args import ints, k_arg, share, shares
+from .args import candidate_list, k_arg, layers, share
 
-#: Modules of this package that add sub-commands: each has ``register(subparsers)``, and every
-#: parser it adds sets ``func`` (``parser.set_defaults(func=...)``) to a function of ``args``
-#: that returns the exit status.
+#: Modules of this package that add sub-commands: each has ``register(subparsers)``. Every
+#: sub-command, these and the ones built here, sets ``func`` (``parser.set_defaults(func=...)``)
+#: to a function of ``args`` that returns the exit status.
 PLUGINS: tuple[str, ...] = ("export_cmd", "trace_cmd", "app_cmd", "measure_cmd", "compare_cmd",
                             "contention_cmd")
 
@@ -35,9 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("matrix", help="print the Policy Matrix")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=commands.cmd_matrix)
 
     s = sub.add_parser("models", help="list the built-in model catalog")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=commands.cmd_models)
 
     s = sub.add_parser("vram", help="convert a VRAM budget to experts per layer (K) and back")
     s.add_argument("--model", required=True, help="catalog model name (see cope models)")
@@ -49,10 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workspace-gib", type=float, default=0.5,
                    help="VRAM kept free for activations and the runtime (default 0.5)")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=commands.cmd_vram)
 
     s = sub.add_parser("synth", help="write a synthetic routing trace")
     s.add_argument("--model", help="catalog model (required unless --fit gives the geometry)")
-    s.add_argument("--layers", type=int, help="keep only the first N MoE layers")
+    s.add_argument("--layers", type=layers, help="keep only the first N MoE layers")
     s.add_argument("--prompts", type=int, help="required unless --fit (default: the trace's)")
     s.add_argument("--tokens", type=int,
                    help="decode tokens per prompt; required unless --fit (default: its mean)")
@@ -70,28 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--description", default="", help="free text stored in the trace metadata")
     s.add_argument("-o", "--output", required=True, help="Parquet file to write")
     s.add_argument("--force", action="store_true", help="overwrite an existing file")
+    s.set_defaults(func=commands.cmd_synth)
 
-    s = sub.add_parser("profile", help="write a profile: measured on this machine, or "
-                                       "--analytic (what-if from published specs)")
-    s.add_argument("--analytic", metavar="PLATFORM",
-                   help="GPU name (a100-80gb, h100, h200, rtx4090, rtx5090, l40s) or a JSON spec "
-                        "file; without it the profile is measured on this machine")
-    src = s.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", help="catalog model name")
-    src.add_argument("--trace", help="take the model geometry from this trace")
-    s.add_argument("--layers", type=int,
-                   help="profile the model cut to N MoE layers: shared work is profiled per "
-                        "block, so the profile still prices the whole model, in less time")
-    s.add_argument("--link", help="analytic: pcie4 or pcie5 (default: the GPU's usual link)")
-    s.add_argument("--cpu", help="analytic: catalog CPU for the host side (default xeon-gold-6430)")
-    s.add_argument("--cpu-threads", type=ints, help="operating points, e.g. 1,4,16")
-    s.add_argument("--contexts", type=ints, default=None, help="shared-cost contexts")
-    s.add_argument("--gpu-shares", type=shares, default=None,
-                   help="analytic: GPU shares (CUDA MPS %%) of the operating points "
-                        "(default 20,50,80,100): throughput scales, latencies do not")
-    s.add_argument("-o", "--output", required=True, help="Parquet file to write")
-    s.add_argument("--force", action="store_true", help="overwrite an existing output file")
-    importlib.import_module(f"{__package__}.measure_cmd").add_profile_arguments(s)
+    importlib.import_module(f"{__package__}.profile_cmd").register(sub)
 
     s = sub.add_parser("predict", help="predict every candidate's TPOT")
     _inputs(s)
@@ -99,16 +84,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--experts-per-layer", "-K", type=k_arg, dest="k",
                    help="an int, a comma list or 'all'")
     g.add_argument("--vram-gib", type=float, help="VRAM budget; K follows from the memory model")
-    s.add_argument("--estimator", default="cope", choices=["cope", "atomic", "hrm"],
+    s.add_argument("--estimator", default="cope", choices=ESTIMATORS,
                    help="cope: profiled whole-layer schedules (default); atomic: composed "
                         "operator costs; hrm: roofline")
-    s.add_argument("--candidates", help="comma list of candidate ids (default: all 13)")
+    s.add_argument("--candidates", type=candidate_list,
+                   help="comma list of candidate ids (default: all 13)")
     s.add_argument("--fill-by-id", action="store_true", help="fill residency by expert id")
     _draw_options(s)
     s.add_argument("--raw-samples", metavar="JSON",
                    help="raw profile samples (from cope profile --raw-samples): draw the "
                         "profile's spread from them instead of its median and IQR")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=commands.cmd_predict)
 
     s = sub.add_parser("evaluate", help="compare predictions with measurements")
     _inputs(s)
@@ -118,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--per-k", action="store_true",
                    help="also compare winners per cache size (TPOT averaged over prompts)")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=commands.cmd_evaluate)
 
     for name in PLUGINS:
         importlib.import_module(f"{__package__}.{name}").register(sub)
@@ -148,8 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            func = getattr(args, "func", None) or getattr(commands, f"cmd_{args.command}")
-            code = func(args)
+            code = args.func(args)
         seen = set()
         for w in caught:
             text = " ".join(str(w.message).split())

@@ -8,7 +8,7 @@ from ..errors import CopeInputError
 from ..files import print_json
 from ..geometry import get_model
 from ..trace.importers import FORMATS
-from .args import check_output
+from .args import check_output, layers
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="input format (docs/traces.md describes each)")
     s.add_argument("files", nargs="+", help="routing record files to import")
     s.add_argument("--model", required=True, help="catalog model name (geometry)")
-    s.add_argument("--layers", type=int, help="the model's MoE layer count, when it differs")
+    s.add_argument("--layers", type=layers, help="the model's MoE layer count, when it differs")
     s.add_argument("--context-start", type=int, default=0,
                    help="context of token 0 when the records hold none (default 0)")
     s.add_argument("--prompt-tokens", type=int,
@@ -129,8 +129,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     from ..trace.importers import import_trace
     g = get_model(args.model)
     if args.layers is not None:
-        if args.layers < 1:
-            raise CopeInputError(f"expected at least 1 layer, got {args.layers}", field="--layers")
         g = g.with_layers(args.layers)
     check_output(args.output, args.force)
     tr, rep = import_trace(args.format, args.files, g, context_start=args.context_start,

@@ -11,13 +11,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import roofline
 from ..errors import CopeInputError
 from ..geometry import ModelGeometry
 from ..matrix import EXECUTIONS, Execution, Residency
 from ..platforms import PlatformSpec
-from ..profile.data import OperatingPoint
+from ..profile.data import OperatingPoint, Profile
+from ..profile.pricing import cost_selected_split
+from . import roofline
 
+#: The estimators, in the order every table and menu lists them.
 ESTIMATORS = ("cope", "atomic", "hrm")
 _P, _W, _R, _C = (EXECUTIONS.index(e) for e in (Execution.PARALLEL, Execution.WAIT_THEN_GPU,
                                                 Execution.READY_FIRST, Execution.COST_SELECTED))
@@ -97,21 +99,6 @@ def interp_weights(x: np.ndarray, xp: np.ndarray) -> np.ndarray:
     w[rows, j] = 1.0 - t
     w[rows, j + 1] += t
     return w
-
-
-def cost_selected_split(op: OperatingPoint) -> tuple[np.ndarray, np.ndarray]:
-    """Cheapest measured split per hit count; exact ties go to the larger CPU share."""
-    rows = op.schedule[_C]                      # (h, c), NaN where c > m
-    k = op.top_k
-    split = np.empty(k + 1, np.int64)
-    cost = np.empty(k + 1)
-    for h in range(k + 1):
-        m = k - h
-        vals = rows[h, : m + 1]
-        best = vals.min()
-        split[h] = int(np.flatnonzero(vals == best).max())
-        cost[h] = best
-    return split, cost
 
 
 def _mutable_ids() -> list[str]:
@@ -233,3 +220,50 @@ def layer_costs(estimator: str, op: OperatingPoint, model: ModelGeometry,
         return hrm_costs(model, spec.at_share(op.gpu_share), op.cpu_threads, split)
     raise CopeInputError(f"unknown estimator {estimator!r}; expected one of {list(ESTIMATORS)}",
                          field="estimator")
+
+
+# --- which estimators a profile can run ---------------------------------------------------------
+def profile_spec(profile: Profile) -> PlatformSpec | None:
+    """The roofline spec carried in a profile's platform metadata, if any (a malformed one is a
+    :class:`~cope_core.errors.CopeInputError` naming the file)."""
+    data = (profile.platform or {}).get("spec")
+    return PlatformSpec.from_dict(data, source=profile.path) if data else None
+
+
+def hrm_spec(profile: Profile, spec: PlatformSpec | None = None, *, strict: bool = False
+             ) -> tuple[PlatformSpec | None, str | None]:
+    """The roofline spec the HRM estimator would use on ``profile``, and why there is none.
+
+    Parameters
+    ----------
+    profile : Profile
+    spec : PlatformSpec, optional
+        A spec given by the user; it replaces the profile's (even a malformed one).
+    strict : bool
+        Whether a malformed spec in the profile raises (``cope evaluate``: the user must say
+        ``--spec``) or only rules HRM out, with the reason (the app, the exports).
+
+    Returns
+    -------
+    (PlatformSpec or None, str or None)
+        The spec, or None and a sentence saying why HRM cannot run.
+    """
+    if spec is not None:
+        return spec, None
+    try:
+        found = profile_spec(profile)
+    except CopeInputError as exc:
+        if strict:
+            raise
+        return None, f"the profile's platform spec is unusable ({exc})"
+    if found is None:
+        return None, "the profile carries no platform spec (platform.spec) and none was given"
+    return found, None
+
+
+def estimators_for(profile: Profile, spec: PlatformSpec | None = None, *,
+                   strict: bool = False) -> list[str]:
+    """The estimators that can run on ``profile``: ``cope`` and ``atomic`` always, ``hrm`` when
+    :func:`hrm_spec` finds a spec (``strict`` as there)."""
+    found, _ = hrm_spec(profile, spec, strict=strict)
+    return [e for e in ESTIMATORS if e != "hrm" or found is not None]

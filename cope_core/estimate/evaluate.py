@@ -7,9 +7,8 @@ a candidate's measured TPOT over a trace is the **mean over prompts** of those m
 predictions; exact ties go to the earlier candidate id. A *cell* is one (K, cpu_threads,
 gpu_share) at which measurements were taken.
 
-``measurements`` arguments are :class:`cope_core.executor.data.Measurements` records (anything
-with ``table``, ``model`` and ``path``); this module does not import the executor, which sits
-above it in the pipeline.
+``measurements`` arguments are :class:`cope_core.measurements.Measurements` records; the
+executor that measures them is a sibling of this package, not imported here.
 """
 from __future__ import annotations
 
@@ -23,12 +22,15 @@ import pandas as pd
 
 from ..errors import CopeInputError
 from ..matrix import residencies_of
+from ..measurements import Measurements
 from ..platforms import PlatformSpec
 from ..profile.data import Profile
+from ..profile.pricing import check_compatible
 from ..trace.data import Trace
+from .costs import estimators_for
 from .metrics import Accuracy, accuracy, winners_by_k
 from .noise import CELL, measured_cells, median_over_trials
-from .predict import check_compatible, price, profile_spec, replay_counts
+from .predict import price, replay_counts
 from .uncertainty import DEFAULT_DRAWS, check_draws
 
 
@@ -75,7 +77,8 @@ def pair_up(prediction: pd.DataFrame, measurements: pd.DataFrame,
 EMULATION = {"link_gbps": None, "cpu_slowdown": 1.0}
 
 
-def _check_measurements(trace: Trace, measurements: Any, profile: Profile | None = None) -> None:
+def _check_measurements(trace: Trace, measurements: Measurements,
+                        profile: Profile | None = None) -> None:
     if not measurements.model.same_shape(trace.model):
         raise CopeInputError("measured model geometry differs from the trace's",
                              source=measurements.path, field="model")
@@ -91,7 +94,7 @@ def _check_measurements(trace: Trace, measurements: Any, profile: Profile | None
                                  source=measurements.path, field=f"platform.{key}")
 
 
-def _selected(measurements: Any, cpu_threads: int | None,
+def _selected(measurements: Measurements, cpu_threads: int | None,
               gpu_share: float | None = None) -> pd.DataFrame:
     table = measurements.table
     if cpu_threads is not None:
@@ -109,14 +112,7 @@ def _selected(measurements: Any, cpu_threads: int | None,
     return table
 
 
-def default_estimators(profile: Profile, spec: PlatformSpec | None = None) -> list[str]:
-    """``cope`` and ``atomic``, and ``hrm`` when a roofline spec is given or the profile carries
-    one (a malformed one in the profile is an error: say ``--spec`` to replace it)."""
-    spec = spec or profile_spec(profile)
-    return ["cope", "atomic"] + (["hrm"] if spec is not None else [])
-
-
-def evaluation_pairs(trace: Trace, profile: Profile, measurements: Any,
+def evaluation_pairs(trace: Trace, profile: Profile, measurements: Measurements,
                      calibration: Trace | None = None, *,
                      estimators: Sequence[str] = ("cope",), spec: PlatformSpec | None = None,
                      cpu_threads: int | None = None, gpu_share: float | None = None,
@@ -250,7 +246,7 @@ def score(pairs: dict[str, pd.DataFrame], measured: pd.DataFrame | None = None, 
     return out
 
 
-def evaluate(trace: Trace, profile: Profile, measurements: Any,
+def evaluate(trace: Trace, profile: Profile, measurements: Measurements,
              calibration: Trace | None = None, *, estimators: Sequence[str] | None = None,
              spec: PlatformSpec | None = None, cpu_threads: int | None = None,
              gpu_share: float | None = None, draws: int = DEFAULT_DRAWS,
@@ -264,7 +260,8 @@ def evaluate(trace: Trace, profile: Profile, measurements: Any,
     measurements : Measurements
         ``cope.measurements/1`` record of the same geometry.
     estimators : sequence of str, optional
-        Default :func:`default_estimators`.
+        Default: :func:`~cope_core.estimate.costs.estimators_for` the profile, strictly (a
+        malformed spec in the profile is an error: say ``--spec`` to replace it).
     spec : PlatformSpec, optional
         Roofline peaks for ``hrm`` (default: the profile's).
     cpu_threads : int, optional
@@ -283,7 +280,7 @@ def evaluate(trace: Trace, profile: Profile, measurements: Any,
     table = _selected(measurements, cpu_threads, gpu_share)
     draws = check_draws(draws)
     if estimators is None:
-        estimators = default_estimators(profile, spec)
+        estimators = estimators_for(profile, spec, strict=True)
     pairs = evaluation_pairs(trace, profile, measurements, calibration, estimators=estimators,
                              spec=spec, cpu_threads=cpu_threads, gpu_share=gpu_share,
                              draws=draws, seed=seed)

@@ -20,6 +20,7 @@ import pandas as pd
 from scipy import stats
 
 from ..matrix import CANDIDATE_IDS
+from .ranking import fastest_first
 
 CELL = ["K", "cpu_threads", "gpu_share"]
 LEVEL = 0.95
@@ -92,7 +93,7 @@ def measured_cells(table: pd.DataFrame, draws: int = 1000, seed: int = 0) -> pd.
         by_cand = {c: g for c, g in cell.groupby("candidate", sort=False)}
         cands = sorted(by_cand, key=lambda c: _TIE.get(c, 99))
         stats_ = {c: measured_interval(by_cand[c], draws, rng) for c in cands}
-        best = min(cands, key=lambda c: (stats_[c][0], _TIE.get(c, 99)))
+        best = fastest_first({c: stats_[c][0] for c in cands})[0]
         for c in cands:
             tied = c == best or tied_with(by_cand[c], by_cand[best], draws, rng)
             rows.append(dict(zip(CELL, key), candidate=c, tpot_us=stats_[c][0],

@@ -23,29 +23,16 @@ from ..matrix import (
 from ..platforms import PlatformSpec
 from ..profile.analytic import LATENCY_SPREAD, THROUGHPUT_SPREAD
 from ..profile.data import Profile
+from ..profile.pricing import check_compatible
 from ..replay.engine import ReplayCounts, check_ks, replay
 from ..trace.data import Trace, fill_order
-from .costs import EXECUTIONS, LayerCosts, layer_costs
+from .costs import EXECUTIONS, LayerCosts, layer_costs, profile_spec
+from .ranking import fastest_first
 from .uncertainty import DEFAULT_DRAWS, LEVEL, check_draws, drawn_costs, equivalences, intervals
 
 
 class OptimisticPredictionWarning(UserWarning):
     """No calibration trace: the fill order was learned from the evaluated trace itself."""
-
-
-def check_compatible(trace: Trace, profile: Profile | None = None,
-                     calibration: Trace | None = None) -> None:
-    """Trace and calibration share a geometry; the profile can price the trace's model
-    (:meth:`~cope_core.profile.data.Profile.check_target`: expert and non-expert shapes, and the
-    layer counts for whole-token shared rows)."""
-    g = trace.model
-    if calibration is not None and not calibration.model.same_shape(g):
-        diff = [k for k, v in g.to_dict().items()
-                if k != "name" and calibration.model.to_dict()[k] != v]
-        raise CopeInputError(f"geometry differs from the trace's in {diff}",
-                             source=calibration.path, field="model")
-    if profile is not None:
-        profile.check_target(g)
 
 
 def replay_all(trace: Trace, order: np.ndarray, ks, residencies: Iterable[Residency] = RESIDENCIES
@@ -203,10 +190,25 @@ def price(trace: Trace, profile: Profile, counts: dict[Residency, ReplayCounts],
           ) -> pd.DataFrame:
     """Step 2 of :func:`predict`: price replay counts with one estimator at an operating point.
 
-    Parameters are those of :func:`predict`; ``counts`` come from :func:`replay_counts` at
-    (at least) the residencies the candidates need, and ``calibrated`` says whether their fill
-    came from a calibration trace (without one an :class:`OptimisticPredictionWarning` is
-    issued). Returns the frame :func:`predict` describes.
+    Parameters
+    ----------
+    trace, profile
+        As for :func:`predict`.
+    counts : dict of Residency -> ReplayCounts
+        From :func:`replay_counts`, at (at least) the residencies the candidates need and the
+        cache sizes ``ks``.
+    ks : int or sequence of int
+        The cache sizes to price.
+    calibrated : bool
+        Whether the counts' fill came from a calibration trace (without one an
+        :class:`OptimisticPredictionWarning` is issued).
+    cpu_threads, gpu_share, estimator, candidates, spec, histograms, draws, seed, raw_samples
+        As for :func:`predict`.
+
+    Returns
+    -------
+    DataFrame
+        The frame :func:`predict` describes.
     """
     check_compatible(trace, profile)
     ks = check_ks(ks, trace.model.n_experts)
@@ -348,16 +350,25 @@ def predict(trace: Trace, profile: Profile, experts_per_layer: int | Sequence[in
                  raw_samples=raw_samples)
 
 
-def profile_spec(profile: Profile) -> PlatformSpec | None:
-    """The roofline spec carried in a profile's platform metadata, if any."""
-    data = (profile.platform or {}).get("spec")
-    return PlatformSpec.from_dict(data, source=profile.path) if data else None
-
-
 def winner(df: pd.DataFrame, experts_per_layer: int | None = None) -> pd.Series:
-    """The winning row at one K (default: the only or first K in the frame)."""
+    """The winning row at one K of a :func:`predict` frame.
+
+    Parameters
+    ----------
+    df : DataFrame
+        A :func:`predict` (or :func:`price`) frame.
+    experts_per_layer : int, optional
+        The K (default: the frame's first).
+
+    Returns
+    -------
+    Series
+        The row of the lowest TPOT, exact ties to the earlier candidate id
+        (:func:`cope_core.estimate.ranking.fastest_first`).
+    """
     if experts_per_layer is None:
         experts_per_layer = int(df["experts_per_layer"].iloc[0])
     sub = df[df["experts_per_layer"] == experts_per_layer]
-    return sub.loc[sub["tpot_us"].idxmin()]
+    best = fastest_first(dict(zip(sub["candidate"], sub["tpot_us"].astype(float))))[0]
+    return sub[sub["candidate"] == best].iloc[0]
 

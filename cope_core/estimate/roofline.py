@@ -2,16 +2,17 @@
 bytes / bandwidth) on the device where it runs; a copy is bytes / link bandwidth; a layer is the
 max of its copy, CPU and GPU parts (perfect overlap, no overheads, so zero experts cost zero).
 
-Both the HRM estimator and ``cope profile --analytic`` use these functions, so an analytic
-profile and the HRM baseline agree by construction.
+It is the HRM estimator's arithmetic (:func:`cope_core.estimate.costs.hrm_costs`); an analytic
+profile (:mod:`cope_core.profile.analytic`) on the spec of
+:func:`cope_core.platforms.roofline_only` reduces to the same work terms, which the tests check.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .geometry import ModelGeometry
-from .matrix import Execution
-from .platforms import PlatformSpec
+from ..geometry import ModelGeometry
+from ..matrix import Execution
+from ..platforms import PlatformSpec
 
 US = 1e6
 

@@ -35,6 +35,7 @@ from ..matrix import Candidate
 from ..platforms import PlatformSpec
 from ..profile.analytic import analytic_draws
 from ..profile.data import Profile, ProfileKey, same_schedule
+from ..profile.raw_samples import raw_key
 from .costs import LayerCosts, atomic_costs, cope_costs
 from .ranking import frame_runner_up
 
@@ -51,11 +52,6 @@ def check_draws(draws: object) -> int:
     if isinstance(draws, bool) or not isinstance(draws, (int, np.integer)) or draws < 0:
         raise CopeInputError(f"expected a whole number >= 0, got {draws!r}", field="--draws")
     return int(draws)
-
-
-def raw_key(key: ProfileKey, threads: int, share: float) -> str:
-    """The key of a row in a ``--raw-samples`` JSON file (written by ``cope profile``)."""
-    return "|".join(map(str, (*key, threads, share)))
 
 
 def row_draws(rows: pd.DataFrame, top_k: int, draws: int, rng: np.random.Generator,

@@ -1,15 +1,15 @@
 """The reference executor: every candidate run for real over a routing trace.
 
-Only the :class:`~.data.Measurements` record is imported eagerly: the Parquet readers need it,
-and the decoder's torch mechanisms must not load before ``cope measure`` has set the OpenMP
-wait policy (:func:`cope_core.cli.measure_cmd.prepare_threads`).
+It writes :class:`~cope_core.measurements.Measurements` records (re-exported here). Everything
+else loads lazily: the decoder's torch mechanisms must not load before ``cope measure`` has set
+the OpenMP wait policy (:func:`cope_core.cli.measure_cmd.prepare_threads`).
 """
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-from .data import Measurements
+from ..measurements import Measurements
 
 _LAZY = {"CandidateDecoder": "decode", "LayerRecord": "decode", "PromptRun": "decode",
          "ExecutorSettings": "run", "measure": "run"}

@@ -14,18 +14,17 @@ import numpy as np
 import pandas as pd
 
 from ..errors import CopeInputError
-from ..estimate.costs import cost_selected_split
-from ..estimate.predict import check_compatible
 from ..matrix import Execution, select_candidates
+from ..measurements import Measurements
 from ..mechanisms.accelerator import Accelerator
 from ..mechanisms.rig import Rig
 from ..mechanisms.threads import host_threads
 from ..mechanisms.timing import load_average, progress_bar
 from ..mechanisms.weights import model_dtype
 from ..profile.data import Profile
+from ..profile.pricing import check_compatible, cost_selected_split
 from ..replay.engine import check_ks
 from ..trace.data import Trace, fill_order
-from .data import Measurements
 from .decode import CandidateDecoder
 
 

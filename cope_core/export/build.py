@@ -7,19 +7,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import CopeInputError
-from ..estimate.predict import (
-    OptimisticPredictionWarning,
-    check_compatible,
-    price,
-    profile_spec,
-    replay_counts,
-)
+from ..estimate.costs import ESTIMATORS, hrm_spec
+from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from ..estimate.ranking import fastest_first
 from ..files import sha256_file
 from ..geometry import DEFAULT_CONTEXT, DEFAULT_WORKSPACE_BYTES, GIB
 from ..matrix import get_candidate
 from ..platforms import PlatformSpec
 from ..profile.data import Profile
+from ..profile.pricing import check_compatible
 from ..replay.engine import check_ks
 from ..trace.data import Trace, fill_order
 from ..version import __version__
@@ -86,17 +82,12 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
     equivalent: dict[str, str | None] = {}
     notes: dict[str, str] = {}
     attrs: dict = {}
-    if spec is None:
-        try:
-            spec = profile_spec(profile)
-            if spec is None:
-                notes["hrm"] = ("skipped: the profile carries no platform spec (platform.spec) "
-                                "and none was given")
-        except CopeInputError as exc:  # a broken spec costs the baseline, not the export
-            notes["hrm"] = f"skipped: the profile's platform spec is unusable ({exc})"
+    spec, why = hrm_spec(profile, spec)     # a broken spec costs the baseline, not the export
+    if why is not None:
+        notes["hrm"] = f"skipped: {why}"
     check_compatible(trace, profile, calibration)
     counts = replay_counts(trace, calibration, K, fill_by_id=fill_by_id)  # once for all three
-    for est in ("cope", "atomic", "hrm"):
+    for est in ESTIMATORS:
         if est == "hrm" and spec is None:
             tables[est] = None
             continue

@@ -123,7 +123,7 @@ class ExpertRunner:
         self.acc.host_compute(accumulate, y, io.x_host, io.w_host, [p for p, _ in cpu],
                               [self.store.expert(layer, e) for _, e in cpu], self.H, self.I)
         io.y_host.copy_(y)
-        self.acc.compute.submit(_merge, io.out, io.y_dev, io.y_host)
+        self.acc.compute.submit(merge_outputs, io.out, io.y_dev, io.y_host)
 
     def finish(self) -> None:
         """The join: wait until the layer's result is complete."""
@@ -135,7 +135,9 @@ def _copy2(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -
     c.copy_(d, non_blocking=True)
 
 
-def _merge(out: torch.Tensor, y_dev: torch.Tensor, y_host: torch.Tensor) -> None:
+def merge_outputs(out: torch.Tensor, y_dev: torch.Tensor, y_host: torch.Tensor) -> None:
+    """Add the CPU experts' output to the accelerator's (the copy back is part of the merge the
+    profiler times, so it runs on the accelerator's stream)."""
     y_dev.copy_(y_host, non_blocking=True)
     out.add_(y_dev)
 

@@ -8,7 +8,7 @@ file this package wrote always reads back. Modules: :mod:`._common` (opening, me
 columns, the atomic write), :mod:`.trace`, :mod:`.profile`, :mod:`.measurements`.
 """
 from ..errors import CopeInputError
-from ..executor.data import Measurements
+from ..measurements import Measurements
 from ..profile.data import COLUMNS as PROFILE_COLUMNS
 from ._common import (
                       MEASUREMENTS_SCHEMA,

@@ -17,11 +17,11 @@ from ..errors import CopeInputError
 from ..files import atomic_path, check_writable
 from ..files import short_error as _short
 from ..geometry import ModelGeometry
+from ..measurements import MEASUREMENTS_SCHEMA
+from ..profile.data import PROFILE_SCHEMA, PROFILE_SCHEMAS
+from ..trace.data import TRACE_SCHEMA
 
-TRACE_SCHEMA = "cope.trace/1"
-PROFILE_SCHEMA = "cope.profile/2"        # written since shared work is profiled per part
-PROFILE_SCHEMAS = ("cope.profile/1", PROFILE_SCHEMA)  # both read (docs/formats.md)
-MEASUREMENTS_SCHEMA = "cope.measurements/1"
+# each record owns its schema id; the files' readers and writers take them from there
 SCHEMAS = (TRACE_SCHEMA, *PROFILE_SCHEMAS, MEASUREMENTS_SCHEMA)
 
 

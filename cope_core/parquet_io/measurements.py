@@ -8,9 +8,9 @@ import pandas as pd
 import pyarrow as pa
 
 from ..errors import CopeInputError
-from ..executor.data import Measurements
 from ..geometry import ModelGeometry
 from ..matrix import CANDIDATE_IDS
+from ..measurements import Measurements
 from ._common import (
     MEASUREMENTS_SCHEMA,
     _about,

@@ -3,13 +3,13 @@ achieved efficiencies and per-operation overheads, for hardware the user does no
 profile is marked ``analytic`` in its metadata and wherever it is shown; it is never a
 measurement.
 
-The pure roofline (:mod:`cope_core.roofline`, the HRM baseline) charges nothing for a kernel
-launch, a synchronisation, a small copy or waking the CPU workers, and lets every lane overlap
-perfectly, so splitting a layer's misses between CPU and GPU looks free. Here every operation
-pays what a real runtime pays: each atomic row is its work at the achieved efficiency plus its
-fixed latency, and each schedule row composes them in the order its execution strategy imposes
-(what may overlap does, what must wait does). ``cope_core.platforms.roofline_only`` gives the
-spec on which this reduces to the roofline's work terms.
+The pure roofline (:mod:`cope_core.estimate.roofline`, the HRM baseline) charges nothing for a
+kernel launch, a synchronisation, a small copy or waking the CPU workers, and lets every lane
+overlap perfectly, so splitting a layer's misses between CPU and GPU looks free. Here every
+operation pays what a real runtime pays: each atomic row is its work at the achieved efficiency
+plus its fixed latency, and each schedule row composes them in the order its execution strategy
+imposes (what may overlap does, what must wait does). ``cope_core.platforms.roofline_only``
+gives the spec on which this reduces to the roofline's work terms.
 
 The model's own uncertainty is stated, not hidden: :func:`analytic_draws` re-prices the rows
 under draws of the spec's constants (throughputs within ``THROUGHPUT_SPREAD``, latencies within

@@ -13,6 +13,11 @@ from ..errors import CopeInputError
 from ..geometry import ModelGeometry
 from ..matrix import EXECUTIONS, Execution, Residency
 
+#: Schema ids of a profile file (docs/formats.md): /2 is written whenever the shared work is
+#: per part, /1 (whole tokens) is still read and written for such profiles.
+PROFILE_SCHEMA_WHOLE = "cope.profile/1"
+PROFILE_SCHEMA = "cope.profile/2"
+PROFILE_SCHEMAS = (PROFILE_SCHEMA_WHOLE, PROFILE_SCHEMA)
 KINDS = ("shared", "schedule", "prefetch", "layer", "atomic")
 #: ``shared`` rows: one whole token of the profiled geometry (``cope.profile/1``), or its parts
 #: (``cope.profile/2``), which compose into a token of any layer count.
@@ -173,7 +178,7 @@ class Profile:
 
     @property
     def schema(self) -> str:
-        return "cope.profile/2" if self.shared_in_parts else "cope.profile/1"
+        return PROFILE_SCHEMA if self.shared_in_parts else PROFILE_SCHEMA_WHOLE
 
     def check_target(self, target: ModelGeometry, source: str | None = None) -> None:
         """Refuse a trace model whose shared work this profile cannot price: the expert shape
@@ -425,32 +430,3 @@ def build_operating_point(rows: pd.DataFrame, threads: int, share: float, top_k:
     """Turn one operating point's rows into arrays, checking completeness and uniqueness."""
     layout = operating_point_layout(rows, threads, share, top_k, source, layers)
     return layout.take(rows["median_us"].to_numpy(np.float64))
-
-
-def read_raw_samples(path: str) -> dict[str, list[float]]:
-    """The raw samples ``cope profile --raw-samples`` wrote: row key -> samples in microseconds.
-
-    Keys are ``kind|name|hits|cpu|staged|count|context|cpu_threads|gpu_share``; a malformed
-    file is a one-line CopeInputError."""
-    import json
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        raise CopeInputError("file not found", source=path) from None
-    except (OSError, ValueError) as exc:
-        raise CopeInputError(f"not a readable JSON file ({' '.join(str(exc).split())[:120]})",
-                             source=path) from None
-    samples = data.get("samples_us") if isinstance(data, dict) else None
-    if not isinstance(samples, dict):
-        raise CopeInputError("expected a JSON object with a 'samples_us' object (written by "
-                             "cope profile --raw-samples)", source=path, field="samples_us")
-    out = {}
-    for key, vals in samples.items():
-        if not isinstance(vals, list) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
-                and v >= 0 for v in vals):
-            raise CopeInputError(f"row {key!r}: expected a list of finite numbers >= 0",
-                                 source=path, field="samples_us")
-        out[str(key)] = [float(v) for v in vals]
-    return out

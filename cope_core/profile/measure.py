@@ -27,7 +27,13 @@ from ..errors import CopeInputError
 from ..geometry import ModelGeometry
 from ..matrix import Execution, Residency
 from ..mechanisms.accelerator import Accelerator, cpu_cores
-from ..mechanisms.execution import _merge, run_cpu_layer, run_execution, run_gpu_layer, run_parallel
+from ..mechanisms.execution import (
+    merge_outputs,
+    run_cpu_layer,
+    run_execution,
+    run_gpu_layer,
+    run_parallel,
+)
 from ..mechanisms.experts import accumulate
 from ..mechanisms.probe import probe_platform
 from ..mechanisms.residency import make_state, prefetch_step
@@ -44,6 +50,7 @@ from ..mechanisms.timing import (
 )
 from ..mechanisms.weights import model_dtype
 from .data import COLUMNS, Profile, ProfileKey, beside_keys, required_keys, same_schedule
+from .raw_samples import raw_key
 
 DEFAULT_CONTEXTS = (128, 1024, 4096)
 
@@ -266,7 +273,7 @@ class Bench:
         if name == "sync":
             return lambda: timed(sync)
         if name == "merge":
-            return lambda: timed(lambda: (acc.compute.submit(_merge, io.out, io.y_dev,
+            return lambda: timed(lambda: (acc.compute.submit(merge_outputs, io.out, io.y_dev,
                                                              io.y_host), done())) - timed(sync)
         if name == "prefetch":
             def pf() -> float:
@@ -390,7 +397,7 @@ def measure_profile(g: ModelGeometry, settings: ProfilerSettings = ProfilerSetti
                                                    lambda i: bar.update(1)):
                     rows.append((*key, threads, 100.0, t.median_us, t.p25_us, t.p75_us,
                                  len(t.samples_us)))
-                    raw["|".join(map(str, (*key, threads, 100.0)))] = list(t.samples_us)
+                    raw[raw_key(key, threads, 100.0)] = list(t.samples_us)
         platform = acc.describe()
     bar.close()
     platform["spec"] = spec.to_dict()

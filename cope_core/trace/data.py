@@ -19,6 +19,8 @@ from ._kernels import (
     popularity_counts,
 )
 
+#: The schema id of a trace file (docs/formats.md); :mod:`cope_core.parquet_io` reads it here.
+TRACE_SCHEMA = "cope.trace/1"
 SOURCES = ("collected", "synthetic", "imported")
 
 
@@ -89,7 +91,7 @@ class Trace:
         return counts
 
     def metadata(self) -> dict[str, Any]:
-        return {"schema": "cope.trace/1", "model": self.model.to_dict(), "source": self.source,
+        return {"schema": TRACE_SCHEMA, "model": self.model.to_dict(), "source": self.source,
                 "description": self.description, "predictor": self.predictor}
 
     def validate(self) -> None:

@@ -42,7 +42,7 @@ import numpy as np
 from ..errors import CopeInputError
 from ..geometry import ModelGeometry
 from .data import Trace
-from .importers import ImportReport, _assemble, _check_ids, _prompt_block
+from .import_records import ImportReport, assemble, check_ids, prompt_block
 
 RUNTIME_FORMATS = ("vllm", "sglang")
 _ORDER_NOTE = "the runtime records ids in its top-k kernel's order, not necessarily by score"
@@ -106,7 +106,7 @@ def _vllm_prompt(arr: np.ndarray, P: int | None, G: int | None, g: ModelGeometry
     if g.top_k > 1:
         # ids are distinct in real routing: an all-zero row is the capture buffer's blank
         dec = np.where((dec == 0).all(axis=2, keepdims=True), -1, dec)
-    _check_ids(dec, g, src, where)
+    check_ids(dec, g, src, where)
     ctx = None if P is None else P + np.arange(n_dec)
     return dec, ctx, R - n_dec
 
@@ -172,11 +172,11 @@ def import_vllm(paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
                 continue
             arr = _decode_array(value, src, label)
             dec, ctx, pre = _vllm_prompt(arr, P, G, g, src, label)
-            r, c, rep = _prompt_block(label, dec, ctx, len(blocks), g, prefill=pre)
+            r, c, rep = prompt_block(label, dec, ctx, len(blocks), g, prefill=pre)
             blocks.append((r, c))
             reports.append(rep)
     notes.append(_ORDER_NOTE)
-    return _assemble(blocks, reports, g, context_start, "vllm", srcs, tuple(notes))
+    return assemble(blocks, reports, g, context_start, "vllm", srcs, tuple(notes))
 
 
 def _vllm_npz(src: str, prompt_tokens: int | None) -> tuple[str, Any, int | None, int | None]:
@@ -302,11 +302,11 @@ def import_sglang(paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
             if cur["rows"]:
                 dec = _moe_blocks(np.stack(cur["rows"]), g, src, label)
                 dec[(dec < 0).any(axis=2)] = -1  # a layer the recorder did not fill is missing
-                _check_ids(dec, g, src, label)
+                check_ids(dec, g, src, label)
                 ctx = np.asarray(cur["ctx"])
             else:
                 dec, ctx = np.zeros((0, g.n_layers, k), np.int64), None
-            r, c, rep = _prompt_block(label, dec, ctx, len(blocks), g, prefill=cur["prefill"])
+            r, c, rep = prompt_block(label, dec, ctx, len(blocks), g, prefill=cur["prefill"])
             blocks.append((r, c))
             reports.append(rep)
-    return _assemble(blocks, reports, g, context_start, "sglang", srcs, (_ORDER_NOTE,))
+    return assemble(blocks, reports, g, context_start, "sglang", srcs, (_ORDER_NOTE,))
