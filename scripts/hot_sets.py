@@ -26,7 +26,7 @@ def doc_rows() -> list[str]:
 def rows() -> list[str]:
     from cope_core.geometry import get_model
     from cope_core.parquet_io import read_trace
-    from cope_core.trace.importers import import_trace
+    from cope_core.trace.sources.importers import import_trace
     from cope_core.trace.stats import hot_set
 
     out = ["| trace | 10 % cache | 25 % cache | 50 % cache | verdict |",

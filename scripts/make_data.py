@@ -135,7 +135,7 @@ def _count_rows(counts: dict, model: str) -> np.ndarray:
 def step_calibrate(realdata: Path, man: Manifest, bar: tqdm) -> None:
     from cope_core.geometry import get_model
     from cope_core.trace.fit import coverage_curve, fit_skew_to_counts, fit_synth, transfer_curve
-    from cope_core.trace.importers import import_trace
+    from cope_core.trace.sources.importers import import_trace
 
     pop = realdata / "popularity"
     if not pop.is_dir():
@@ -224,7 +224,7 @@ WORDS = ("the model routes every token to two of eight experts while a small rou
 
 def _tiny_model(folder: Path, seed: int) -> None:
     # MixtralConfig hidden 32, 6 layers, top-2 of 8, a word-level tokenizer over WORDS
-    from cope_core.trace.tiny import build_tiny_model
+    from cope_core.trace.sources.tiny_models import build_tiny_model
     build_tiny_model("mixtral", folder, layers=6, seed=seed, words=WORDS,
                      vocab_size=len(set(WORDS)) + 2, max_position_embeddings=512)
 

@@ -21,10 +21,16 @@ pytest.importorskip("tokenizers")
 from cope_core import parquet_io  # noqa: E402
 from cope_core.cli.main import main  # noqa: E402
 from cope_core.errors import CopeInputError  # noqa: E402
-from cope_core.trace.collect import collect, load_model, read_prompts  # noqa: E402
-from cope_core.trace.hidden import HiddenStateWriter, read_hidden_states  # noqa: E402
-from cope_core.trace.predictor import train_predictor  # noqa: E402
-from cope_core.trace.tiny import FAMILIES, WORDS, build_tiny_model, build_tokenizer, tiny_config  # noqa: E402, F401
+from cope_core.trace.sources.collect import collect, load_model, read_prompts  # noqa: E402
+from cope_core.trace.sources.hidden import HiddenStateWriter, read_hidden_states  # noqa: E402
+from cope_core.trace.sources.predictor import train_predictor  # noqa: E402
+from cope_core.trace.sources.tiny_models import (  # noqa: E402, F401
+    FAMILIES,
+    WORDS,
+    build_tiny_model,
+    build_tokenizer,
+    tiny_config,
+)
 
 PROMPTS = ["the cat sat on a mat", "experts route every token", "the router picks the best",
            "two of eight small feed forward blocks"]
@@ -208,7 +214,7 @@ def test_bad_inputs_are_one_line_errors(model_dirs, tmp_path, capsys):
 
 
 def test_order_falls_back_to_routing_weights_without_router_logits(model_dirs, monkeypatch):
-    from cope_core.trace import collect as collect_mod
+    from cope_core.trace.sources import collect as collect_mod
     lm = load_model(model_dirs["mixtral"])
     normal = collect(lm, PROMPTS[:2], 5, stop_at_eos=False, progress=False)
     # Mixtral's weights are the renormalised top-k softmax: same order as the logits

@@ -83,8 +83,8 @@ def fenced(block: str, lang: str) -> list[str]:
 def work(tmp_path_factory) -> Path:
     """A folder with one file of every format, under the names the page's examples use."""
     from cope_core.export import build_policy, render, write_policy
-    from cope_core.trace.hidden import HiddenStateWriter, read_hidden_states
-    from cope_core.trace.predictor import train_predictor
+    from cope_core.trace.sources.hidden import HiddenStateWriter, read_hidden_states
+    from cope_core.trace.sources.predictor import train_predictor
     d = tmp_path_factory.mktemp("formats")
     files = {"trace.parquet": parquet_io.TRACE_SCHEMA, "profile.parquet": parquet_io.PROFILE_SCHEMA,
              "measured.parquet": parquet_io.MEASUREMENTS_SCHEMA}
@@ -254,7 +254,7 @@ def test_hidden_state_index_and_shards_are_documented(work):
 
 # --- importer inputs ----------------------------------------------------------------------------
 def test_every_jsonl_field_the_importer_reads_is_documented():
-    src = (ROOT / "cope_core" / "trace" / "importers.py").read_text()
+    src = (ROOT / "cope_core" / "trace" / "sources" / "importers" / "jsonl.py").read_text()
     fields = {n for group in re.findall(r"_field\(obj, \(([^)]*)\)", src)
               for n in re.findall(r'"(\w+)"', group)}
     fields |= set(re.findall(r'obj\.get\("(\w+)"\)', src)) | set(re.findall(r'"(\w+)" in obj', src))
@@ -263,7 +263,7 @@ def test_every_jsonl_field_the_importer_reads_is_documented():
 
 
 def test_jsonl_example_imports_as_described(tmp_path):
-    from cope_core.trace.importers import import_jsonl
+    from cope_core.trace.sources.importers import import_jsonl
     block, = fenced(section(section(DOC, 2, "Importer inputs"), 3, "JSON lines"), "jsonl")
     (tmp_path / "routing.jsonl").write_text(block)
     trace, report = import_jsonl([tmp_path / "routing.jsonl"],

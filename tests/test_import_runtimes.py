@@ -1,6 +1,7 @@
-"""Importers of the serving runtimes' own routing records (cope_core.trace.import_runtimes), on
-the dumps in tests/data/import (scripts/make_import_fixtures.py: the vLLM ones written by vLLM's
-own output classes and encoder, the SGLang one following its recorder's code)."""
+"""Importers of the serving runtimes' own routing records
+(cope_core.trace.sources.importers.runtimes), on the dumps in tests/data/import
+(scripts/make_import_fixtures.py: the vLLM ones written by vLLM's own output classes and
+encoder, the SGLang one following its recorder's code)."""
 from __future__ import annotations
 
 import base64
@@ -16,7 +17,7 @@ from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.geometry import get_model
 from cope_core.parquet_io import read_trace
-from cope_core.trace.import_runtimes import import_sglang, import_vllm
+from cope_core.trace.sources.importers.runtimes import import_sglang, import_vllm
 
 DATA = Path(__file__).parent / "data" / "import"
 G = get_model("deepseek-v2-lite").with_layers(3)   # 4 blocks, the first dense; top-6 of 64

@@ -13,7 +13,7 @@ from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.geometry import get_model
 from cope_core.trace.fit import coverage_curve, fit_skew_to_counts, fit_synth, transfer_curve
-from cope_core.trace.importers import import_trace
+from cope_core.trace.sources.importers import import_trace
 from cope_core.trace.stats import fixed_hit_rate, reuse, skew, trace_stats
 from cope_core.trace.synth import synthesize
 

@@ -17,8 +17,8 @@ from cope_core.trace.baselines import (
     predict_trace,
     recall_at_k,
 )
-from cope_core.trace.hidden import HiddenStateWriter, read_hidden_states
-from cope_core.trace.predictor import (
+from cope_core.trace.sources.hidden import HiddenStateWriter, read_hidden_states
+from cope_core.trace.sources.predictor import (
     Predictor,
     _build_module,
     _split,
@@ -206,8 +206,8 @@ def test_predictor_save_that_fails_keeps_the_old_file(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def tiny_hidden(tmp_path_factory):
     pytest.importorskip("transformers")
-    from cope_core.trace.collect import collect, load_model
-    from cope_core.trace.tiny import WORDS, build_tiny_model
+    from cope_core.trace.sources.collect import collect, load_model
+    from cope_core.trace.sources.tiny_models import WORDS, build_tiny_model
     root = tmp_path_factory.mktemp("pred")
     lm = load_model(build_tiny_model("mixtral", root / "m", layers=4, seed=1))
     rng = random.Random(0)

@@ -60,8 +60,8 @@ def _policy(g, K: int, candidate: str = "layer_partition") -> Policy:
 
 def _tiny(family: str, folder: Path, **overrides):
     """A tiny model of ``family`` saved in ``folder`` (named for its family) and its geometry."""
-    from cope_core.trace.collect import load_model
-    from cope_core.trace.tiny import build_tiny_model
+    from cope_core.trace.sources.collect import load_model
+    from cope_core.trace.sources.tiny_models import build_tiny_model
     build_tiny_model(family, folder, layers=4, seed=0, **overrides)
     return load_model(folder).geometry
 
@@ -74,7 +74,7 @@ LLAMA_FAMILIES = {"mixtral": {}, "qwen3_moe": {},
 
 def _sentencepiece(folder: Path) -> None:
     spm = pytest.importorskip("sentencepiece", reason=f"sentencepiece is missing: {SETUP}")
-    from cope_core.trace.tiny import WORDS
+    from cope_core.trace.sources.tiny_models import WORDS
     corpus = folder / "corpus.txt"
     corpus.write_text("\n".join([" ".join(WORDS)] * 50) + "\n")
     spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(folder / "tokenizer"),
@@ -217,7 +217,7 @@ def test_ktransformers_rules_match_exactly_the_intended_experts(tmp_path, family
     import transformers as tf
     import yaml
 
-    from cope_core.trace.tiny import tiny_config
+    from cope_core.trace.sources.tiny_models import tiny_config
     g = _tiny(family, tmp_path / f"tiny-{family}")
     text = render(_policy(g, K), "ktransformers").text
     ours = yaml.safe_load(text)
@@ -243,7 +243,7 @@ def test_sglang_kt_loaders_accept_the_file_and_select_the_fill(tmp_path):
     ``logical_count``, loaded with weights_only=True) and _init_kt_gpu_experts_masks (3 dims,
     num_hidden_layers rows counted with the dense prefix, MoE layers by first_k_dense_replace
     and moe_layer_freq, a global top-k of the summed counts) on a real transformers config."""
-    from cope_core.trace.tiny import tiny_config
+    from cope_core.trace.sources.tiny_models import tiny_config
     g = _tiny("deepseek_v2", tmp_path / "tiny-deepseek-v2")
     hf = tiny_config("deepseek_v2", 4)
     K = 3

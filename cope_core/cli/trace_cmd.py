@@ -7,7 +7,7 @@ from .. import parquet_io
 from ..errors import CopeInputError
 from ..files import print_json
 from ..geometry import get_model
-from ..trace.importers import FORMATS
+from ..trace.sources.importers import FORMATS
 from .args import check_output, layers
 
 
@@ -96,9 +96,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from ..trace.collect import collect, load_model, read_prompts
-    from ..trace.hidden import HiddenStateWriter
-    from ..trace.predictor import load_predictor
+    from ..trace.sources.collect import collect, load_model, read_prompts
+    from ..trace.sources.hidden import HiddenStateWriter
+    from ..trace.sources.predictor import load_predictor
     check_output(args.output, args.force)
     if args.hidden_states:
         check_output(args.hidden_states, args.force, folder=True)
@@ -126,7 +126,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from ..trace.importers import import_trace
+    from ..trace.sources.importers import import_trace
     g = get_model(args.model)
     if args.layers is not None:
         g = g.with_layers(args.layers)
@@ -191,8 +191,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_predictor_train(args: argparse.Namespace) -> int:
-    from ..trace.hidden import read_hidden_states
-    from ..trace.predictor import train_predictor
+    from ..trace.sources.hidden import read_hidden_states
+    from ..trace.sources.predictor import train_predictor
     check_output(args.output, args.force)
     for name, v in (("--epochs", args.epochs), ("--hidden-units", args.hidden_units)):
         if v < 1:

@@ -7,7 +7,7 @@
     the most frequently routed experts of layer ``l + 1`` (in the training prompts, or the
     calibration trace).
 
-They are the yardsticks of the trained predictor (:mod:`cope_core.trace.predictor`) and the
+They are the yardsticks of the trained predictor (:mod:`cope_core.trace.sources.predictor`) and the
 recall columns of ``cope trace stats``.
 """
 from __future__ import annotations

@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CopeInputError
-from ..geometry import ModelGeometry
-from .data import Trace
+from ...errors import CopeInputError
+from ...geometry import ModelGeometry
+from ..data import Trace
 from .hidden import HiddenStateWriter
 from .predictor import Predictor
 

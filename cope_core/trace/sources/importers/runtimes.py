@@ -32,17 +32,16 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-import json
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import CopeInputError
-from ..geometry import ModelGeometry
-from .data import Trace
-from .import_records import ImportReport, assemble, check_ids, prompt_block
+from ....errors import CopeInputError
+from ....geometry import ModelGeometry
+from ...data import Trace
+from .records import ImportReport, assemble, check_ids, json_lines, prompt_block
 
 RUNTIME_FORMATS = ("vllm", "sglang")
 _ORDER_NOTE = "the runtime records ids in its top-k kernel's order, not necessarily by score"
@@ -123,31 +122,24 @@ def _ids_list(v: Any, src: str, where: str, name: str) -> int | None:
 def _vllm_lines(src: str) -> list[tuple[str, Any, int | None, int | None]]:
     """(label, routed_experts, P, G) per completion of a JSON-lines file."""
     out = []
-    with open(src, encoding="utf-8") as fh:
-        for i, raw in enumerate(fh, 1):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except ValueError:
-                raise CopeInputError(f"line {i} is not valid JSON", source=src) from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("outputs", obj.get("choices")),
-                                                           list):
-                raise CopeInputError(f"line {i}: expected a request output with 'outputs' or an "
-                                     "OpenAI response with 'choices'", source=src,
+    for i, obj in json_lines(src):
+        if not isinstance(obj, dict) or not isinstance(obj.get("outputs", obj.get("choices")),
+                                                       list):
+            raise CopeInputError(f"line {i}: expected a request output with 'outputs' or an "
+                                 "OpenAI response with 'choices'", source=src,
+                                 field="outputs")
+        rid = obj.get("request_id", obj.get("id", i))
+        P = _ids_list(obj.get("prompt_token_ids"), src, f"line {i}", "prompt_token_ids")
+        for j, c in enumerate(obj.get("outputs", obj.get("choices"))):
+            if not isinstance(c, dict):
+                raise CopeInputError(f"line {i}: output {j} is not an object", source=src,
                                      field="outputs")
-            rid = obj.get("request_id", obj.get("id", i))
-            P = _ids_list(obj.get("prompt_token_ids"), src, f"line {i}", "prompt_token_ids")
-            for j, c in enumerate(obj.get("outputs", obj.get("choices"))):
-                if not isinstance(c, dict):
-                    raise CopeInputError(f"line {i}: output {j} is not an object", source=src,
-                                         field="outputs")
-                where = f"line {i} output {c.get('index', j)}"
-                Pc = _ids_list(c.get("prompt_token_ids"), src, where, "prompt_token_ids")
-                G = _ids_list(c.get("token_ids"), src, where, "token_ids")
-                out.append((f"{os.path.basename(src)}: request {rid} output "
-                            f"{c.get('index', j)}", c.get("routed_experts"),
-                            Pc if Pc is not None else P, G))
+            where = f"line {i} output {c.get('index', j)}"
+            Pc = _ids_list(c.get("prompt_token_ids"), src, where, "prompt_token_ids")
+            G = _ids_list(c.get("token_ids"), src, where, "token_ids")
+            out.append((f"{os.path.basename(src)}: request {rid} output "
+                        f"{c.get('index', j)}", c.get("routed_experts"),
+                        Pc if Pc is not None else P, G))
     return out
 
 

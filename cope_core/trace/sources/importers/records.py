@@ -1,19 +1,20 @@
-"""The records every trace importer builds (:mod:`cope_core.trace.importers` for JSON lines and
-numpy arrays, :mod:`cope_core.trace.import_runtimes` for vLLM and SGLang): a prompt's block of
-complete tokens, the checks on expert ids, and the trace with its :class:`ImportReport`.
+"""What every trace importer shares (:mod:`.jsonl`, :mod:`.arrays`, :mod:`.runtimes`): the
+JSON-lines reader, a prompt's block of complete tokens, the checks on expert ids, and the trace
+with its :class:`ImportReport`.
 """
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..errors import CopeInputError
-from ..geometry import ModelGeometry
-from .data import Trace
+from ....errors import CopeInputError
+from ....geometry import ModelGeometry
+from ...data import Trace
 
 
 @dataclass(frozen=True)
@@ -134,3 +135,18 @@ def assemble(blocks, reports, g: ModelGeometry, context_start: int, fmt: str,
                predicted=np.empty((routed.shape[0], g.n_layers, 0), np.int16),
                source="imported", description=text, predictor=None)
     return tr, rep
+
+
+def json_lines(src: str) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed value)`` for every non-blank line of a JSON-lines file; a missing
+    file or a line that is not JSON is a one-line CopeInputError naming the file and line."""
+    if not os.path.isfile(src):
+        raise CopeInputError("file not found", source=src)
+    with open(src, encoding="utf-8") as fh:
+        for i, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                yield i, json.loads(raw)
+            except ValueError:
+                raise CopeInputError(f"line {i} is not valid JSON", source=src) from None

@@ -3,9 +3,9 @@
 The predictor maps MoE layer ``l``'s input hidden state (what layer ``l``'s router sees) to the
 experts layer ``l + 1`` will route to, so a runtime can prefetch them one layer ahead (the
 ``predicted`` column of ``cope.trace/1``). It is trained on the hidden states of
-:mod:`cope_core.trace.hidden`, on prompts held apart from the ones it is judged on, and judged
-against the two baselines of :mod:`cope_core.trace.baselines`. torch is imported only when a
-predictor is built, trained or loaded.
+:mod:`cope_core.trace.sources.hidden`, on prompts held apart from the ones it is judged on, and
+judged against the two baselines of :mod:`cope_core.trace.baselines`. torch is imported only
+when a predictor is built, trained or loaded.
 """
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CopeInputError
-from ..files import atomic_path
-from ..geometry import ModelGeometry
-from .baselines import baseline_predictions, popularity_lists, recall_at_k
+from ...errors import CopeInputError
+from ...files import atomic_path
+from ...geometry import ModelGeometry
+from ..baselines import baseline_predictions, popularity_lists, recall_at_k
 from .hidden import HiddenStates, prompt_groups
 
 PREDICTOR_FORMAT = "cope.predictor/1"

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CopeInputError
-from ..files import atomic_folder, atomic_path
-from ..geometry import ModelGeometry
+from ...errors import CopeInputError
+from ...files import atomic_folder, atomic_path
+from ...geometry import ModelGeometry
 
 HIDDEN_FORMAT = "cope.hidden/1"
 
