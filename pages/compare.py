@@ -6,17 +6,11 @@ from cope_core.app import compare_view, figures, results, session
 from cope_core.app import dataset as dsm
 from cope_core.app.settings import op_label
 
-session.run_through_app()
-
-st.title("Compare platforms")
-st.write("What would another GPU buy me? The same trace predicted on each platform: analytic "
-         "ones are built from the spec table (or your numbers) for the trace's model and marked "
-         "ANALYTIC; a measured profile is used as it is. Each platform is capped at its own "
-         "VRAM.")
-with session.user_errors():
-    ds = session.dataset()
-session.banner(ds)
-session.require_predictable(ds)
+ds = session.page("Compare platforms",
+                  "What would another GPU buy me? The same trace predicted on each platform: "
+                  "analytic ones are built from the spec table (or your numbers) for the trace's "
+                  "model and marked ANALYTIC; a measured profile is used as it is. Each platform "
+                  "is capped at its own VRAM.", predictable=True)
 g = ds.trace.model
 
 gib, k, op, est = session.settings_row(ds, [3, 2, 2])

@@ -8,8 +8,6 @@ from cope_core.errors import CopeInputError, UnsupportedByRuntime
 from cope_core.export import FORMATS, render
 from cope_core.matrix import CANDIDATE_IDS
 
-session.run_through_app()
-
 #: Per format: tab label, file-name suffix, st.code language, MIME type of the download.
 VIEWS = {
     "json": ("JSON (cope.policy/1)", ".policy.json", "json", "application/json"),
@@ -19,11 +17,7 @@ VIEWS = {
     "vllm": ("vLLM", ".vllm.sh", "bash", "text/x-shellscript"),
 }
 
-st.title("Export a policy")
-with session.user_errors():
-    ds = session.dataset()
-session.banner(ds)
-session.require_predictable(ds)
+ds = session.page("Export a policy", predictable=True)
 c1, c2, c3, c4 = st.columns([3, 2, 2, 1])
 with c1:
     gib, k = session.vram_widget(ds)

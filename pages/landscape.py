@@ -6,13 +6,7 @@ from cope_core.app import dataset as dsm
 from cope_core.app import figures, results, session, whatif
 from cope_core.matrix import EXECUTIONS, RESIDENCIES
 
-session.run_through_app()
-
-st.title("Landscape: what-if VRAM budgets")
-with session.user_errors():
-    ds = session.dataset()
-session.banner(ds)
-session.require_predictable(ds)
+ds = session.page("Landscape: what-if VRAM budgets", predictable=True)
 g = ds.trace.model
 
 gib, k, op, est = session.settings_row(ds, [3, 2, 2])

@@ -7,13 +7,7 @@ from cope_core.app import figures, results, session, whatif
 from cope_core.app.timeline import execution_timeline, layer_partition_timelines
 from cope_core.matrix import CANDIDATE_IDS, EXECUTIONS, LAYER_PARTITION, get_candidate, matrix_table
 
-session.run_through_app()
-
-st.title("Policy Matrix")
-with session.user_errors():
-    ds = session.dataset()
-session.banner(ds)
-session.require_predictable(ds)
+ds = session.page("Policy Matrix", predictable=True)
 table = matrix_table()
 
 gib, k, op, est = session.settings_row(ds, [2, 2, 2])

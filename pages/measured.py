@@ -5,14 +5,9 @@ import streamlit as st
 from cope_core.app import dataset as dsm
 from cope_core.app import figures_inputs, inputs, results, session
 
-session.run_through_app()
-
-st.title("Predicted vs measured")
-session.upload_slot("measurements", "Measurements (cope.measurements/1)",
-                    help="written by `cope measure`; replaces the example's measurements")
-with session.user_errors():
-    ds = session.dataset()
-session.banner(ds)
+ds = session.page("Predicted vs measured", before=lambda: session.upload_slot(
+    "measurements", "Measurements (cope.measurements/1)",
+    help="written by `cope measure`; replaces the example's measurements"))
 if ds.measurements is None:
     st.info("No measurements loaded. Upload a `cope.measurements/1` file above (made by "
             "`cope measure` on the target) for the same model as the trace; predictions are "

@@ -9,32 +9,30 @@ from cope_core.app import figures, results, session, whatif
 from cope_core.app.settings import op_label
 from cope_core.matrix import CANDIDATE_IDS, LAYER_PARTITION
 
-session.run_through_app()
 
-st.title("COPE Explorer")
-st.write("Which Mixture-of-Experts offloading policy is fastest on this model and machine? "
-         "COPE replays a routing trace against a profile of operator and schedule costs and "
-         "predicts the time per output token (TPOT) of every policy in the Policy Matrix.")
+def _uploads() -> None:
+    with st.expander("Upload your own files (Parquet: cope.trace/1, cope.profile/2, "
+                     "cope.measurements/1)", expanded=False):
+        c1, c2 = st.columns(2)
+        with c1:
+            session.upload_slot("trace", "Routing trace", help="evaluated trace (cope.trace/1)")
+            session.upload_slot("profile", "Profile", help="operator and schedule costs "
+                                                           "(cope.profile/2 or /1)")
+        with c2:
+            session.upload_slot("calibration", "Calibration trace",
+                                help="sets the popularity fill (cope.trace/1)")
+            session.upload_slot("measurements", "Measurements",
+                                help="measured TPOT per candidate (cope.measurements/1)")
+        if st.button("Use the example's files again"):
+            session.forget_uploads()
+            st.rerun()
 
-with st.expander("Upload your own files (Parquet: cope.trace/1, cope.profile/2, "
-                 "cope.measurements/1)", expanded=False):
-    c1, c2 = st.columns(2)
-    with c1:
-        session.upload_slot("trace", "Routing trace", help="evaluated trace (cope.trace/1)")
-        session.upload_slot("profile", "Profile", help="operator and schedule costs "
-                                                       "(cope.profile/2 or /1)")
-    with c2:
-        session.upload_slot("calibration", "Calibration trace",
-                            help="sets the popularity fill (cope.trace/1)")
-        session.upload_slot("measurements", "Measurements",
-                            help="measured TPOT per candidate (cope.measurements/1)")
-    if st.button("Use the example's files again"):
-        session.forget_uploads()
-        st.rerun()
 
-with session.user_errors():
-    ds = session.dataset()
-session.banner(ds)
+ds = session.page("COPE Explorer",
+                  "Which Mixture-of-Experts offloading policy is fastest on this model and "
+                  "machine? COPE replays a routing trace against a profile of operator and "
+                  "schedule costs and predicts the time per output token (TPOT) of every policy "
+                  "in the Policy Matrix.", before=_uploads)
 g = ds.trace.model
 st.subheader(f"Model: {g.name}")
 session.require_predictable(ds)

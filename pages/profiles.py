@@ -10,12 +10,7 @@ from cope_core.estimate.contention import contention, prefetch_hiding
 from cope_core.estimate.costs import hrm_spec
 from cope_core.platforms import GPUS
 
-session.run_through_app()
-
-st.title("Profiles")
-with session.user_errors():
-    ds = session.dataset()
-session.banner(ds)
+ds = session.page("Profiles")
 c1, c2 = st.columns(2)
 with c1:
     op = session.op_widget(ds.profile)

@@ -8,12 +8,7 @@ from cope_core.app import figures_inputs, inputs, results, session, whatif
 from cope_core.matrix import CANDIDATE_IDS
 from cope_core.trace import stats as trace_stats
 
-session.run_through_app()
-
-st.title("Traces")
-with session.user_errors():
-    ds = session.dataset()
-session.banner(ds)
+ds = session.page("Traces")
 choices = ["evaluated trace"] + (["calibration trace"] if ds.calibration is not None else [])
 c1, c2 = st.columns(2)
 with c1:

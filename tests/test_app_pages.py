@@ -182,8 +182,8 @@ def test_uploads_replace_the_data(tmp_path):
 
 
 def test_without_shipped_examples_uploads_still_work(tmp_path, monkeypatch):
-    from cope_core.app import session
-    monkeypatch.setattr(session, "EXAMPLES_DIR", tmp_path / "empty")
+    from cope_core.app import sources
+    monkeypatch.setattr(sources, "EXAMPLES_DIR", tmp_path / "empty")
     at = open_app()
     assert "No shipped examples found" in at.sidebar.warning[0].value
     assert at.error[0].value.startswith("no trace and no profile loaded")

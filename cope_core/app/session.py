@@ -1,44 +1,41 @@
-"""The Streamlit layer of the explorer: cached loaders, uploads and URL-bound widgets (cached
-computations are in :mod:`.results`). The rest of :mod:`cope_core.app` is free of Streamlit.
-
-Loaders use ``st.cache_data``, keyed by path and modification stamp. Uploads are written to a
-temp file and read with :mod:`cope_core.parquet_io` (never executed or unpickled); a bad upload
-shows the library's one-line message and the previous data stays in use. Settings are kept in
-the URL query string (``st.query_params``) so a view can be shared.
+"""The Streamlit layer of the explorer, as the pages see it: :func:`page` opens every page, and the
+names of :mod:`.url_state` (settings in the URL), :mod:`.sources` (examples, uploads, the
+dataset) and :mod:`.controls` (shared widgets) are re-exported here, so a page imports only this
+module. Cached computations are in :mod:`.results`; the rest of :mod:`cope_core.app` is free of
+Streamlit.
 """
 from __future__ import annotations
 
-import hashlib
-import os
-import re
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
 
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
-from .. import parquet_io
 from ..errors import CopeInputError
-from ..estimate.costs import estimators_for
-from ..files import write_atomic
-from ..geometry import ModelGeometry
-from ..profile.data import Profile
-from . import whatif
-from .dataset import Dataset, Example, assemble, matching_measurements, provenance, scan_examples
-from .settings import format_setting, op_key, op_label, parse_query
-
-EXAMPLES_DIR = Path(os.environ.get("COPE_EXAMPLES_DIR")
-                    or Path(__file__).resolve().parents[2] / "data" / "examples")
-UPLOAD_DIR = Path(tempfile.gettempdir()) / "cope-app-uploads"
-_READERS = {"trace": parquet_io.read_trace, "profile": parquet_io.read_profile,
-            "measurements": parquet_io.read_measurements}
-SLOT_KIND = {"trace": "trace", "calibration": "trace", "profile": "profile",
-             "measurements": "measurements"}
-_SETTINGS, _UPLOADS, _SEEN, _ERRORS = ("cope_settings", "cope_uploads", "cope_upload_seen",
-                                       "cope_upload_errors")
+from .controls import (
+    current_estimator,
+    current_op,
+    current_vram,
+    estimator_widget,
+    op_widget,
+    settings_row,
+    vram_caption,
+    vram_widget,
+)
+from .dataset import Dataset
+from .sources import (
+    banner,
+    dataset,
+    examples,
+    forget_uploads,
+    read,
+    read_upload,
+    require_predictable,
+    sidebar,
+    upload_slot,
+)
+from .url_state import bound, bound_numbers, remember, resolve, settings, sync_url
 
 
 # --- errors ---------------------------------------------------------------------------------------
@@ -52,340 +49,29 @@ def user_errors() -> Iterator[None]:
         st.stop()
 
 
-# --- loading --------------------------------------------------------------------------------------
-def _stamp(path: str | os.PathLike) -> str:
-    try:
-        s = os.stat(path)
-    except OSError:
-        return "missing"  # the reader then names the file
-    return f"{s.st_mtime_ns}:{s.st_size}"
+def page(title: str, intro: str | None = None, *, before: Callable[[], None] | None = None,
+         predictable: bool = False) -> Dataset:
+    """Open a page: run it inside ``app.py`` (:func:`run_through_app`), its title and intro,
+    what must come before the data (``before``: e.g. an upload slot), then the dataset with its
+    banner; with ``predictable`` the page stops, saying why, when the data cannot be predicted.
 
-
-@st.cache_data(show_spinner=False, max_entries=32)
-def _read_cached(kind: str, path: str, stamp: str) -> Any:
-    return _READERS[kind](path)
-
-
-def read(kind: str, path: str | os.PathLike) -> Any:
-    """Read a trace, profile or measurements file (cached by path and modification stamp)."""
-    return _read_cached(kind, str(path), _stamp(path))
-
-
-@st.cache_data(show_spinner=False, max_entries=8)
-def _scan_cached(folder: str, listing: tuple) -> list[Example]:
-    return scan_examples(folder)
-
-
-def _example_dirs() -> list[Path]:
-    """The examples' folder and, beside it, the controlled grid of emulated platforms (one
-    example whose profiles are the grid's settings; shown with the shipped examples only)."""
-    grid = EXAMPLES_DIR.parent / "platforms" / "cpu-emulated-grid"
-    return [EXAMPLES_DIR] + ([grid] if not os.environ.get("COPE_EXAMPLES_DIR") else [])
-
-
-def examples() -> list[Example]:
-    """Shipped examples under :data:`EXAMPLES_DIR` and the grid's folder (rescanned when a
-    file there changes)."""
-    out: list[Example] = []
-    for folder in _example_dirs():
-        files = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
-        out += _scan_cached(str(folder), tuple((p.name, _stamp(p)) for p in files))
-    return sorted(out, key=lambda e: e.name)
-
-
-# --- settings in the URL --------------------------------------------------------------------------
-def settings() -> dict[str, Any]:
-    """This session's settings; the first run of a session reads them from the URL."""
-    if _SETTINGS not in st.session_state:
-        st.session_state[_SETTINGS] = parse_query(st.query_params.to_dict())
-    return st.session_state[_SETTINGS]
-
-
-def sync_url() -> None:
-    """Write every setting to the query string (page switches may have cleared it)."""
-    for name, value in settings().items():
-        text = format_setting(name, value)
-        if st.query_params.get(name) != text:
-            st.query_params[name] = text
-
-
-def resolve(name: str, default: Any, valid: Callable[[Any], bool] = lambda v: True,
-            coerce: Callable[[Any], Any] = lambda v: v) -> Any:
-    """A setting's current value, or ``default`` when unset or not valid here."""
-    v = settings().get(name, default)
-    try:
-        v = coerce(v)
-    except (TypeError, ValueError):
-        return default
-    return v if valid(v) else default
-
-
-def remember(name: str, value: Any) -> None:
-    """Keep a setting for this session and in the URL."""
-    settings()[name] = value
-    text = format_setting(name, value)
-    if st.query_params.get(name) != text:
-        st.query_params[name] = text
-
-
-def bound(name: str, widget: Callable[..., Any], *, default: Any,
-          valid: Callable[[Any], bool] = lambda v: True,
-          coerce: Callable[[Any], Any] = lambda v: v, **kwargs: Any) -> Any:
-    """Draw ``widget`` with its value kept in the session's settings and the URL.
-
-    The widget's state is seeded from the settings (which the first run read from the URL)
-    whenever it is missing or no longer valid, e.g. after switching pages or examples.
+    Returns
+    -------
+    Dataset
+        The data the sidebar and the uploads chose.
     """
-    key = f"_w_{name}"
-    cur = st.session_state.get(key, None)
-    if key not in st.session_state or not valid(cur):
-        st.session_state[key] = resolve(name, default, valid, coerce)
-    value = widget(key=key, **kwargs)
-    remember(name, value)
-    return value
-
-
-def bound_numbers(name: str, fields: Sequence[str], *, default: Sequence[float],
-                  valid: Callable[[Any], bool] = lambda v: True, **kwargs: Any
-                  ) -> tuple[float, ...]:
-    """A row of ``st.number_input``, one per field, whose values are kept together as the
-    tuple setting ``name`` (in the session and the URL), so a shared link carries them all.
-
-    Each input is seeded from the setting whenever its state is missing (first run, a page
-    switch, the row hidden and shown again), as :func:`bound` does for one widget."""
-    cur = resolve(name, tuple(default), lambda v: len(v) == len(fields) and valid(v), tuple)
-    values = []
-    for field, col, seed in zip(fields, st.columns(len(fields)), cur):
-        key = f"_w_{name}_{field}"
-        if key not in st.session_state:
-            st.session_state[key] = float(seed)
-        with col:
-            values.append(float(st.number_input(field.replace("_", " "), key=key, **kwargs)))
-    remember(name, tuple(values))
-    return tuple(values)
-
-
-# --- the dataset ----------------------------------------------------------------------------------
-#: The example shown first, when it is shipped (the README's main example).
-PREFERRED_EXAMPLE = "qwen3-30b-a3b"
-
-
-def _default_example(names: list[str]) -> str:
-    return PREFERRED_EXAMPLE if PREFERRED_EXAMPLE in names else names[0]
-
-
-def _chosen_example() -> Example | None:
-    exs = examples()
-    names = [e.name for e in exs]
-    if not names:
-        return None
-    return exs[names.index(resolve("example", _default_example(names), lambda v: v in names))]
-
-
-def sidebar() -> None:
-    """The example chooser (and profile chooser when an example has several), in the sidebar."""
-    exs = examples()
-    names = [e.name for e in exs]
-    if not names:
-        st.sidebar.warning(f"No shipped examples found in {EXAMPLES_DIR}; upload a trace and a "
-                           "profile on the Overview page.")
-        return
-    name = bound("example", st.sidebar.selectbox, default=_default_example(names),
-                 valid=lambda v: v in names, label="Example data", options=names,
-                 help="Shipped examples under data/examples: SYNTHETIC traces with ANALYTIC "
-                      "profiles, one with a MEASURED profile and measurements, and the "
-                      "controlled grid of emulated platforms (one profile per setting); "
-                      "uploads on the Overview page replace single files.")
-    ex = exs[names.index(name)]
-    if len(ex.profiles) > 1:
-        files = [Path(p).name for p in ex.profiles]
-        bound("profile", st.sidebar.selectbox, default=files[0], valid=lambda v: v in files,
-              label="Profile", options=files)
-
-
-def _paths() -> tuple[dict[str, str | None], dict[str, str]]:
-    ex = _chosen_example()
-    paths: dict[str, str | None] = dict.fromkeys(("trace", "calibration", "profile",
-                                                  "measurements"))
-    if ex is not None:
-        files = [Path(p).name for p in ex.profiles]
-        prof = resolve("profile", files[0], lambda v: v in files)
-        profile = ex.profiles[files.index(prof)]
-        paths.update(trace=ex.traces[0],
-                     calibration=ex.calibrations[0] if ex.calibrations else None,
-                     profile=profile, measurements=matching_measurements(ex.measurements,
-                                                                         profile))
-    origin = {s: f"example {Path(p).name}" for s, p in paths.items() if p}
-    for slot, (name, path) in st.session_state.get(_UPLOADS, {}).items():
-        paths[slot], origin[slot] = path, f"upload {name}"
-    return paths, origin
-
-
-def dataset() -> Dataset:
-    """The inputs in use: the chosen example with any uploaded files in place of its own.
-
-    Raises CopeInputError when there is no trace or profile at all."""
-    paths, origin = _paths()
-    missing = [s for s in ("trace", "profile") if not paths[s]]
-    if missing:
-        raise CopeInputError(f"no {' and no '.join(missing)} loaded; expected a shipped example "
-                             f"in {EXAMPLES_DIR} or an upload on the Overview page")
-    objs = {slot: read(SLOT_KIND[slot], p) if p else None for slot, p in paths.items()}
-    key = "|".join(f"{s}={p}@{_stamp(p)}" for s, p in sorted(paths.items()) if p)
-    return assemble(key, objs["trace"], objs["calibration"], objs["profile"],
-                    objs["measurements"], origin)
-
-
-def banner(ds: Dataset) -> None:
-    """Where the data comes from (SYNTHETIC / ANALYTIC labels) and anything that is off."""
-    st.caption(provenance(ds) + " — " + "; ".join(f"{s}: {o}" for s, o in ds.origin.items()))
-    for note in ds.notes:
-        st.warning(note)
-
-
-def require_predictable(ds: Dataset) -> None:
-    """Stop the page with the reason when the trace and profile cannot be combined."""
-    for problem in ds.problems:
-        st.error(problem)
-    if ds.problems:
-        st.stop()
-
-
-# --- uploads --------------------------------------------------------------------------------------
-def _store_upload(name: str, data: bytes, sha: str) -> Path:
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", Path(name).name)[:100] or "upload.parquet"
-    folder = UPLOAD_DIR / sha[:24]
-    path = folder / safe
-    if not path.exists():  # the folder is named by the content's hash: same name, same bytes
-        write_atomic(path, data)
-    return path
-
-
-def read_upload(name: str, data: bytes, kind: str) -> tuple[Any, str]:
-    """Store uploaded bytes in a temp file and read them with the library's reader.
-
-    Returns the object and the temp path; a bad file raises CopeInputError naming the upload."""
-    sha = hashlib.sha256(data).hexdigest()
-    try:
-        path = _store_upload(name, data, sha)
-    except CopeInputError as exc:   # says the server's temp path: name the upload instead
-        raise CopeInputError(exc.detail.replace("cannot write", "cannot store it"),
-                             source=f"upload {name}") from None
-    try:
-        return read(kind, path), str(path)
-    except CopeInputError as exc:
-        raise CopeInputError(exc.detail, source=f"upload {name}", field=exc.field) from None
-
-
-def upload_slot(slot: str, label: str, help: str | None = None) -> None:
-    """A file uploader for one input. A good file replaces the slot's file; a bad one shows
-    the reader's one-line error while the previous data stays in use."""
-    # the generation in the key gives fresh, empty uploaders after forget_uploads()
-    gen = st.session_state.get("_cope_upload_gen", 0)
-    f = st.file_uploader(label, type=["parquet"], key=f"_up_{slot}_{gen}", help=help)
-    seen = st.session_state.setdefault(_SEEN, {})
-    errors = st.session_state.setdefault(_ERRORS, {})
-    uploads = st.session_state.setdefault(_UPLOADS, {})
-    if f is None:
-        errors.pop(slot, None)
-        seen.pop(slot, None)
-    else:
-        data = f.getvalue()
-        sha = hashlib.sha256(data).hexdigest()
-        if seen.get(slot) != sha:
-            seen[slot] = sha
-            try:
-                _, path = read_upload(f.name, data, SLOT_KIND[slot])  # validated before use
-                uploads[slot] = (f.name, path)
-                errors.pop(slot, None)
-            except CopeInputError as exc:
-                errors[slot] = str(exc)
-    if slot in errors:
-        st.error(errors[slot])
-    cur = uploads.get(slot)
-    st.caption(f"in use: upload {cur[0]}" if cur else "in use: the example's file, if any")
-
-
-def forget_uploads() -> None:
-    """Use the example's files again and empty the uploaders."""
-    for key in (_UPLOADS, _SEEN, _ERRORS):
-        st.session_state.pop(key, None)
-    st.session_state["_cope_upload_gen"] = st.session_state.get("_cope_upload_gen", 0) + 1
-
-
-# --- shared controls ------------------------------------------------------------------------------
-def current_vram(ds: Dataset) -> float:
-    g = ds.trace.model
-    lo, hi = whatif.budget_range(g)
-    return resolve("vram", whatif.default_budget(g, ds.profile.platform),
-                   lambda v: lo <= v <= hi, lambda v: whatif.snap(float(v)))
-
-
-def vram_widget(ds: Dataset, where: Any = st) -> tuple[float, int]:
-    """The VRAM-budget slider; returns the budget in GiB and the K it buys (shown below it)."""
-    g = ds.trace.model
-    lo, hi = whatif.budget_range(g)
-    gib = bound("vram", where.slider, default=whatif.default_budget(g, ds.profile.platform),
-                valid=lambda v: isinstance(v, float) and lo <= v <= hi,
-                coerce=lambda v: whatif.snap(float(v)), label="VRAM budget (GiB)",
-                min_value=lo, max_value=hi, step=whatif.BUDGET_STEP,
-                help="K = experts per layer that fit after the non-expert weights, a 4096-token "
-                     "KV cache and 0.5 GiB of workspace")
-    k = whatif.k_for_budget(g, gib)
-    where.caption(vram_caption(g, gib, k))
-    return gib, k
-
-
-def vram_caption(g: ModelGeometry, gib: float, k: int) -> str:
-    return (f"{gib:g} GiB buys **K = {k}** of {g.n_experts} experts per layer "
-            f"(K = {k} needs {whatif.budget_gib(g, k):.2f} GiB)")
-
-
-def _ops(profile: Profile) -> list[str]:
-    return [op_key(t, s) for t, s in profile.operating_points()]
-
-
-def current_op(profile: Profile) -> tuple[int, float]:
-    keys = _ops(profile)
-    k = resolve("op", op_key(*profile.choose()), lambda v: v in keys)
-    return profile.operating_points()[keys.index(k)]
-
-
-def op_widget(profile: Profile, where: Any = st) -> tuple[int, float]:
-    """Operating point (CPU threads, GPU share) among those in the profile."""
-    keys = _ops(profile)
-    ops = profile.operating_points()
-    k = bound("op", where.selectbox, default=op_key(*profile.choose()),
-              valid=lambda v: v in keys, label="Operating point", options=keys,
-              format_func=lambda v: op_label(*ops[keys.index(v)]))
-    return ops[keys.index(k)]
-
-
-def settings_row(ds: Dataset, widths: Sequence[float]
-                 ) -> tuple[float, int, tuple[int, float], str]:
-    """The budget slider, operating point and estimator side by side (the header of the pages
-    that predict); returns ``(gib, K, operating point, estimator)``."""
-    c1, c2, c3 = st.columns(list(widths))
-    with c1:
-        gib, k = vram_widget(ds)
-    with c2:
-        op = op_widget(ds.profile)
-    with c3:
-        est = estimator_widget(ds.profile)
-    return gib, k, op, est
-
-
-def current_estimator(profile: Profile) -> str:
-    ests = estimators_for(profile)
-    return resolve("est", "cope", lambda v: v in ests)
-
-
-def estimator_widget(profile: Profile, where: Any = st) -> str:
-    ests = estimators_for(profile)
-    return bound("est", where.radio, default="cope", valid=lambda v: v in ests,
-                 label="Estimator", options=ests, horizontal=True,
-                 help="cope: profiled whole-layer schedules; atomic: isolated operator costs "
-                      "composed; hrm: roofline from peak numbers")
+    run_through_app()
+    st.title(title)
+    if intro:
+        st.write(intro)
+    if before is not None:
+        before()
+    with user_errors():
+        ds = dataset()
+    banner(ds)
+    if predictable:
+        require_predictable(ds)
+    return ds
 
 
 def run_through_app() -> None:
@@ -402,3 +88,10 @@ def run_through_app() -> None:
     if getattr(PagesManager, "uses_pages_directory", False):
         PagesManager.uses_pages_directory = False
         st.rerun()
+
+
+__all__ = ["banner", "bound", "bound_numbers", "current_estimator", "current_op", "current_vram",
+           "dataset", "estimator_widget", "examples", "forget_uploads", "op_widget", "page",
+           "read", "read_upload", "remember", "require_predictable", "resolve", "run_through_app",
+           "settings", "settings_row", "sidebar", "sync_url", "upload_slot", "user_errors",
+           "vram_caption", "vram_widget"]

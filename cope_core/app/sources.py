@@ -1,0 +1,219 @@
+"""Where the explorer's data comes from: the shipped examples and the user's uploads, read with
+:mod:`cope_core.parquet_io` through ``st.cache_data`` (keyed by path and modification stamp), and
+assembled into the :class:`~cope_core.app.dataset.Dataset` every page shows. Uploads are written
+to a temp file and read (never executed or unpickled); a bad upload shows the library's one-line
+message and the previous data stays in use."""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from .. import parquet_io
+from ..errors import CopeInputError
+from ..files import write_atomic
+from .dataset import Dataset, Example, assemble, matching_measurements, provenance, scan_examples
+from .url_state import bound, resolve
+
+EXAMPLES_DIR = Path(os.environ.get("COPE_EXAMPLES_DIR")
+                    or Path(__file__).resolve().parents[2] / "data" / "examples")
+UPLOAD_DIR = Path(tempfile.gettempdir()) / "cope-app-uploads"
+_READERS = {"trace": parquet_io.read_trace, "profile": parquet_io.read_profile,
+            "measurements": parquet_io.read_measurements}
+SLOT_KIND = {"trace": "trace", "calibration": "trace", "profile": "profile",
+             "measurements": "measurements"}
+_UPLOADS, _SEEN, _ERRORS = "cope_uploads", "cope_upload_seen", "cope_upload_errors"
+
+
+# --- loading --------------------------------------------------------------------------------------
+def _stamp(path: str | os.PathLike) -> str:
+    try:
+        s = os.stat(path)
+    except OSError:
+        return "missing"  # the reader then names the file
+    return f"{s.st_mtime_ns}:{s.st_size}"
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _read_cached(kind: str, path: str, stamp: str) -> Any:
+    return _READERS[kind](path)
+
+
+def read(kind: str, path: str | os.PathLike) -> Any:
+    """Read a trace, profile or measurements file (cached by path and modification stamp)."""
+    return _read_cached(kind, str(path), _stamp(path))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _scan_cached(folder: str, listing: tuple) -> list[Example]:
+    return scan_examples(folder)
+
+
+def _example_dirs() -> list[Path]:
+    """The examples' folder and, beside it, the controlled grid of emulated platforms (one
+    example whose profiles are the grid's settings; shown with the shipped examples only)."""
+    grid = EXAMPLES_DIR.parent / "platforms" / "cpu-emulated-grid"
+    return [EXAMPLES_DIR] + ([grid] if not os.environ.get("COPE_EXAMPLES_DIR") else [])
+
+
+def examples() -> list[Example]:
+    """Shipped examples under :data:`EXAMPLES_DIR` and the grid's folder (rescanned when a
+    file there changes)."""
+    out: list[Example] = []
+    for folder in _example_dirs():
+        files = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+        out += _scan_cached(str(folder), tuple((p.name, _stamp(p)) for p in files))
+    return sorted(out, key=lambda e: e.name)
+
+
+# --- the dataset ----------------------------------------------------------------------------------
+#: The example shown first, when it is shipped (the README's main example).
+PREFERRED_EXAMPLE = "qwen3-30b-a3b"
+
+
+def _default_example(names: list[str]) -> str:
+    return PREFERRED_EXAMPLE if PREFERRED_EXAMPLE in names else names[0]
+
+
+def _chosen_example() -> Example | None:
+    exs = examples()
+    names = [e.name for e in exs]
+    if not names:
+        return None
+    return exs[names.index(resolve("example", _default_example(names), lambda v: v in names))]
+
+
+def sidebar() -> None:
+    """The example chooser (and profile chooser when an example has several), in the sidebar."""
+    exs = examples()
+    names = [e.name for e in exs]
+    if not names:
+        st.sidebar.warning(f"No shipped examples found in {EXAMPLES_DIR}; upload a trace and a "
+                           "profile on the Overview page.")
+        return
+    name = bound("example", st.sidebar.selectbox, default=_default_example(names),
+                 valid=lambda v: v in names, label="Example data", options=names,
+                 help="Shipped examples under data/examples: SYNTHETIC traces with ANALYTIC "
+                      "profiles, one with a MEASURED profile and measurements, and the "
+                      "controlled grid of emulated platforms (one profile per setting); "
+                      "uploads on the Overview page replace single files.")
+    ex = exs[names.index(name)]
+    if len(ex.profiles) > 1:
+        files = [Path(p).name for p in ex.profiles]
+        bound("profile", st.sidebar.selectbox, default=files[0], valid=lambda v: v in files,
+              label="Profile", options=files)
+
+
+def _paths() -> tuple[dict[str, str | None], dict[str, str]]:
+    ex = _chosen_example()
+    paths: dict[str, str | None] = dict.fromkeys(("trace", "calibration", "profile",
+                                                  "measurements"))
+    if ex is not None:
+        files = [Path(p).name for p in ex.profiles]
+        prof = resolve("profile", files[0], lambda v: v in files)
+        profile = ex.profiles[files.index(prof)]
+        paths.update(trace=ex.traces[0],
+                     calibration=ex.calibrations[0] if ex.calibrations else None,
+                     profile=profile, measurements=matching_measurements(ex.measurements,
+                                                                         profile))
+    origin = {s: f"example {Path(p).name}" for s, p in paths.items() if p}
+    for slot, (name, path) in st.session_state.get(_UPLOADS, {}).items():
+        paths[slot], origin[slot] = path, f"upload {name}"
+    return paths, origin
+
+
+def dataset() -> Dataset:
+    """The inputs in use: the chosen example with any uploaded files in place of its own.
+
+    Raises CopeInputError when there is no trace or profile at all."""
+    paths, origin = _paths()
+    missing = [s for s in ("trace", "profile") if not paths[s]]
+    if missing:
+        raise CopeInputError(f"no {' and no '.join(missing)} loaded; expected a shipped example "
+                             f"in {EXAMPLES_DIR} or an upload on the Overview page")
+    objs = {slot: read(SLOT_KIND[slot], p) if p else None for slot, p in paths.items()}
+    key = "|".join(f"{s}={p}@{_stamp(p)}" for s, p in sorted(paths.items()) if p)
+    return assemble(key, objs["trace"], objs["calibration"], objs["profile"],
+                    objs["measurements"], origin)
+
+
+def banner(ds: Dataset) -> None:
+    """Where the data comes from (SYNTHETIC / ANALYTIC labels) and anything that is off."""
+    st.caption(provenance(ds) + " — " + "; ".join(f"{s}: {o}" for s, o in ds.origin.items()))
+    for note in ds.notes:
+        st.warning(note)
+
+
+def require_predictable(ds: Dataset) -> None:
+    """Stop the page with the reason when the trace and profile cannot be combined."""
+    for problem in ds.problems:
+        st.error(problem)
+    if ds.problems:
+        st.stop()
+
+
+# --- uploads --------------------------------------------------------------------------------------
+def _store_upload(name: str, data: bytes, sha: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", Path(name).name)[:100] or "upload.parquet"
+    folder = UPLOAD_DIR / sha[:24]
+    path = folder / safe
+    if not path.exists():  # the folder is named by the content's hash: same name, same bytes
+        write_atomic(path, data)
+    return path
+
+
+def read_upload(name: str, data: bytes, kind: str) -> tuple[Any, str]:
+    """Store uploaded bytes in a temp file and read them with the library's reader.
+
+    Returns the object and the temp path; a bad file raises CopeInputError naming the upload."""
+    sha = hashlib.sha256(data).hexdigest()
+    try:
+        path = _store_upload(name, data, sha)
+    except CopeInputError as exc:   # says the server's temp path: name the upload instead
+        raise CopeInputError(exc.detail.replace("cannot write", "cannot store it"),
+                             source=f"upload {name}") from None
+    try:
+        return read(kind, path), str(path)
+    except CopeInputError as exc:
+        raise CopeInputError(exc.detail, source=f"upload {name}", field=exc.field) from None
+
+
+def upload_slot(slot: str, label: str, help: str | None = None) -> None:
+    """A file uploader for one input. A good file replaces the slot's file; a bad one shows
+    the reader's one-line error while the previous data stays in use."""
+    # the generation in the key gives fresh, empty uploaders after forget_uploads()
+    gen = st.session_state.get("_cope_upload_gen", 0)
+    f = st.file_uploader(label, type=["parquet"], key=f"_up_{slot}_{gen}", help=help)
+    seen = st.session_state.setdefault(_SEEN, {})
+    errors = st.session_state.setdefault(_ERRORS, {})
+    uploads = st.session_state.setdefault(_UPLOADS, {})
+    if f is None:
+        errors.pop(slot, None)
+        seen.pop(slot, None)
+    else:
+        data = f.getvalue()
+        sha = hashlib.sha256(data).hexdigest()
+        if seen.get(slot) != sha:
+            seen[slot] = sha
+            try:
+                _, path = read_upload(f.name, data, SLOT_KIND[slot])  # validated before use
+                uploads[slot] = (f.name, path)
+                errors.pop(slot, None)
+            except CopeInputError as exc:
+                errors[slot] = str(exc)
+    if slot in errors:
+        st.error(errors[slot])
+    cur = uploads.get(slot)
+    st.caption(f"in use: upload {cur[0]}" if cur else "in use: the example's file, if any")
+
+
+def forget_uploads() -> None:
+    """Use the example's files again and empty the uploaders."""
+    for key in (_UPLOADS, _SEEN, _ERRORS):
+        st.session_state.pop(key, None)
+    st.session_state["_cope_upload_gen"] = st.session_state.get("_cope_upload_gen", 0) + 1
