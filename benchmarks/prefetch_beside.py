@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from fidelity_grid import settings_of, tag  # beside this script, on sys.path when it runs
+from grid_report import settings_of, tag  # beside this script, on sys.path when it runs
 
 from cope_core import parquet_io
 from cope_core.errors import CopeInputError

@@ -1,6 +1,6 @@
-"""The controlled grid's report (benchmarks/fidelity_grid.py): cells from ``cope evaluate
---per-k --json``, the per-cell table and the aggregate on a hand-made case, and the shipped
-report consistent with its cells."""
+"""The controlled grid's report (benchmarks/grid_report.py, run by benchmarks/fidelity_grid.py):
+cells from ``cope evaluate --per-k --json``, the per-cell table and the aggregate on a hand-made
+case, and the shipped report consistent with its cells."""
 from __future__ import annotations
 
 import importlib.util
@@ -15,8 +15,9 @@ SHIPPED = ROOT / "data" / "platforms" / "cpu-emulated-grid"
 
 
 def _grid():
-    path = ROOT / "benchmarks" / "fidelity_grid.py"
-    spec = importlib.util.spec_from_file_location("fidelity_grid", path)
+    """The report module of the grid (benchmarks/grid_report.py, beside its driver)."""
+    path = ROOT / "benchmarks" / "grid_report.py"
+    spec = importlib.util.spec_from_file_location("grid_report", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
