@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from tiny import tiny_profile
+from tiny import hand_atomic, tiny_profile
 
 from cope_core import parquet_io
 from cope_core.cli.main import main
@@ -17,18 +17,15 @@ from cope_core.estimate.costs import atomic_costs, atomic_layer
 from cope_core.matrix import EXECUTIONS
 from cope_core.platforms import platform_spec
 from cope_core.profile.analytic import analytic_profile
+from cope_core.profile.data import ProfileKey
 
 # R = [.5, 3, 7], C = [1, 20, 45], S = [0, 11, 25], G = [0, 2, 5], A = 8, F = .5, M = .25
-OPS = {("atomic", "gpu_expert", -1, -1, -1, n): v for n, v in enumerate([0.5, 3.0, 7.0])}
-OPS |= {("atomic", "cpu_expert", -1, -1, -1, n): v for n, v in enumerate([1.0, 20.0, 45.0])}
-OPS |= {("atomic", "stage", -1, -1, -1, n): v for n, v in enumerate([0.0, 11.0, 25.0])}
-OPS |= {("atomic", "staged_gpu_expert", -1, -1, -1, n): v for n, v in enumerate([0.0, 2.0, 5.0])}
-OPS |= {("atomic", "act_copy", -1, -1, -1, 1): 8.0, ("atomic", "sync", -1, -1, -1, 1): 0.5,
-        ("atomic", "merge", -1, -1, -1, 1): 0.25, ("atomic", "prefetch", -1, -1, -1, 1): 9.0}
-ROWS = {("schedule", "parallel", 1, 1, 0, -1): 40.0,        # contended
-        ("schedule", "ready_first", 0, 0, 2, -1): 20.0,     # pipelines better than composed
-        ("schedule", "wait_then_gpu", 1, 0, 1, -1): 16.75,  # exactly as composed
-        ("schedule", "cost_selected", 0, 1, 1, -1): 30.0}   # slightly better
+OPS = hand_atomic(prefetch=9.0)
+S = "schedule"
+ROWS = {ProfileKey(S, "parallel", hits=1, cpu=1, staged=0): 40.0,        # contended
+        ProfileKey(S, "ready_first", hits=0, cpu=0, staged=2): 20.0,     # pipelines better
+        ProfileKey(S, "wait_then_gpu", hits=1, cpu=0, staged=1): 16.75,  # exactly as composed
+        ProfileKey(S, "cost_selected", hits=0, cpu=1, staged=1): 30.0}   # slightly better
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +79,7 @@ def test_composed_profile_reads_as_composed():
             splits = range(m + 1) if e.value == "cost_selected" else \
                 [m] if e.value == "parallel" else [0]
             for c in splits:
-                rows[("schedule", e.value, h, c, m - c, -1)] = float(
+                rows[ProfileKey(S, e.value, hits=h, cpu=c, staged=m - c)] = float(
                     atomic_layer(op, e_idx, [h], [c], [m - c])[0])
     df = contention(tiny_profile(OPS | rows, operating_points=((8, 100.0),)))
     assert np.allclose(df["excess_pct"], 0.0) and set(df["verdict"]) == {"as composed"}

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from tiny import tiny_profile, tiny_trace
+from tiny import hand_atomic, tiny_profile, tiny_trace
 
 from cope_core import parquet_io
 from cope_core.cli.main import main
@@ -27,7 +27,7 @@ from cope_core.platforms import (
     roofline_only,
 )
 from cope_core.profile.analytic import analytic_profile, default_threads
-from cope_core.profile.data import required_keys
+from cope_core.profile.data import ProfileKey, required_keys
 from cope_core.trace.data import Trace
 
 P, W, R, C = (EXECUTIONS.index(e) for e in (Execution.PARALLEL, Execution.WAIT_THEN_GPU,
@@ -296,19 +296,11 @@ def test_analytic_profile_cope_equals_atomic_on_fixed(analytic):
 
 
 # --- atomic-op simulation -----------------------------------------------------------------------
-ATOMIC = {("atomic", "gpu_expert", -1, -1, -1, n): v for n, v in enumerate([0.5, 3.0, 7.0])}
-ATOMIC |= {("atomic", "cpu_expert", -1, -1, -1, n): v for n, v in enumerate([1.0, 20.0, 45.0])}
-ATOMIC |= {("atomic", "stage", -1, -1, -1, n): v for n, v in enumerate([0.0, 11.0, 25.0])}
-ATOMIC |= {("atomic", "staged_gpu_expert", -1, -1, -1, n): v
-           for n, v in enumerate([0.0, 2.0, 5.0])}
-ATOMIC |= {("atomic", "act_copy", -1, -1, -1, 1): 8.0, ("atomic", "sync", -1, -1, -1, 1): 0.5,
-           ("atomic", "merge", -1, -1, -1, 1): 0.25, ("atomic", "prefetch", -1, -1, -1, 1): 9.0}
+ATOMIC = hand_atomic(prefetch=9.0)
 # cost_selected schedule rows: h=0 c=0/1 tie at 30 (-> c=1), h=1 c=0 cheaper (-> c=0)
-CS = {("schedule", "cost_selected", 0, 0, 2, -1): 30.0,
-      ("schedule", "cost_selected", 0, 1, 1, -1): 30.0,
-      ("schedule", "cost_selected", 0, 2, 0, -1): 45.0,
-      ("schedule", "cost_selected", 1, 0, 1, -1): 12.0,
-      ("schedule", "cost_selected", 1, 1, 0, -1): 14.0}
+CS = {ProfileKey("schedule", "cost_selected", hits=h, cpu=c, staged=m): v
+      for (h, c, m), v in {(0, 0, 2): 30.0, (0, 1, 1): 30.0, (0, 2, 0): 45.0, (1, 0, 1): 12.0,
+                           (1, 1, 0): 14.0}.items()}
 
 
 @pytest.fixture(scope="module")
@@ -321,7 +313,8 @@ def test_cost_selected_split_ties_to_larger_c(atomic_profile):
     assert split.tolist() == [1, 0, 0]
     assert cost.tolist() == [30.0, 12.0, 2.0]  # h=2: the default 10*0 + 2
     # all three splits equal at h=0 -> the largest c, 2
-    even = tiny_profile({("schedule", "cost_selected", 0, c, 2 - c, -1): 7.0 for c in range(3)})
+    even = tiny_profile({ProfileKey("schedule", "cost_selected", hits=0, cpu=c, staged=2 - c): 7.0
+                         for c in range(3)})
     split, cost = cost_selected_split(even.resolve())
     assert split[0] == 2 and cost[0] == 7.0
 

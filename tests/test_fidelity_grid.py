@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny import hand_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "data" / "platforms" / "cpu-emulated-grid"
@@ -95,11 +96,10 @@ def test_contention_and_bias_tables_by_hand(tmp_path):
 
     from cope_core import parquet_io
     g = _grid()
-    ops = {("atomic", "gpu_expert", -1, -1, -1, n): v for n, v in enumerate([0.5, 3.0, 7.0])}
-    ops |= {("atomic", "cpu_expert", -1, -1, -1, n): v for n, v in enumerate([1.0, 20.0, 45.0])}
-    ops |= {("atomic", "act_copy", -1, -1, -1, 1): 8.0, ("atomic", "sync", -1, -1, -1, 1): 0.5,
-            ("atomic", "merge", -1, -1, -1, 1): 0.25, ("atomic", "prefetch", -1, -1, -1, 1): 6.0,
-            ("schedule", "parallel", 1, 1, 0, -1): 57.5}          # twice max(3, 28) + .75
+    from cope_core.profile.data import ProfileKey
+    keep = ("gpu_expert", "cpu_expert", "act_copy", "sync", "merge", "prefetch")
+    ops = {k: v for k, v in hand_atomic(prefetch=6.0).items() if k.name in keep}
+    ops[ProfileKey("schedule", "parallel", hits=1, cpu=1, staged=0)] = 57.5  # 2 max(3, 28) + .75
     path = tmp_path / "profile-x.parquet"
     parquet_io.write_profile(tiny_profile(ops, operating_points=((8, 100.0),)), path)
     (row,) = g.contention_rows({"x": path})

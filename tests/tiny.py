@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from cope_core.geometry import ModelGeometry
 from cope_core.matrix import CANDIDATE_IDS
-from cope_core.profile.data import COLUMNS, Profile, beside_keys, required_keys
+from cope_core.profile.data import COLUMNS, Profile, ProfileKey, beside_keys, required_keys
 from cope_core.trace.data import Trace
 
 #: The two operating points of :func:`tiny_profile`: (cpu_threads, gpu_share).
@@ -88,6 +88,20 @@ def default_cost(row: Mapping[str, Any]) -> float:
 CostSpec = Callable[[Mapping[str, Any]], float] | Mapping[tuple, float] | None
 
 
+def hand_atomic(prefetch: float = 9.0) -> dict[ProfileKey, float]:
+    """Hand-worked atomic costs for :func:`tiny_profile` (top-2, counts 0..2): ``gpu_expert``
+    R = [.5, 3, 7], ``cpu_expert`` C = [1, 20, 45], ``stage`` S = [0, 11, 25],
+    ``staged_gpu_expert`` G = [0, 2, 5]; ``act_copy`` A = 8, ``sync`` F = .5, ``merge``
+    M = .25 and the given ``prefetch``."""
+    per_n = {"gpu_expert": [0.5, 3.0, 7.0], "cpu_expert": [1.0, 20.0, 45.0],
+             "stage": [0.0, 11.0, 25.0], "staged_gpu_expert": [0.0, 2.0, 5.0]}
+    out = {ProfileKey("atomic", name, count=n): v for name, vals in per_n.items()
+           for n, v in enumerate(vals)}
+    out |= {ProfileKey("atomic", name, count=1): v for name, v in
+            (("act_copy", 8.0), ("sync", 0.5), ("merge", 0.25), ("prefetch", prefetch))}
+    return out
+
+
 def tiny_profile(costs: CostSpec = None, *, operating_points=TINY_OPERATING_POINTS,
                  contexts=TINY_CONTEXTS, geometry: ModelGeometry | None = None,
                  parts: bool = False, beside: bool = False) -> Profile:
@@ -106,26 +120,25 @@ def tiny_profile(costs: CostSpec = None, *, operating_points=TINY_OPERATING_POIN
         name get :func:`default_cost`.
     """
     g = geometry or tiny_geometry()
-    keys = [tuple(k) for k in required_keys(g.top_k) + (beside_keys(g.top_k) if beside else [])]
+    keys = required_keys(g.top_k) + (beside_keys(g.top_k) if beside else [])
     if parts:
         names = ("moe_block", "dense_block") if g.dense_layers else ("moe_block",)
-        keys += [("shared", n, -1, -1, -1, -1, c) for c in contexts for n in names]
-        keys.append(("shared", "head", -1, -1, -1, -1, -1))
+        keys += [ProfileKey("shared", n, context=c) for c in contexts for n in names]
+        keys.append(ProfileKey("shared", "head"))
     else:
-        keys += [("shared", "decode", -1, -1, -1, -1, c) for c in contexts]
+        keys += [ProfileKey("shared", "decode", context=c) for c in contexts]
     rows = []
     for threads, share in operating_points:
         for key in keys:
-            row = dict(zip(("kind", "name", "hits", "cpu", "staged", "count", "context"), key),
-                       cpu_threads=threads, gpu_share=share)
+            row = dict(key._asdict(), cpu_threads=threads, gpu_share=share)
             if callable(costs):
                 med = float(costs(row))
             else:
                 table = costs or {}
                 op = (threads, share)
                 # the 6-tuple shorthand only names rows whose context is unused (-1)
-                short = [op + key[:6], key[:6]] if key[6] == -1 else []
-                hit = [k for k in [op + key, key] + short if k in table]
+                short = [op + key[:6], key[:6]] if key.context == -1 else []
+                hit = [k for k in [op + tuple(key), key] + short if k in table]
                 med = float(table[hit[0]]) if hit else default_cost(row)
             rows.append({**row, "median_us": med, "p25_us": med * 0.875, "p75_us": med * 1.125,
                          "samples": 5})
