@@ -16,7 +16,7 @@ VRAM cells are held out and only reported.
 
     python scripts/paper_table.py [--fit] [--write | --check] [--json OUT]
 
-``--write`` puts the table into docs/design.md and its summary into README.md, between their
+``--write`` puts the table into docs/design.md and its summary into docs/results.md, between their
 paper-table markers; ``--check`` exits 1 when either is not current (tests/test_paper_table.py).
 """
 from __future__ import annotations
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fit", action="store_true", help="search the unpublished constants")
     ap.add_argument("--json", help="write cells, outcomes and the spec used here")
-    ap.add_argument("--write", action="store_true", help="update docs/design.md and README.md")
+    ap.add_argument("--write", action="store_true", help="update docs/design.md and docs/results.md")
     ap.add_argument("--check", action="store_true", help="exit 1 if they are not current")
     args = ap.parse_args(argv)
     setup = Setup()
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summary_table(before, after)
     print(full)
     stale = []
-    for doc, text in ((ROOT / "docs" / "design.md", full), (ROOT / "README.md", summary)):
+    for doc, text in ((ROOT / "docs" / "design.md", full), (ROOT / "docs" / "results.md", summary)):
         old = doc.read_text()
         a, b = old.index(START) + len(START), old.index(END)
         new = old[:a] + "\n" + text + "\n" + old[b:]

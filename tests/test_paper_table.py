@@ -1,4 +1,4 @@
-"""The paper-vs-what-if table of docs/design.md and README.md is what scripts/paper_table.py
+"""The paper-vs-what-if table of docs/design.md and docs/results.md is what scripts/paper_table.py
 computes from the shipped traces and today's analytic model."""
 from __future__ import annotations
 
