@@ -259,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fit", action="store_true", help="search the unpublished constants")
     ap.add_argument("--json", help="write cells, outcomes and the spec used here")
-    ap.add_argument("--write", action="store_true", help="update docs/design.md and docs/results.md")
+    ap.add_argument("--write", action="store_true",
+                    help="update docs/design.md and docs/results.md")
     ap.add_argument("--check", action="store_true", help="exit 1 if they are not current")
     args = ap.parse_args(argv)
     setup = Setup()
