@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from cope_core.files import write_atomic
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "export.md"
 FENCE = re.compile(r"```(console|json)\n(.*?)```", re.S)
@@ -129,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         print("docs/export.md is not current: run python3 scripts/export_examples.py",
               file=sys.stderr)
         return 1
-    DOC.write_text(new, encoding="utf-8")
+    write_atomic(DOC, new, overwrite=True)
     print("rewrote docs/export.md")
     return 0
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from cope_core.files import write_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 REALDATA = ROOT.parent / "shared" / "realdata" / "mixtral-8x7b-instruct-decode"
 DOC = ROOT / "docs" / "traces.md"
@@ -51,5 +53,5 @@ if __name__ == "__main__":
     if "--write" in sys.argv[1:]:
         text = DOC.read_text()
         a, b = text.index(START) + len(START), text.index(END)
-        DOC.write_text(text[:a] + "\n" + table + "\n" + text[b:])
+        write_atomic(DOC, text[:a] + "\n" + table + "\n" + text[b:], overwrite=True)
     print(table)
