@@ -10,7 +10,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-_NJIT = dict(nogil=True, cache=True, boundscheck=False)
+from ..jit import NJIT
 
 # Row problem kinds, in the order they are reported.
 LAYER_RANGE, CONTEXT_NEGATIVE, UNSORTED, DUPLICATE_LAYER, MISSING_LAYER, TOKEN_GAP, \
@@ -22,7 +22,7 @@ PREV_PROMPT, PREV_TOKEN, PREV_LAYER, HAVE_PREV, GROUP_ROWS, TOKEN_INDEX, N_TOKEN
 N_STATE = 8
 
 
-@numba.njit(**_NJIT)
+@numba.njit(**NJIT)
 def _note(first, info, kind, row, a, b, c, d, e, f, g):
     if first[kind] < 0:
         first[kind] = row
@@ -35,7 +35,7 @@ def _note(first, info, kind, row, a, b, c, d, e, f, g):
         info[kind, 6] = g
 
 
-@numba.njit(**_NJIT)
+@numba.njit(**NJIT)
 def _scan_rows(prompt, token, layer, ctx, base, L, st, first, info, tok_prompt, tok_ctx):
     """Check rows ``base .. base + len(prompt) - 1`` of a trace file.
 
@@ -98,7 +98,7 @@ LIST_LAST_LAYER, LIST_RANGE, LIST_TOO_LONG, LIST_DUPLICATE = range(4)
 N_LIST_KINDS = 4
 
 
-@numba.njit(**_NJIT)
+@numba.njit(**NJIT)
 def _pad_lists(offs, vals, layer, L, E, last_empty, out, dest, seen, base, found):
     """Check list ``j`` (``vals[offs[j]:offs[j+1]]``, file row ``base + j``) and copy it into
     ``out[dest[j]]`` padded with -1 (``dest[j] < 0``: checked, not kept).
@@ -131,7 +131,7 @@ def _pad_lists(offs, vals, layer, L, E, last_empty, out, dest, seen, base, found
                 out[d, m] = vals[a + m] if m < n else -1
 
 
-@numba.njit(**_NJIT)
+@numba.njit(**NJIT)
 def _compact(ids, offsets, values):
     """The -1-padded rows of ``ids`` (padding is a suffix) as list offsets and flat values;
     returns the number of values. ``values`` must hold ``ids.size``."""

@@ -16,10 +16,10 @@ import numba
 import numpy as np
 from numba import prange
 
-_NJIT = dict(nogil=True, cache=True, boundscheck=False)
+from ..jit import NJIT
 
 
-@numba.njit(**_NJIT)
+@numba.njit(**NJIT)
 def _fixed_one(routed, prompt_start, rank, K, hist):
     """Fixed residency at one K: expert e of layer l is resident iff its popularity rank < K."""
     P = prompt_start.shape[0] - 1
@@ -35,7 +35,7 @@ def _fixed_one(routed, prompt_start, rank, K, hist):
                 hist[p, l, h] += 1
 
 
-@numba.njit(**_NJIT)
+@numba.njit(**NJIT)
 def _fixed_order_stats(routed, prompt_start, rank, cnt):
     """For the fixed-residency K sweep: ``cnt[p, l, j, r]`` counts tokens whose j-th smallest
     routed popularity rank is r. At cache size K a token has >= j+1 hits iff that rank < K."""
@@ -64,7 +64,7 @@ def _fixed_order_stats(routed, prompt_start, rank, cnt):
 # inline the helpers: numba's IR-level ``inline="always"`` ran the mutable kernels 7x slower, and
 # plain calls 30 % slower. The scan of the predicted ids stays written out in both kernels: as a
 # helper it cost 30 %, however written (benchmarks/bench_predict.py, measured when written).
-@numba.njit(forceinline=True, **_NJIT)
+@numba.njit(forceinline=True, **NJIT)
 def _append(prv, nxt, head, tail, node):
     """Link ``node`` after the tail (the newest stamp); returns (head, tail)."""
     prv[node] = tail
@@ -76,7 +76,7 @@ def _append(prv, nxt, head, tail, node):
     return head, node
 
 
-@numba.njit(forceinline=True, **_NJIT)
+@numba.njit(forceinline=True, **NJIT)
 def _unlink(prv, nxt, head, tail, node):
     """Take ``node`` out of its list; returns (head, tail)."""
     a = prv[node]
@@ -92,7 +92,7 @@ def _unlink(prv, nxt, head, tail, node):
     return head, tail
 
 
-@numba.njit(forceinline=True, **_NJIT)
+@numba.njit(forceinline=True, **NJIT)
 def _to_tail(prv, nxt, head, tail, node):
     """Give ``node`` the newest stamp (move it to the tail); returns (head, tail).
 
@@ -113,7 +113,7 @@ def _to_tail(prv, nxt, head, tail, node):
     return head, node
 
 
-@numba.njit(forceinline=True, **_NJIT)
+@numba.njit(forceinline=True, **NJIT)
 def _gather_hits(routed, t, l, k, base, resident, hits):
     """Resident nodes among token ``t``'s experts at layer ``l``, in routed order, into ``hits``;
     returns how many (written without a data-dependent branch)."""
@@ -125,7 +125,7 @@ def _gather_hits(routed, t, l, k, base, resident, hits):
     return h
 
 
-@numba.njit(**_NJIT)
+@numba.njit(**NJIT)
 def _per_layer_one(routed, predicted, prompt_start, order, rank, K, hist, ins):
     """mutable_per_layer at one K: K slots per layer; a layer may prefetch one predicted expert
     into the next layer, evicting that layer's least recently stamped expert."""
@@ -182,7 +182,7 @@ def _per_layer_one(routed, predicted, prompt_start, order, rank, K, hist, ins):
                         ins[p, l, h] += 1
 
 
-@numba.njit(**_NJIT)
+@numba.njit(**NJIT)
 def _cross_layer_one(routed, predicted, prompt_start, order, rank, K, hist, ins):
     """mutable_cross_layer at one K: one pool of K*L slots; the victim is the least recently
     stamped expert of any layer but the executing one (ties: lower layer, then lower id)."""
@@ -235,13 +235,13 @@ def _cross_layer_one(routed, predicted, prompt_start, order, rank, K, hist, ins)
                             ins[p, l, h] += 1
 
 
-@numba.njit(parallel=True, **_NJIT)
+@numba.njit(parallel=True, **NJIT)
 def _per_layer_sweep(routed, predicted, prompt_start, order, rank, Ks, hist, ins):
     for i in prange(Ks.shape[0]):
         _per_layer_one(routed, predicted, prompt_start, order, rank, Ks[i], hist[i], ins[i])
 
 
-@numba.njit(parallel=True, **_NJIT)
+@numba.njit(parallel=True, **NJIT)
 def _cross_layer_sweep(routed, predicted, prompt_start, order, rank, Ks, hist, ins):
     for i in prange(Ks.shape[0]):
         _cross_layer_one(routed, predicted, prompt_start, order, rank, Ks[i], hist[i], ins[i])

@@ -10,13 +10,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-_NJIT = dict(nogil=True, cache=True, boundscheck=False)
+from ..jit import NJIT
 
 # Problem kinds returned by _first_list_problem, in the order the checks are reported.
 OK, OUT_OF_RANGE, PAD_INSIDE, DUPLICATE, LAST_LAYER = 0, 1, 2, 3, 4
 
 
-@numba.njit(**_NJIT)
+@numba.njit(**NJIT)
 def _first_list_problem(ids, E, padded, last_empty, found):
     """First ``(t, l)`` with a problem in ``ids[t, l, :]``, per kind; ``found[kind] = t * L + l``
     (-1 when none).
@@ -53,7 +53,7 @@ def _first_list_problem(ids, E, padded, last_empty, found):
                 seen[v] = stamp
 
 
-@numba.njit(**_NJIT)
+@numba.njit(**NJIT)
 def _popularity(routed, E, counts):
     """``counts[l, e]`` += tokens whose routed set at layer ``l`` holds ``e`` (ids in range)."""
     n, L, k = routed.shape

@@ -13,11 +13,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-_NJIT = dict(nogil=True, cache=True, boundscheck=False)
+from ..jit import NJIT
+
 _TRIES = 32
 
 
-@numba.njit(**_NJIT)
+@numba.njit(**NJIT)
 def _alias_tables(weight, prob, alias):
     """Walker's alias tables (Vose's construction) of each row of ``weight``: column ``i`` keeps
     itself with probability ``prob[l, i]`` and otherwise stands for ``alias[l, i]``."""
@@ -57,7 +58,7 @@ def _alias_tables(weight, prob, alias):
             alias[lay, small[j]] = small[j]
 
 
-@numba.njit(**_NJIT)
+@numba.njit(**NJIT)
 def _draw_exact(rng, weight, by_rank, lay, mark, stamp):
     """One id of layer ``lay`` not marked with ``stamp``, drawn over the free ids only: the
     fallback when the alias draws keep hitting taken ids."""
@@ -83,7 +84,7 @@ def _draw_exact(rng, weight, by_rank, lay, mark, stamp):
     return -1
 
 
-@numba.njit(forceinline=True, **_NJIT)
+@numba.njit(forceinline=True, **NJIT)
 def _shuffle(rng, out, t, lay, n):
     """Fisher-Yates over ``out[t, lay, :n]``."""
     for j in range(n - 1, 0, -1):
@@ -93,7 +94,7 @@ def _shuffle(rng, out, t, lay, n):
         out[t, lay, j], out[t, lay, i] = out[t, lay, i], out[t, lay, j]
 
 
-@numba.njit(**_NJIT)
+@numba.njit(**NJIT)
 def _routed_prompt(rng, prob, alias, weight, by_rank, reuse, out, mark):
     """``out[t, l, :]``: the ``k`` routed ids of one prompt's token ``t`` at layer ``l``.
 
@@ -135,7 +136,7 @@ def _routed_prompt(rng, prob, alias, weight, by_rank, reuse, out, mark):
             _shuffle(rng, out, t, lay, k)
 
 
-@numba.njit(**_NJIT)
+@numba.njit(**NJIT)
 def _predicted_prompt(rng, routed, by_rank, p, out, mark):
     """``out[t, l, :]``: the list predicted at layer ``l`` for layer ``l + 1`` of one prompt.
 
