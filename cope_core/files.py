@@ -73,11 +73,12 @@ def atomic_path(path: str | os.PathLike, *, overwrite: bool = False,
     dest = Path(path)
     check_writable(dest, overwrite=overwrite)
     tmp = temp_sibling(dest)
+    failures: tuple[type[BaseException], ...] = (OSError, *errors)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         yield tmp
         os.replace(tmp, dest)
-    except (OSError, *errors) as exc:
+    except failures as exc:
         raise CopeInputError(f"cannot write ({short_error(exc)})", source=str(dest)) from None
     finally:
         if tmp.exists():

@@ -142,8 +142,9 @@ class ModelGeometry:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str | None = None) -> ModelGeometry:
-        """Build from the ``model`` object of a file's metadata (keys = field names exactly)."""
+    def from_dict(cls, data: Any, source: str | None = None) -> ModelGeometry:
+        """Build from the ``model`` object of a file's metadata (keys = field names exactly);
+        anything but a mapping with every field is a one-line CopeInputError."""
         if not isinstance(data, Mapping):
             raise CopeInputError("expected a JSON object with the model geometry", source=source,
                                  field="model")

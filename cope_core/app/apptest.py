@@ -22,5 +22,5 @@ class _NavigationPagesManager(PagesManager):
 
 def open_app_test(app_path: str | Path, **kwargs) -> AppTest:
     """``AppTest.from_file(app_path)`` for an app whose ``pages/`` are run by ``st.navigation``."""
-    _app_test_module.PagesManager = _NavigationPagesManager
+    _app_test_module.PagesManager = _NavigationPagesManager  # type: ignore[misc]  # the patch
     return AppTest.from_file(str(app_path), **kwargs)

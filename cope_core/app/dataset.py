@@ -110,7 +110,7 @@ def matching_measurements(measurements: tuple[str, ...], profile: str | None) ->
     except (CopeInputError, KeyError, TypeError):
         return measurements[0]
 
-    def setting(plat: dict) -> tuple:
+    def setting(plat: dict | None) -> tuple:
         return tuple((plat or {}).get(k, d) for k, d in _EMULATION.items())
     for m in measurements:
         try:

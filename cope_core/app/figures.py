@@ -38,10 +38,10 @@ def _ms(us) -> np.ndarray:
     return np.asarray(us, dtype=float) / 1e3
 
 
-def _interval(df: pd.DataFrame) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Each row's 95 % TPOT interval in ms, or (None, None) when the frame has no draws."""
+def _interval(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each row's 95 % TPOT interval in ms (low, high), or None when the frame has no draws."""
     if "tpot_lo_us" not in df or not np.isfinite(df["tpot_lo_us"].to_numpy(float)).all():
-        return None, None
+        return None
     return _ms(df["tpot_lo_us"]), _ms(df["tpot_hi_us"])
 
 
@@ -56,9 +56,10 @@ def _wins(df: pd.DataFrame) -> list[str]:
 
 def _add_band(fig: go.Figure, x: np.ndarray, rows: pd.DataFrame, name: str) -> None:
     """The 95 % band of ``rows`` (the winner at each K) along ``x``, when they have draws."""
-    lo, hi = _interval(rows)
-    if lo is None:
+    iv = _interval(rows)
+    if iv is None:
         return
+    lo, hi = iv
     fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", line=dict(width=0), showlegend=False,
                              hoverinfo="skip"))
     fig.add_trace(go.Scatter(x=x, y=lo, mode="lines", line=dict(width=0), fill="tonexty",
@@ -89,14 +90,15 @@ def tpot_bars(df: pd.DataFrame, title: str = "") -> go.Figure:
             hovertemplate="%{customdata[0]}<br>" + part + ": %{x:.3f} ms<br>"
                           "TPOT %{customdata[1]:.3f} ms<extra></extra>"))
     tpot = _ms(s["tpot_us"])
-    lo, hi = _interval(s)
-    if lo is not None:          # the 95 % interval of each candidate's TPOT, on the bar's end
+    iv = _interval(s)
+    if iv is not None:          # the 95 % interval of each candidate's TPOT, on the bar's end
+        lo, hi = iv
         fig.add_trace(go.Scatter(
             x=tpot, y=labels, mode="markers", name="95 % interval",
             marker=dict(size=4, color="#111"),
             error_x=dict(type="data", symmetric=False, array=hi - tpot, arrayminus=tpot - lo,
                          color="#111", thickness=1.5, width=5),
-            customdata=np.stack([s["candidate"], lo, hi, _wins(s)], axis=1),
+            customdata=np.stack([s["candidate"], lo, hi, np.asarray(_wins(s), object)], axis=1),
             hovertemplate="%{customdata[0]}<br>TPOT %{x:.3f} ms, 95 % interval "
                           "[%{customdata[1]:.3f}, %{customdata[2]:.3f}]<br>"
                           "%{customdata[3]}<extra></extra>"))
@@ -204,8 +206,9 @@ def matrix_heatmap(df: pd.DataFrame | None, table: dict, title: str = "") -> go.
     tpot = {} if df is None else dict(zip(df["candidate"], _ms(df["tpot_us"])))
     ci = {}
     if df is not None:
-        lo, hi = _interval(df)
-        if lo is not None:
+        iv = _interval(df)
+        if iv is not None:
+            lo, hi = iv
             ci = {c: f", 95 % interval [{a:.3f}, {b:.3f}] ms<br>{w}"
                   for c, a, b, w in zip(df["candidate"], lo, hi, _wins(df))}
     winner = None

@@ -17,6 +17,7 @@ from ..estimate.compare import Comparison, compare
 from ..estimate.costs import estimators_for
 from ..estimate.evaluate import Evaluation, evaluate
 from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
+from ..estimate.uncertainty import DEFAULT_DRAWS
 from ..export import Policy, build_policy
 from ..geometry import ModelGeometry
 from ..matrix import Residency, residencies_of
@@ -75,14 +76,15 @@ def _predict_cached(key: str, ks: tuple[int, ...], op: tuple[int, float], estima
         df = price(_ds.trace, _ds.profile, counts, ks, cpu_threads=op[0], gpu_share=op[1],
                    estimator=estimator, candidates=candidates,
                    calibrated=_ds.calibration is not None,
-                   **({} if len(ks) == 1 else {"draws": SWEEP_DRAWS}))
+                   draws=DEFAULT_DRAWS if len(ks) == 1 else SWEEP_DRAWS)
     return df, tuple(sorted({" ".join(str(w.message).split()) for w in caught}))
 
 
 def predict_at(ds: Dataset, k: int, op: tuple[int, float], estimator: str,
                candidates: Sequence[str]) -> pd.DataFrame:
     """Every chosen candidate at one K (cached); warnings are shown once per run."""
-    df, msgs = _predict_cached(ds.key, (int(k),), tuple(op), estimator, tuple(candidates), ds)
+    df, msgs = _predict_cached(ds.key, (int(k),), (int(op[0]), float(op[1])), estimator,
+                               tuple(candidates), ds)
     _warn(msgs)
     return df
 
@@ -94,7 +96,8 @@ def sweep(ds: Dataset, op: tuple[int, float], estimator: str,
     bar = st.progress(0.0, text="Sweeping every K …")
     parts, msgs = [], set()
     for i, ks in enumerate(chunks):
-        df, w = _predict_cached(ds.key, ks, tuple(op), estimator, tuple(candidates), ds)
+        df, w = _predict_cached(ds.key, ks, (int(op[0]), float(op[1])), estimator,
+                                tuple(candidates), ds)
         parts.append(df)
         msgs |= set(w)
         bar.progress((i + 1) / len(chunks),
@@ -125,6 +128,7 @@ def reset_run_state() -> None:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _pairs_cached(key: str, estimator: str, _ds: Dataset) -> pd.DataFrame:
+    assert _ds.measurements is not None        # the page asks for measurements first
     return measured_pairs(_ds.trace, _ds.profile, _ds.calibration, _ds.measurements, estimator)
 
 
@@ -137,6 +141,7 @@ def measurement_pairs(ds: Dataset) -> dict[str, pd.DataFrame]:
 def _evaluation_cached(key: str, _ds: Dataset) -> dict[str, Evaluation]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OptimisticPredictionWarning)   # the banner says it
+        assert _ds.measurements is not None
         return evaluate(_ds.trace, _ds.profile, _ds.measurements, _ds.calibration,
                         estimators=estimators_for(_ds.profile))
 

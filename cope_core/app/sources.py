@@ -9,6 +9,7 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,9 @@ from .url_state import bound, resolve
 EXAMPLES_DIR = Path(os.environ.get("COPE_EXAMPLES_DIR")
                     or Path(__file__).resolve().parents[2] / "data" / "examples")
 UPLOAD_DIR = Path(tempfile.gettempdir()) / "cope-app-uploads"
-_READERS = {"trace": parquet_io.read_trace, "profile": parquet_io.read_profile,
-            "measurements": parquet_io.read_measurements}
+_READERS: dict[str, Callable[[str], Any]] = {
+    "trace": parquet_io.read_trace, "profile": parquet_io.read_profile,
+    "measurements": parquet_io.read_measurements}
 SLOT_KIND = {"trace": "trace", "calibration": "trace", "profile": "profile",
              "measurements": "measurements"}
 _UPLOADS, _SEEN, _ERRORS = "cope_uploads", "cope_upload_seen", "cope_upload_errors"
@@ -138,8 +140,9 @@ def dataset() -> Dataset:
                              f"in {EXAMPLES_DIR} or an upload on the Overview page")
     objs = {slot: read(SLOT_KIND[slot], p) if p else None for slot, p in paths.items()}
     key = "|".join(f"{s}={p}@{_stamp(p)}" for s, p in sorted(paths.items()) if p)
-    return assemble(key, objs["trace"], objs["calibration"], objs["profile"],
-                    objs["measurements"], origin)
+    trace, profile = objs["trace"], objs["profile"]
+    assert trace is not None and profile is not None     # both paths exist (checked above)
+    return assemble(key, trace, objs["calibration"], profile, objs["measurements"], origin)
 
 
 def banner(ds: Dataset) -> None:

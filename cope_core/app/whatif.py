@@ -60,7 +60,8 @@ def candidate_ids(residencies: Iterable[str], executions: Iterable[str],
         if c.is_layer_partition:
             if layer_partition:
                 out.append(c.id)
-        elif c.residency.value in res and c.execution.value in exe:
+        elif c.residency is not None and c.execution is not None \
+                and c.residency.value in res and c.execution.value in exe:
             out.append(c.id)
     return out
 
@@ -99,7 +100,7 @@ class Winner:
         return self.win_probability is None or self.win_probability >= SURE
 
     def interval_text(self) -> str:
-        if self.tpot_lo_us is None:
+        if self.tpot_lo_us is None or self.tpot_hi_us is None:
             return ""
         return f"[{self.tpot_lo_us / 1e3:.3f}, {self.tpot_hi_us / 1e3:.3f}]"
 
@@ -109,7 +110,7 @@ class Winner:
             text += f" (95 % interval {self.interval_text()})"
         if self.runner_up is not None and self.runner_up_us == self.tpot_us:
             text += f", tied with {self.runner_up} (exact ties go to the earlier candidate id)"
-        elif self.runner_up is not None:
+        elif self.runner_up is not None and self.runner_up_us is not None:
             text += (f", {self.margin_pct:.1f}% ahead of {self.runner_up} "
                      f"({self.runner_up_us / 1e3:.3f} ms/token)")
         if self.win_probability is not None:

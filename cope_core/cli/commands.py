@@ -124,8 +124,9 @@ def cmd_synth(args: argparse.Namespace) -> int:
                              field="--predictor-accuracy") from None
     skew = args.skew if args.skew is not None else (fit.skew if fit else 1.0)
     reuse = args.reuse if args.reuse is not None else (fit.reuse if fit else 0.5)
-    prompts = args.prompts if args.prompts is not None else fit.prompts
-    tokens = args.tokens if args.tokens is not None else fit.tokens
+    # without --fit both were required above
+    prompts = args.prompts if args.prompts is not None or fit is None else fit.prompts
+    tokens = args.tokens if args.tokens is not None or fit is None else fit.tokens
     desc = args.description
     if fit is not None:
         desc = f"{desc.strip()}; fitted to {args.fit}: {fit.describe()}".lstrip("; ")

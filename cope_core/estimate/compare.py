@@ -13,6 +13,7 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -152,12 +153,13 @@ def compare(trace: Trace, platforms: Sequence[Platform], vram_gib: float,
         cap = g.n_experts if p.vram_gib is None else g.experts_per_layer_for_vram(p.vram_gib * GIB)
         budget = vram_gib if p.vram_gib is None else min(vram_gib, p.vram_gib)
         k = min(g.experts_per_layer_for_vram(budget * GIB), cap)
-        kw = dict(cpu_threads=cpu_threads, gpu_share=gpu_share, estimator=estimator,
-                  calibrated=calibration is not None)
+        op = partial(price, trace, p.profile, counts, cpu_threads=cpu_threads,
+                     gpu_share=gpu_share, estimator=estimator,
+                     calibrated=calibration is not None)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")     # one fill warning is enough: said by the caller
-            sw = price(trace, p.profile, counts, all_k[:cap + 1], draws=0, **kw)
-            one = price(trace, p.profile, counts, [k], draws=draws, seed=seed, **kw)
+            sw = op(all_k[:cap + 1], draws=0)
+            one = op([k], draws=draws, seed=seed)
         best = sw[sw["winner"]].sort_values("experts_per_layer")
         sweeps.append(pd.DataFrame({
             "platform": p.label, "experts_per_layer": best["experts_per_layer"].to_numpy(),

@@ -66,8 +66,10 @@ class LayerCosts:
 
     def shared_at(self, context: np.ndarray) -> np.ndarray:
         """Shared cost per token at each context (point estimates only)."""
-        if self.shared_context is not None:
+        if self.shared_context is not None and self.shared_us is not None:
             return np.interp(np.asarray(context, np.float64), self.shared_context, self.shared_us)
+        if self.model is None or self.spec is None:
+            raise ValueError("LayerCosts: no shared rows and no roofline to price shared work")
         return roofline.shared_decode_us(self.model, self.spec, context)
 
     def shared_per_prompt(self, trace_context: np.ndarray, prompt_start: np.ndarray
@@ -78,7 +80,7 @@ class LayerCosts:
         interpolation as weights on the profiled contexts, so the draws cost one small matrix
         product instead of one interpolation per draw."""
         starts, tokens = prompt_start[:-1], np.diff(prompt_start)
-        if self.shared_context is None or np.ndim(self.shared_us) == 1:
+        if self.shared_context is None or self.shared_us is None or np.ndim(self.shared_us) == 1:
             return np.add.reduceat(self.shared_at(trace_context), starts) / tokens
         w = interp_weights(trace_context, self.shared_context)              # (N, contexts)
         per_prompt = np.add.reduceat(w, starts, axis=0) / tokens[:, None]   # (P, contexts)

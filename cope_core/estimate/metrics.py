@@ -4,6 +4,7 @@ agreement per prompt."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -115,7 +116,8 @@ def winners_by_k(pairs: pd.DataFrame, estimator: str = "cope") -> list[dict]:
         pred = _order(means["predicted_us"].to_numpy(), cands, tie_order)[0]
         meas = _order(means["measured_us"].to_numpy(), cands, tie_order)[0]
         key = key if isinstance(key, tuple) else (key,)
-        row = {k: (float(v) if k == "gpu_share" else int(v)) for k, v in zip(keys, key)}
+        row: dict[str, Any] = {k: (float(v) if k == "gpu_share" else int(v))
+                               for k, v in zip(keys, key)}
         row.update(estimator=estimator, predicted=pred, measured=meas, agree=pred == meas,
                    mape_pct=mape(means["predicted_us"], means["measured_us"]))
         out.append(row)

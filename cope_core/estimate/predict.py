@@ -83,6 +83,7 @@ def candidate_tpot(trace: Trace, counts: dict[Residency, ReplayCounts], costs: L
             hist[:, L - n_gpu:, k] = trace.tokens_per_prompt[:, None]
         return CandidateTPOT(experts, np.zeros_like(experts), np.full(P, n_gpu / L),
                              np.zeros(P, np.int64), hist)
+    assert cand.residency is not None and cand.execution is not None   # not layer_partition
     rc = counts[cand.residency]
     e = EXECUTIONS.index(cand.execution)
     hk, ik = rc.hist[ki], rc.ins[ki]                    # (P, L, k+1)
@@ -159,9 +160,9 @@ def replay_counts(trace: Trace, calibration: Trace | None, ks: int | Sequence[in
         Fill by expert id instead of popularity.
     """
     check_compatible(trace, None, calibration)
-    ks = check_ks(ks, trace.model.n_experts)
+    sizes = check_ks(ks, trace.model.n_experts)
     order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
-    return replay_all(trace, order, ks, [r for r in RESIDENCIES if r in set(residencies)])
+    return replay_all(trace, order, sizes, [r for r in RESIDENCIES if r in set(residencies)])
 
 
 def counts_at(counts: dict[Residency, ReplayCounts], ks: np.ndarray
@@ -211,22 +212,22 @@ def price(trace: Trace, profile: Profile, counts: dict[Residency, ReplayCounts],
         The frame :func:`predict` describes.
     """
     check_compatible(trace, profile)
-    ks = check_ks(ks, trace.model.n_experts)
+    sizes = check_ks(ks, trace.model.n_experts)
     draws = check_draws(draws)
     cands = select_candidates(candidates)
     if not calibrated:
         warnings.warn("no calibration trace given: the fill order comes from the evaluated trace, "
                       "so the prediction is optimistic", OptimisticPredictionWarning, stacklevel=3)
-    counts = counts_at(counts, ks)
+    counts = counts_at(counts, sizes)
     op = profile.resolve(cpu_threads, gpu_share, model=trace.model)
     if spec is None and estimator == "hrm":
         spec = profile_spec(profile)
     costs = layer_costs(estimator, op, trace.model, spec)
     use = {r: counts[r] for r in residencies_of(cands)}
-    df = compose(trace, use, costs, cands, histograms, ks=ks)
+    df = compose(trace, use, costs, cands, histograms, ks=sizes)
     df.attrs.update(cpu_threads=op.cpu_threads, gpu_share=op.gpu_share,
                     analytic=bool(profile.analytic))
-    _add_uncertainty(df, trace, profile, use, costs, cands, ks, draws, seed, raw_samples)
+    _add_uncertainty(df, trace, profile, use, costs, cands, sizes, draws, seed, raw_samples)
     return df
 
 

@@ -75,11 +75,11 @@ def row_draws(rows: pd.DataFrame, top_k: int, draws: int, rng: np.random.Generat
     n = np.maximum(rows["samples"].to_numpy(np.float64), 1.0)
     se = _MEDIAN_SE_PER_IQR * iqr / np.sqrt(n)
     threads, share = int(rows["cpu_threads"].iloc[0]), float(rows["gpu_share"].iloc[0])
-    raw = {}
+    raw: dict[int, np.ndarray] = {}
     for i in np.unique(canon):
-        samples = (raw_samples or {}).get(raw_key(keys[i], threads, share))
-        if samples is not None and len(samples) > 1:
-            raw[int(i)] = np.asarray(samples, np.float64)
+        found = (raw_samples or {}).get(raw_key(keys[i], threads, share))
+        if found is not None and len(found) > 1:
+            raw[int(i)] = np.asarray(found, np.float64)
     if not raw and not (se > 0).any():
         return None
     out = med[:, None] + rng.standard_normal((len(keys), draws)) * se[:, None]
@@ -115,7 +115,7 @@ def drawn_costs(profile: Profile, costs: LayerCosts, cpu_threads: int, gpu_share
         spec = analytic_spec(profile)
         if spec is None:
             return None
-        values = analytic_draws(profile.model, spec, rows, draws, rng)
+        values: np.ndarray | None = analytic_draws(profile.model, spec, rows, draws, rng)
     else:
         values = row_draws(rows, profile.model.top_k, draws, rng, raw_samples)
     if values is None:

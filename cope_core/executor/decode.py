@@ -80,6 +80,7 @@ class CandidateDecoder:
             self.n_cpu = g.n_layers - self.n_gpu
             self.state: ResidencyState | None = None
         else:
+            assert candidate.residency is not None and candidate.execution is not None
             self.state = make_state(candidate.residency, order, self.K)
             if candidate.execution.value == "cost_selected" and split is None:
                 raise ValueError("cost_selected needs the CPU split per hit count")
@@ -135,12 +136,15 @@ class CandidateDecoder:
             else:
                 hits, misses = state.lookup(l, routed)
                 h = len(hits)
-                inserted = []
+                inserted: list[bool] = []
                 if mutable and l < g.n_layers - 1:
                     pred = trace.predicted[t, l]
-                    runner.side_work = lambda inserted=inserted, l=l, pred=pred: inserted.append(
-                        prefetch_step(runner, shared, state, l, pred))
+
+                    def side(inserted=inserted, l=l, pred=pred) -> None:
+                        inserted.append(prefetch_step(runner, shared, state, l, pred))
+                    runner.side_work = side
                 cpu = None if self.split is None else int(self.split[h])
+                assert self.candidate.execution is not None
                 run_execution(runner, self.candidate.execution, l, hits, misses, cpu)
                 hist[l, h] += 1
                 if inserted and inserted[0]:

@@ -71,6 +71,7 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
                                  field="vram_gib")
         K = g.experts_per_layer_for_vram(vram_gib * GIB)
     else:
+        assert experts_per_layer is not None      # exactly one of the two, checked above
         if isinstance(experts_per_layer, bool):
             raise CopeInputError(f"expected a whole number, got {experts_per_layer!r}",
                                  field="experts_per_layer")
@@ -104,7 +105,9 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
             equivalent = {r.candidate: r.equivalent_to if isinstance(r.equivalent_to, str)
                           else None for r in df.itertuples(index=False)}
     if chosen is None:
-        chosen = fastest_first(tables["cope"])[0]
+        cope = tables["cope"]
+        assert cope is not None                   # COPE always runs
+        chosen = fastest_first(cope)[0]
 
     order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
     resident = tuple(tuple(int(e) for e in row[:K]) for row in order)

@@ -57,7 +57,7 @@ def header(policy: Policy, runtime: str) -> list[str]:
         f"top-{g.top_k} of {E} experts",
         f"candidate {policy.candidate} (chosen: {policy.chosen_by}), K = {K} of {E} experts per "
         f"MoE layer; {vram}",
-        f"predicted TPOT (cope) {ms(policy.tpot_us())}/token on {gpu}, cpu_threads="
+        f"predicted TPOT (cope) {ms(policy.cope_us())}/token on {gpu}, cpu_threads="
         f"{policy.cpu_threads}, gpu_share={policy.gpu_share:g}; {kind}",
     ]
     ci, win = policy.interval_us(), policy.win_probability()
@@ -96,7 +96,7 @@ def whole_layer_equivalent(policy: Policy) -> bool:
 
 def gap_line(policy: Policy, nearest: str) -> str:
     """``chosen X, nearest Y: +d (+p%)`` by the COPE estimator, as a comment line."""
-    mine, near = policy.tpot_us(), policy.tpot_us(nearest)
+    mine, near = policy.cope_us(), policy.cope_us(nearest)
     if nearest == policy.candidate:
         return f"# predicted TPOT (cope): {nearest} {ms(mine)}/token"
     pct = (near - mine) / mine * 100 if mine > 0 else 0.0
@@ -117,7 +117,7 @@ def layer_partition_summary(policy: Policy, runtime_cannot: str) -> str:
 
 
 def gap_summary(policy: Policy, nearest: str) -> str:
-    mine, near = policy.tpot_us(), policy.tpot_us(nearest)
+    mine, near = policy.cope_us(), policy.cope_us(nearest)
     if nearest == policy.candidate:
         return f"{nearest} itself is predicted at {ms(mine)}/token"
     pct = (near - mine) / mine * 100 if mine > 0 else 0.0

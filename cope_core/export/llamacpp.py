@@ -75,8 +75,8 @@ def render_llamacpp(policy: Policy) -> Rendered:
         f"# --n-cpu-moe counts blocks from block 0, dense prefix included: "
         f"{plan.n_cpu} + {plan.dense_layers if plan.n_cpu else 0} = {plan.n_cpu_moe}",
     ]
-    if not exact and get_candidate(policy.candidate).residency is not None \
-            and get_candidate(policy.candidate).residency.mutable:
+    residency = get_candidate(policy.candidate).residency
+    if not exact and residency is not None and residency.mutable:
         lines.append("# a GPU cache of host experts (--moe-cache-mib, reported for builds after "
                      "b11434) is not in b11434, the newest llama.cpp")
         lines.append("# source read here, so it is neither emitted nor tested")

@@ -119,9 +119,18 @@ class Policy:
         table = self.predictions_us.get(estimator)
         return None if table is None else table[candidate or self.candidate]
 
+    def cope_us(self, candidate: str | None = None) -> float:
+        """COPE's predicted TPOT of ``candidate`` (default: the chosen one); a record always has
+        COPE's predictions."""
+        table = self.predictions_us["cope"]
+        assert table is not None              # _check refuses a record without them
+        return table[candidate or self.candidate]
+
     def ranking(self, estimator: str = "cope") -> list[tuple[str, float]]:
         """Candidates fastest first; exact ties keep the canonical candidate order."""
         table = self.predictions_us[estimator]
+        if table is None:
+            raise ValueError(f"the {estimator} estimator was skipped for this record")
         return [(c, table[c]) for c in fastest_first(table)]
 
     @property
@@ -132,8 +141,10 @@ class Policy:
     def runner_up(self) -> tuple[str, float] | None:
         """The fastest candidate by COPE that is not the chosen one's policy, with its TPOT
         (None when every other candidate is that policy here)."""
-        ru = runner_up(self.predictions_us["cope"], self.equivalent_to, self.candidate)
-        return None if ru is None else (ru, self.predictions_us["cope"][ru])
+        cope = self.predictions_us["cope"]
+        assert cope is not None
+        ru = runner_up(cope, self.equivalent_to, self.candidate)
+        return None if ru is None else (ru, cope[ru])
 
     def interval_us(self, candidate: str | None = None) -> tuple[float, float] | None:
         """COPE's 95 % interval of ``candidate``'s TPOT (default: the chosen one), if known."""
@@ -149,7 +160,7 @@ class Policy:
     def margin_pct(self) -> float | None:
         """Runner-up's TPOT over the chosen one's, in percent (negative: another is faster;
         None without a runner-up)."""
-        mine, ru = self.tpot_us(), self.runner_up
+        mine, ru = self.cope_us(), self.runner_up
         if ru is None:
             return None
         return (ru[1] - mine) / mine * 100 if mine > 0 else 0.0
@@ -329,11 +340,11 @@ def _check(p: Policy, src: str | None) -> None:
                 raise CopeInputError(f"{cid}: expected a finite TPOT >= 0 in microseconds, got "
                                      f"{v!r}", source=src, field=f"predictions_us.{est}")
     for key, optional in (("budget_gib", True), ("needed_gib", False)):
-        v = p.vram.get(key)
-        if not ((optional and v is None) or (isinstance(v, (int, float))
-                                             and not isinstance(v, bool) and math.isfinite(v))):
+        gib = p.vram.get(key)
+        if not ((optional and gib is None) or (isinstance(gib, (int, float))
+                                             and not isinstance(gib, bool) and math.isfinite(gib))):
             raise CopeInputError(f"expected a finite number of GiB{' or null' if optional else ''}"
-                                 f", got {v!r}", source=src, field=f"vram.{key}")
+                                 f", got {gib!r}", source=src, field=f"vram.{key}")
     if p.chosen_by not in ("best", "user"):
         raise CopeInputError(f"got {p.chosen_by!r}, expected 'best' or 'user'", source=src,
                              field="candidate.chosen_by")

@@ -87,7 +87,7 @@ def render_sglang_kt(policy: Policy, pt_path: str = DEFAULT_PT) -> Rendered:
                    f"every miss on the CPU alongside the GPU hits, i.e. {DEPLOYED}; "
                    + gap_summary(policy, DEPLOYED))
         lines += [
-            f"# SGLang-KT CANNOT express the execution '{cand.execution.value}': the resident "
+            f"# SGLang-KT CANNOT express the execution '{policy.execution}': the resident "
             "experts below are exact, but the runtime",
             "# computes every miss on the CPU concurrently with the GPU hits, so it runs "
             f"{DEPLOYED}.",

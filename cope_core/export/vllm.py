@@ -132,5 +132,5 @@ def render_vllm(policy: Policy) -> Rendered:
     summary = (f"vLLM cannot express {policy.candidate}: it offloads whole expert tensors of the "
                f"first MoE layers ({where}) and reads them over the link, outside the Policy "
                f"Matrix; nearest matrix candidate {LAYER_PARTITION} is predicted at "
-               f"{ms(policy.tpot_us(LAYER_PARTITION))}/token against {ms(policy.tpot_us())}")
+               f"{ms(policy.cope_us(LAYER_PARTITION))}/token against {ms(policy.cope_us())}")
     return Rendered("vllm", "\n".join(lines) + "\n", exact=False, summary=summary)

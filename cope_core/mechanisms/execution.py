@@ -62,7 +62,7 @@ class ExpertRunner:
         #: event of a prefetch copy that the next accelerator expert compute must wait for
         self.pending = None
         #: called once per layer after its accelerator work is issued, before host work
-        self.side_work: Callable[[], None] | None = None
+        self.side_work: Callable[[], object] | None = None   # its result is not used
 
     # --- primitives ----------------------------------------------------------------------------
     def begin(self) -> None:

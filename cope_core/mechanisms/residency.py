@@ -63,8 +63,8 @@ class ResidencyState:
         layers, experts = np.nonzero(self.slot_of >= 0)
         return {int(self.slot_of[l, e]): (int(l), int(e)) for l, e in zip(layers, experts)}
 
-    def lookup(self, layer: int, routed: Sequence[int]) -> tuple[list[tuple[int, int]],
-                                                                 list[tuple[int, int]]]:
+    def lookup(self, layer: int, routed: Sequence[int] | np.ndarray
+               ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """Hits ``(position, slot)`` and misses ``(position, expert)`` of one layer, counted
         against residency at the start of the layer; hits are stamped in routed order."""
         hits, misses = [], []

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from ..geometry import ModelGeometry
+from .accelerator import Accelerator
 from .execution import ExpertRunner, LayerIO
 from .shared import SharedWork
 from .weights import ExpertStore, Filler, SlotPool, expert_numel
@@ -16,7 +17,7 @@ from .weights import ExpertStore, Filler, SlotPool, expert_numel
 class Rig:
     """The pieces of the mechanisms, wired together (see :meth:`build`)."""
 
-    acc: object
+    acc: Accelerator
     g: ModelGeometry
     dtype: torch.dtype
     store: ExpertStore

@@ -196,7 +196,7 @@ def _columns(table: pa.Table, spec: dict[str, str], schema: str, src: str) -> di
     return out
 
 
-def _check(bad: np.ndarray, src: str, name: str, describe: Callable[[int], str]) -> None:
+def _check(bad: np.ndarray, src: str, name: str, describe: Callable[..., str]) -> None:
     """Raise for the first True row of ``bad`` with ``describe(row)`` as the message."""
     if bad.any():
         i = int(np.flatnonzero(bad)[0])

@@ -10,6 +10,7 @@ order (column values, then row structure, then ``routed``, then ``predicted``).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -121,6 +122,7 @@ def _batches(part: Part, columns: list[str]):
         with ThreadPoolExecutor(max_workers=1) as pool:
             ahead = pool.submit(read, 0) if n else None
             for rg in range(n):
+                assert ahead is not None          # one future per row group
                 table = ahead.result()
                 ahead = pool.submit(read, rg + 1) if rg + 1 < n else None
                 for batch in table.to_batches():
@@ -179,7 +181,7 @@ def _list(arr: pa.Array, name: str, base: int, errs: _Errors,
 
 
 def _row_messages(first: np.ndarray, info: np.ndarray, L: int, errs: _Errors) -> None:
-    says = {
+    says: dict[int, tuple[str, Callable[[int, list], str] | None]] = {
         K.LAYER_RANGE: ("layer", lambda i, a: f"row {i}: layer {a[0]} out of range, expected "
                         f"0..{L - 1}"),
         K.CONTEXT_NEGATIVE: ("context", lambda i, a: f"row {i}: context {a[0]}, expected >= 0"),
@@ -207,6 +209,7 @@ def _row_messages(first: np.ndarray, info: np.ndarray, L: int, errs: _Errors) ->
                      "the row before, expected each layer once per token", "layer")
         else:
             name, text = says[kind]
+            assert text is not None               # the two kinds without one are handled above
             errs.add((1, kind, i), text(i, a), name)
 
 
@@ -264,8 +267,11 @@ def read_part(part: Part, out: Outputs, keep: np.ndarray | None) -> np.ndarray:
         if bad_values:
             continue  # later rows are still scanned for value problems, which come first
         prompt, token, layer, ctx = cols
+        routed_l, predicted_l = lists
+        assert prompt is not None and token is not None and layer is not None \
+            and ctx is not None and routed_l is not None and predicted_l is not None
         K._scan_rows(prompt, token, layer, ctx, base, L, st, first, info, tok_p, tok_c)
-        offs, _ = lists[0]
+        offs, _ = routed_l
         lens = np.diff(offs)
         if (lens != k).any():
             j = int(np.argmax(lens != k))
@@ -280,7 +286,8 @@ def read_part(part: Part, out: Outputs, keep: np.ndarray | None) -> np.ndarray:
             sel = np.isin(prompt, keep)
             dest = np.full(m, -1, np.int64)
             dest[sel] = np.arange(out.row, out.row + int(sel.sum()))
-        for name, (offs, vals) in zip(("routed", "predicted"), lists, strict=True):
+        for name, (offs, vals) in zip(("routed", "predicted"), (routed_l, predicted_l),
+                                      strict=True):
             lens = np.diff(offs)
             if name == "predicted":
                 out.widen(min(int(lens.max(initial=0)), E))

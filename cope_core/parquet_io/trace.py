@@ -113,7 +113,8 @@ def _table(trace: Trace) -> pa.Table:
     """The rows of ``trace`` sorted by prompt id (whole prompts move, tokens keep their order)."""
     g = trace.model
     N, L, k = trace.n_tokens, g.n_layers, g.top_k
-    ids, counts, perm = trace.prompt_ids, trace.tokens_per_prompt, slice(None)
+    ids, counts = trace.prompt_ids, trace.tokens_per_prompt
+    perm: slice | np.ndarray = slice(None)
     if (np.diff(ids) < 0).any():
         order = np.argsort(ids, kind="stable")
         rank = np.empty_like(order)

@@ -81,7 +81,7 @@ class Profile:
         and the non-expert shapes must agree, and whole-token rows also need the same layer
         counts; part rows need a ``dense_block`` row when the target has dense blocks."""
         p = self.model
-        fields = EXPERT_SHAPE + SHARED_SHAPE
+        fields: tuple[str, ...] = EXPERT_SHAPE + SHARED_SHAPE
         if not self.shared_in_parts:
             fields += ("n_layers", "dense_layers")
         for key in fields:
@@ -134,7 +134,7 @@ class Profile:
         return int(cpu_threads), match[0]
 
     @cached_property
-    def _resolved(self) -> dict[tuple[int, float], OperatingPoint]:
+    def _resolved(self) -> dict[tuple[int, float, int, int], OperatingPoint]:
         return {}
 
     def resolve(self, cpu_threads: int | None = None, gpu_share: float | None = None, *,

@@ -45,7 +45,7 @@ class ProfileKey(NamedTuple):
     hits: int = -1
     cpu: int = -1
     staged: int = -1
-    count: int = -1
+    count: int = -1   # type: ignore[assignment]  # the column's name; shadows tuple.count
     context: int = -1
 
 

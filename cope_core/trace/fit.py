@@ -102,9 +102,9 @@ def fit_synth(trace: Trace, *, seed: int = 0, rounds: int = 3, max_skew: float =
     P = trace.n_prompts
     T = max(1, int(round(trace.n_tokens / P)))
     real = _curve(trace, ks)
-    real_reuse = _mean_reuse(trace)
-    if not np.isfinite(real_reuse):
-        real_reuse = None  # single-token prompts: reuse cannot be measured; keep it at 0
+    measured = _mean_reuse(trace)
+    # single-token prompts: reuse cannot be measured (None); the fit keeps it at 0
+    real_reuse = measured if np.isfinite(measured) else None
 
     cache: dict[tuple[float, float], tuple[np.ndarray, float]] = {}
 

@@ -140,7 +140,7 @@ def check_skew(v) -> None:
 
 
 def _check_unit(name: str, v) -> None:
-    if not isinstance(v, Real) or isinstance(v, bool) or not 0 <= v <= 1:  # NaN fails too
+    if not isinstance(v, Real) or isinstance(v, bool) or not 0 <= float(v) <= 1:  # NaN fails
         raise CopeInputError(f"expected a number in [0, 1], got {v!r}", field=name)
 
 

@@ -152,7 +152,7 @@ def load_model(path: str | os.PathLike, *, dtype: str = "auto", device: str = "c
     except (OSError, ValueError, KeyError) as exc:
         raise CopeInputError(f"cannot load the model ({' '.join(str(exc).split())[:200]})",
                              source=src) from None
-    model.to(device).eval()
+    model.to(device).eval()  # type: ignore[arg-type]  # transformers' own annotation of .to
     layers = find_moe_layers(model)
     if not layers:
         raise CopeInputError("no MoE layers (router + experts) found", source=src,
@@ -345,10 +345,13 @@ def collect(lm: LoadedModel, prompts: Sequence[str], max_new_tokens: int, *,
                         raise RuntimeError("a MoE layer did not run for a decode token")
                     routed.append(rec.routed.copy())
                     context.append(ctx + t)
-                    if hidden_writer is not None:
-                        hidden_writer.add(pi, t, rec.hidden, rec.routed)
-                    if predictor is not None:
-                        predicted.append(predictor.predict(rec.hidden[None])[0])
+                    if hidden_writer is not None or predictor is not None:
+                        hidden = rec.hidden
+                        assert hidden is not None         # captured when either needs it
+                        if hidden_writer is not None:
+                            hidden_writer.add(pi, t, hidden, rec.routed)
+                        if predictor is not None:
+                            predicted.append(predictor.predict(hidden[None])[0])
                     nxt = int(out.logits[0, -1].argmax())
                     n += 1
                     if bar is not None:

@@ -43,7 +43,7 @@ def tiny_config(family: str, layers: int = 3, **overrides: Any):
     mla = dict(num_key_value_heads=4, moe_intermediate_size=16, n_routed_experts=8,
                n_shared_experts=1, first_k_dense_replace=1, n_group=4, topk_group=2,
                kv_lora_rank=16, qk_rope_head_dim=8, v_head_dim=8, qk_nope_head_dim=8)
-    family_args = {
+    family_args: dict[str, tuple[Any, dict[str, Any]]] = {
         "mixtral": (tf.MixtralConfig, dict(num_local_experts=8)),
         # one dense layer in the middle (mlp_only_layers)
         "qwen2_moe": (tf.Qwen2MoeConfig, dict(moe_intermediate_size=16, num_experts=8,

@@ -10,7 +10,7 @@ import numpy as np
 from ....errors import CopeInputError
 from ....geometry import ModelGeometry
 from ...data import Trace
-from .records import ImportReport, assemble, check_ids, prompt_block
+from .records import Block, ImportReport, PromptReport, assemble, check_ids, prompt_block
 
 
 def import_npz(paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
@@ -18,7 +18,8 @@ def import_npz(paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
     """Import numpy arrays ``[tokens, layers, top_k]`` (format in the module docstring)."""
     g = model
     want = (g.n_layers, g.top_k)
-    blocks, reports = [], []
+    blocks: list[Block] = []
+    reports: list[PromptReport] = []
     srcs = [str(p) for p in paths]
     for src in srcs:
         if not os.path.isfile(src):

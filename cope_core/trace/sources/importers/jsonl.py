@@ -12,7 +12,7 @@ import numpy as np
 from ....errors import CopeInputError
 from ....geometry import ModelGeometry
 from ...data import Trace
-from .records import ImportReport, assemble, json_lines, prompt_block
+from .records import Block, ImportReport, PromptReport, assemble, json_lines, prompt_block
 
 
 def _field(obj: dict, names: tuple[str, ...], src: str, line: int) -> Any:
@@ -81,7 +81,8 @@ def import_jsonl(paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
                 ctxs.setdefault(key, {})[tok] = _int(obj["context"], src, i, "context", 0)
     if not recs:
         raise CopeInputError("no records found", source=", ".join(srcs))
-    blocks, reports = [], []
+    blocks: list[Block] = []
+    reports: list[PromptReport] = []
     for p, (key, per) in enumerate(recs.items()):
         T = max(t for t, _ in per) + 1
         routed = np.full((T, L, k), -1, np.int64)

@@ -77,13 +77,17 @@ class ImportReport:
                 self.context_recorded, "notes": list(self.notes)}
 
 
+#: One prompt's routed ids and contexts as :func:`prompt_block` cut them (None: dropped).
+Block = tuple[np.ndarray | None, np.ndarray | None]
+
+
 def prompt_block(src_name: str, routed: np.ndarray, context: np.ndarray | None, prompt: int,
                   g: ModelGeometry, prefill: int = 0
                   ) -> tuple[np.ndarray | None, np.ndarray | None, PromptReport]:
     """Cut one prompt's ``routed`` [T, L, k] (-1 = missing) at its first incomplete token;
     ``prefill`` counts the prompt's prefill tokens the source held and the import left out."""
     T = routed.shape[0]
-    complete = (routed >= 0).all(axis=2).all(axis=1)
+    complete = np.all(routed >= 0, axis=(1, 2))
     bad = np.flatnonzero(~complete)
     cut = int(bad[0]) if bad.size else None
     keep = T if cut is None else cut
@@ -109,14 +113,16 @@ def check_ids(routed: np.ndarray, g: ModelGeometry, src: str, where: str) -> Non
                              source=src, field="experts")
 
 
-def assemble(blocks, reports, g: ModelGeometry, context_start: int, fmt: str,
-              sources: Sequence[str], notes: tuple[str, ...] = ()) -> tuple[Trace, ImportReport]:
+def assemble(blocks: Sequence[Block], reports: Sequence[PromptReport], g: ModelGeometry,
+             context_start: int, fmt: str, sources: Sequence[str],
+             notes: tuple[str, ...] = ()) -> tuple[Trace, ImportReport]:
     kept = [(p, r, c) for p, (r, c) in enumerate(blocks) if r is not None]
     if not kept:
         raise CopeInputError("no prompt has a complete first token (every MoE layer recorded); "
                              "nothing to import", source=", ".join(sources))
     recorded = all(c is not None for _, _, c in kept)
-    ctx = [c if recorded else context_start + np.arange(r.shape[0]) for _, r, c in kept]
+    ctx: list[np.ndarray] = [c if recorded and c is not None
+                             else context_start + np.arange(r.shape[0]) for _, r, c in kept]
     if not recorded:
         notes = (f"context lengths were not recorded: set to {context_start} + token index",
                  *notes)

@@ -41,7 +41,15 @@ import numpy as np
 from ....errors import CopeInputError
 from ....geometry import ModelGeometry
 from ...data import Trace
-from .records import ImportReport, assemble, check_ids, json_lines, prompt_block
+from .records import (
+    Block,
+    ImportReport,
+    PromptReport,
+    assemble,
+    check_ids,
+    json_lines,
+    prompt_block,
+)
 
 RUNTIME_FORMATS = ("vllm", "sglang")
 _ORDER_NOTE = "the runtime records ids in its top-k kernel's order, not necessarily by score"
@@ -130,7 +138,7 @@ def _vllm_lines(src: str) -> list[tuple[str, Any, int | None, int | None]]:
                                  field="outputs")
         rid = obj.get("request_id", obj.get("id", i))
         P = _ids_list(obj.get("prompt_token_ids"), src, f"line {i}", "prompt_token_ids")
-        for j, c in enumerate(obj.get("outputs", obj.get("choices"))):
+        for j, c in enumerate(obj.get("outputs", obj.get("choices")) or []):
             if not isinstance(c, dict):
                 raise CopeInputError(f"line {i}: output {j} is not an object", source=src,
                                      field="outputs")
@@ -148,7 +156,9 @@ def import_vllm(paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
                 prompt_tokens: int | None = None) -> tuple[Trace, ImportReport]:
     """Import vLLM's returned routed experts (formats in the module docstring)."""
     g = model
-    blocks, reports, notes = [], [], []
+    blocks: list[Block] = []
+    reports: list[PromptReport] = []
+    notes: list[str] = []
     srcs = [str(p) for p in paths]
     for src in srcs:
         if not os.path.isfile(src):
@@ -235,7 +245,8 @@ def import_sglang(paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
     """Import SGLang per-token expert-distribution dumps (format in the module docstring)."""
     g = model
     k = g.top_k
-    blocks, reports = [], []
+    blocks: list[Block] = []
+    reports: list[PromptReport] = []
     srcs = [str(p) for p in paths]
     for src in srcs:
         if not os.path.isfile(src):
