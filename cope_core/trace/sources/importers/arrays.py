@@ -10,7 +10,15 @@ import numpy as np
 from ....errors import CopeInputError
 from ....geometry import ModelGeometry
 from ...data import Trace
-from .records import Block, ImportReport, PromptReport, assemble, check_ids, prompt_block
+from .records import (
+    Block,
+    ImportReport,
+    PromptReport,
+    assemble,
+    check_ids,
+    existing_files,
+    prompt_block,
+)
 
 
 def import_npz(paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
@@ -20,10 +28,8 @@ def import_npz(paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
     want = (g.n_layers, g.top_k)
     blocks: list[Block] = []
     reports: list[PromptReport] = []
-    srcs = [str(p) for p in paths]
+    srcs = existing_files(paths)
     for src in srcs:
-        if not os.path.isfile(src):
-            raise CopeInputError("file not found", source=src)
         try:
             z = np.load(src, allow_pickle=False)
             items = ([("", z, None)] if isinstance(z, np.ndarray) else

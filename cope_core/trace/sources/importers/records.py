@@ -143,6 +143,16 @@ def assemble(blocks: Sequence[Block], reports: Sequence[PromptReport], g: ModelG
     return tr, rep
 
 
+def existing_files(paths: Sequence[str | os.PathLike]) -> list[str]:
+    """The import's input paths as strings, each an existing file (else a one-line
+    CopeInputError naming it)."""
+    srcs = [str(p) for p in paths]
+    for src in srcs:
+        if not os.path.isfile(src):
+            raise CopeInputError("file not found", source=src)
+    return srcs
+
+
 def json_lines(src: str) -> Iterator[tuple[int, Any]]:
     """``(line number, parsed value)`` for every non-blank line of a JSON-lines file; a missing
     file or a line that is not JSON is a one-line CopeInputError naming the file and line."""

@@ -47,6 +47,7 @@ from .records import (
     PromptReport,
     assemble,
     check_ids,
+    existing_files,
     json_lines,
     prompt_block,
 )
@@ -159,10 +160,8 @@ def import_vllm(paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
     blocks: list[Block] = []
     reports: list[PromptReport] = []
     notes: list[str] = []
-    srcs = [str(p) for p in paths]
+    srcs = existing_files(paths)
     for src in srcs:
-        if not os.path.isfile(src):
-            raise CopeInputError("file not found", source=src)
         if src.endswith((".npy", ".npz")):
             items = [_vllm_npz(src, prompt_tokens)]
         else:
@@ -247,10 +246,8 @@ def import_sglang(paths: Sequence[str | os.PathLike], model: ModelGeometry, *,
     k = g.top_k
     blocks: list[Block] = []
     reports: list[PromptReport] = []
-    srcs = [str(p) for p in paths]
+    srcs = existing_files(paths)
     for src in srcs:
-        if not os.path.isfile(src):
-            raise CopeInputError("file not found", source=src)
         records, p2l = _sglang_records(src)
         prompts: list[dict] = []
         for rec in sorted(records, key=lambda r: r.get("forward_pass_id", 0)
