@@ -322,3 +322,14 @@ def test_raw_samples_leave_a_users_tmp_file_alone(capsys, tiny_files):
     assert json.loads((d / "raw.json").read_text())["samples_us"]
     assert sorted(p.name for p in d.iterdir()) == ["p.parquet", "raw.json", "raw.tmp",
                                                    "t.parquet"]
+
+
+def test_run_order_shuffles_every_candidate_once_per_trial_and_prompt():
+    from cope_core.executor.run import run_order
+    orders = [run_order(13, t, p, seed=0) for t in range(3) for p in range(4)]
+    assert all(sorted(o) == list(range(13)) for o in orders)
+    assert run_order(13, 1, 2, seed=0) == run_order(13, 1, 2, seed=0)      # reproducible
+    assert len({tuple(o) for o in orders}) == len(orders)                  # a fresh shuffle each
+    assert run_order(13, 0, 0, seed=1) != run_order(13, 0, 0, seed=0)
+    # no candidate always runs first: over 12 (trial, prompt) pairs several lead
+    assert len({o[0] for o in orders}) > 3

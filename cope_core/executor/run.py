@@ -135,15 +135,18 @@ def measure(trace: Trace, experts_per_layer: int | Sequence[int], *,
                     for d in decoders:
                         if settings.warmup_tokens:
                             d.run_prompt(trace, 0, tokens=settings.warmup_tokens)
+                    cell = []
                     for trial in range(settings.trials):
-                        # alternate the order so no candidate always runs right after another
-                        ordered = decoders if trial % 2 == 0 else decoders[::-1]
                         for p in range(trace.n_prompts):
-                            for d in ordered:
-                                run = d.run_prompt(trace, p)
-                                rows.append((d.candidate.id, int(trace.prompt_ids[p]), trial,
-                                             run.tpot_us, K, threads, 100.0))
+                            for i in run_order(len(decoders), trial, p, settings.seed):
+                                run = decoders[i].run_prompt(trace, p)
+                                cell.append(((i, p, trial), (
+                                    decoders[i].candidate.id, int(trace.prompt_ids[p]), trial,
+                                    run.tpot_us, K, threads, 100.0)))
                                 bar.update(1)
+                    # the file lists a cell's rows in candidate, prompt, trial order, whatever
+                    # order they ran in
+                    rows += [row for _, row in sorted(cell, key=lambda kr: kr[0])]
         platform = acc.describe()
     bar.close()
     table = pd.DataFrame(rows, columns=["candidate", "prompt", "trial", "tpot_us", "K",
@@ -161,6 +164,27 @@ def measure(trace: Trace, experts_per_layer: int | Sequence[int], *,
     return Measurements(table=table, model=g, platform=platform,
                         created=datetime.now(UTC).isoformat(timespec="seconds"),
                         notes=notes)
+
+
+def run_order(n: int, trial: int, prompt: int, seed: int = 0) -> list[int]:
+    """The order in which ``n`` candidates decode one prompt in one trial: every candidate once,
+    a fresh seeded shuffle per (trial, prompt), so a slow drift or a busy minute of the machine
+    falls on all of them alike and no candidate always runs right after another.
+
+    Parameters
+    ----------
+    n : int
+        Number of candidates.
+    trial, prompt : int
+        Trial number and prompt position; with ``seed`` they fix the shuffle (a rerun with the
+        same settings runs in the same order).
+
+    Returns
+    -------
+    list of int
+        A permutation of ``range(n)``.
+    """
+    return np.random.default_rng([seed, trial, prompt]).permutation(n).tolist()
 
 
 def _threads(values: Sequence[int]) -> list[int]:
