@@ -42,7 +42,7 @@ PIP=(--quiet --disable-pip-version-check --no-input)
 # The install is editable, so only a changed pyproject.toml (or another checkout) needs pip again:
 # a stamp in the environment records what was installed from where.
 stamp="$("$PY" -c 'import sys; print(sys.prefix)')/.cope-explorer-install"
-want="$(pwd) $(sha256sum pyproject.toml | cut -d' ' -f1)"
+want="$(pwd) $("$PY" -c 'import hashlib; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())')"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   rm -f "$stamp"
   "$PY" -m pip install "${PIP[@]}" "torch==2.13.0"
