@@ -134,7 +134,10 @@ def test_a_cut_profile_predicts_the_whole_model_as_well_as_its_own():
     full profile +4.6 %). Shared work priced from the cut's own 2 of 6 MoE blocks alone would be
     about 36 % short (the roofline of this geometry): the ratio test catches it at the edge, the
     error test against the directly timed token (15 points) clearly. Hidden 512 was too noisy
-    (ratio up to +25 %).
+    (ratio up to +25 %). A CI run (2026-12-02) still saw +35 % once (the cut profiled in a slow
+    minute, +48.5 % against the timed token): a miss is therefore measured again, from scratch with
+    another trace seed, and the test fails only when both attempts miss — a systematic error (the
+    36 % short pricing) misses every time, a slow minute rarely twice.
     benchmarks/bench_shared_transfer.py runs the same at DeepSeek-V2-Lite's size."""
     import importlib.util
     from pathlib import Path
@@ -155,10 +158,26 @@ def test_a_cut_profile_predicts_the_whole_model_as_well_as_its_own():
     quick = StopRule(warmup=2, min_samples=9, max_samples=25, batch=3, max_seconds=2.0)
     settings = ProfilerSettings(cpu_threads=(1,), contexts=(64, 256), rule=quick,
                                 shared_rule=quick)
-    r = bench.transfer(g, 2, 6, prompts=2, tokens=12, K=4, candidates=None, trials=2,
-                       settings=settings, shared_rule=quick)
+    failed = []
+    for attempt in range(2):
+        r = bench.transfer(g, 2, 6, prompts=2, tokens=12, K=4, candidates=None, trials=2,
+                           settings=settings, shared_rule=quick, seed=1 + attempt)
+        why = _transfer_misses(r)
+        if not why:
+            return
+        failed.append(f"attempt {attempt + 1}: {why}: " + " | ".join(r.lines()))
+    pytest.fail("\n".join(failed))
+
+
+def _transfer_misses(r) -> str:
+    """Which of the three transfer criteria ``r`` misses ('' when it meets them all)."""
     cut, full = r.mape_pct
-    assert abs(r.shared_predicted_us[cut] / r.shared_predicted_us[full] - 1) < 0.30, r.lines()
-    assert r.mape_pct[cut] <= r.mape_pct[full] + 15.0, r.lines()
+    ratio = r.shared_predicted_us[cut] / r.shared_predicted_us[full] - 1
+    if abs(ratio) >= 0.30:
+        return f"shared work of the cut {ratio:+.1%} against the full profile's (limit 30 %)"
+    if r.mape_pct[cut] > r.mape_pct[full] + 15.0:
+        return "the cut's TPOT MAPE more than 15 points above the full profile's"
     err = {n: abs(r.shared_predicted_us[n] / r.shared_measured_us - 1) for n in (cut, full)}
-    assert err[cut] <= err[full] + 0.15, r.lines()
+    if err[cut] > err[full] + 0.15:
+        return "the cut's shared error against the timed token more than 15 points worse"
+    return ""
