@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from .errors import CopeInputError
 
@@ -142,6 +144,47 @@ def residencies_of(candidates: Iterable[Candidate | str]) -> tuple[Residency, ..
     needs none."""
     need = {(c if isinstance(c, Candidate) else get_candidate(c)).residency for c in candidates}
     return tuple(r for r in RESIDENCIES if r in need)
+
+
+def same_work_groups(candidates: Iterable[Candidate | str], K: int, n_experts: int,
+                     cpu_share: Sequence[int] | np.ndarray | None = None
+                     ) -> list[tuple[tuple[str, ...], str]]:
+    """Groups of candidates the policy space forces to do the same work in one cell.
+
+    Measured apart beyond noise, such a group is a measurement problem, not a result
+    (docs/design.md#trustworthy-measurement). Two rules: at ``K = E`` every expert is resident,
+    so every candidate runs every routed expert on the accelerator; and a ``cost_selected`` whose
+    split puts every miss on the CPU at every hit count runs its residency's ``parallel``.
+
+    Parameters
+    ----------
+    candidates : iterable of Candidate or str
+    K, n_experts : int
+        The cell's cache size and the model's experts per layer.
+    cpu_share : sequence of int, optional
+        cost_selected's CPU share per hit count ``h = 0..top_k`` (as
+        :func:`cope_core.profile.pricing.cost_selected_split`).
+
+    Returns
+    -------
+    list of (ids, why)
+        Groups of two or more ids in canonical order, with the reason in words.
+    """
+    cands = [c if isinstance(c, Candidate) else get_candidate(c) for c in candidates]
+    cands = sorted(cands, key=lambda c: CANDIDATE_IDS.index(c.id))
+    if K >= n_experts and len(cands) > 1:
+        return [(tuple(c.id for c in cands), f"K = E = {n_experts}: every expert is resident")]
+    out: list[tuple[tuple[str, ...], str]] = []
+    if cpu_share is not None:
+        top_k = len(cpu_share) - 1
+        if all(int(c) == top_k - h for h, c in enumerate(cpu_share)):
+            ids = {c.id for c in cands}
+            for r in Residency:
+                pair = (candidate_id(r, Execution.PARALLEL),
+                        candidate_id(r, Execution.COST_SELECTED))
+                if set(pair) <= ids:
+                    out.append((pair, "cost_selected's split puts every miss on the CPU"))
+    return out
 
 
 def matrix_table() -> dict:

@@ -150,8 +150,11 @@ def test_every_prompt_is_decoded_once_untimed_before_measuring(monkeypatch, warm
     full = [(c, K, p) for c, K, p, tokens in calls if tokens is None]
     timed = len(m.table)
     assert timed == 2 * 2 * 2 * 2                      # threads x K x candidates x prompts
-    # per thread count: one untimed pass over both prompts with the first candidate at the first K
-    assert len(full) == timed + (2 * 2 if warm else 0)
+    # per thread count: one untimed pass over both prompts with the first candidate at the first K;
+    # per cell and trial one noise-floor run of the reference candidate on the first prompt
+    assert len(full) == timed + (2 * 2 if warm else 0) + 4
+    assert [c["reference"]["samples_us"] for c in m.quality["cells"]] and \
+        all(len(c["reference"]["samples_us"]) == 2 for c in m.quality["cells"])
     if warm:
         assert full[:2] == [("layer_partition", 2, 0), ("layer_partition", 2, 1)]
     assert ("every prompt decoded once untimed" in m.notes) is warm

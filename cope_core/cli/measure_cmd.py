@@ -17,6 +17,7 @@ import sys
 from .. import parquet_io
 from ..errors import CopeInputError
 from ..estimate.evaluate import measured_winners
+from ..estimate.quality import check_lines, measurement_checks
 from .args import candidate_list, check_output, ints
 
 
@@ -60,6 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("-o", "--output", required=True,
                    help="Parquet file to write (cope.measurements/1)")
     s.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    s.add_argument("--resume", action="store_true",
+                   help="continue the interrupted run whose file is --output (every finished "
+                        "cell is written there as it ends); same inputs and settings")
     s.set_defaults(func=cmd_measure)
 
 
@@ -67,7 +71,18 @@ def cmd_measure(args: argparse.Namespace) -> int:
     prepare_threads(args.device)
     from ..executor.run import ExecutorSettings, measure
     from ..mechanisms.accelerator import cpu_cores
-    check_output(args.output, args.force)
+    resume = None
+    if args.force and args.resume:
+        raise CopeInputError("give one of --resume and --force", field="--resume")
+    if args.resume and os.path.exists(args.output):
+        resume = parquet_io.read_measurements(args.output)
+        if resume.complete:
+            print(f"{args.output}: the run is complete; nothing to resume")
+            return 0
+        print(f"cope measure: resuming {args.output} ({len(resume.progress['cells_done'])} "
+              f"cells done)", file=sys.stderr)
+    else:
+        check_output(args.output, args.force)
     for name in ("trials", "accel_threads"):
         if getattr(args, name) < 1:
             raise CopeInputError(f"expected >= 1, got {getattr(args, name)}",
@@ -84,8 +99,10 @@ def cmd_measure(args: argparse.Namespace) -> int:
                                 seed=args.seed)
     m = measure(trace, args.k, calibration=cal, cpu_threads=args.cpu_threads or [cpu_cores()],
                 candidates=args.candidates, profile=profile, settings=settings,
-                progress=not args.no_progress, fill_by_id=args.fill_by_id)
-    parquet_io.write_measurements(m, args.output, overwrite=args.force)
+                progress=not args.no_progress, fill_by_id=args.fill_by_id, resume=resume,
+                checkpoint=lambda part: parquet_io.write_measurements(part, args.output,
+                                                                      overwrite=True))
+    parquet_io.write_measurements(m, args.output, overwrite=True)
     t = m.table
     print(f"wrote {args.output}: MEASURED TPOT of {t['candidate'].nunique()} candidates x "
           f"{t['prompt'].nunique()} prompts x {args.trials} trials at K={sorted(set(t['K']))}, "
@@ -94,6 +111,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
     for w in measured_winners(t).itertuples(index=False):
         print(f"  K={w.K} threads={w.cpu_threads}: measured winner {w.candidate} at "
               f"{w.tpot_us / 1e3:.3f} ms/token")
+    for line in check_lines(measurement_checks(m)):
+        print(line)
     return 0
 
 

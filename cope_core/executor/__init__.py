@@ -12,7 +12,7 @@ from typing import Any
 from ..measurements import Measurements
 
 _LAZY = {"CandidateDecoder": "decode", "LayerRecord": "decode", "PromptRun": "decode",
-         "ExecutorSettings": "run", "measure": "run"}
+         "ExecutorSettings": "cell", "measure": "run"}
 
 __all__ = ["CandidateDecoder", "ExecutorSettings", "LayerRecord", "Measurements", "PromptRun",
            "measure"]

@@ -19,6 +19,7 @@ from ._common import (
     _check_operating_point,
     _columns,
     _first_duplicate,
+    _meta_value,
     _read,
     _write_frame,
 )
@@ -62,8 +63,29 @@ def read_measurements(path: str | os.PathLike) -> Measurements:
         or a repeated (candidate, prompt, trial, K, operating point) raise CopeInputError.
     """
     table, meta, src, g = _read(path, MEASUREMENTS_SCHEMA)
+    quality = _meta_value(meta, "quality", dict, src, {})
+    progress = _meta_value(meta, "progress", dict, src, {})
+    _check_quality(quality, progress, src)
     return Measurements(table=_measurement_frame(table, g, src), model=g, **_about(meta, src),
-                        path=src)
+                        quality=quality, progress=progress, path=src)
+
+
+def _check_quality(quality: dict, progress: dict, src: str) -> None:
+    """The shape of the optional ``quality`` and ``progress`` keys (docs/formats.md)."""
+    cells = quality.get("cells", [])
+    if not isinstance(cells, list):
+        raise CopeInputError(f"got {cells!r:.60}, expected a list", source=src,
+                             field="quality.cells")
+    for i, c in enumerate(cells):
+        for key, kind in (("K", int), ("cpu_threads", int), ("reference", dict),
+                          ("outliers", list), ("same_work", list)):
+            if not isinstance(c, dict) or not isinstance(c.get(key), kind) \
+                    or isinstance(c.get(key), bool):
+                raise CopeInputError(f"cell {i}: expected {key!r} ({kind.__name__})",
+                                     source=src, field="quality.cells")
+    if "complete" in progress and not isinstance(progress["complete"], bool):
+        raise CopeInputError(f"got {progress['complete']!r:.60}, expected true or false",
+                             source=src, field="progress.complete")
 
 
 def write_measurements(m: Measurements, path: str | os.PathLike, *,
