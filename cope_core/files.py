@@ -145,3 +145,14 @@ def sha256_file(path: str | os.PathLike) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def describe_input(obj) -> dict | None:
+    """Path and SHA-256 of the file an input record was read from (its ``path``; None for no
+    input, a null digest for an in-memory one): the provenance of policies and verify runs."""
+    if obj is None:
+        return None
+    path = getattr(obj, "path", None)
+    if path is None or not Path(path).is_file():
+        return {"path": path, "sha256": None}
+    return {"path": str(path), "sha256": sha256_file(path)}

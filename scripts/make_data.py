@@ -16,7 +16,8 @@ collected  a trace collected with ``cope trace collect`` from a tiny random-weig
            model, with a predictor trained by ``cope predictor train`` on its hidden states.
 measured   a DeepSeek-V2-Lite-geometry example cut to 4 MoE layers, profiled (``cope profile
            --trace``) and measured (``cope measure``) on this machine's CPU with the emulated
-           accelerator at 1 and 2 CPU threads, then scored (``cope evaluate``).
+           accelerator at 1 and 2 CPU threads (3 trials), verified (``cope verify``), then
+           scored (``cope evaluate``).
 readme     ``data/README.md`` from ``data/manifest.json`` (every file, its command, platform and
            provenance).
 
@@ -63,7 +64,7 @@ PREDICTOR_ACCURACY = 0.7                           # no published recall for the
 
 # The measured example: the issue-4 fidelity case at a size that fits the time budget.
 MEASURED = dict(model="deepseek-v2-lite", layers=4, prompts=2, tokens=12, ks="8,16,32,48",
-                threads="1,2", trials=1, min_time=20)
+                threads="1,2", trials=3, min_time=20)
 MEASURED_STEM = "deepseek-v2-lite-4l"
 
 # The controlled grid of emulated platforms (benchmarks/fidelity_grid.py): Mixtral-8x7B cut
@@ -278,7 +279,9 @@ def step_collected(man: Manifest, bar: tqdm) -> None:
 
 
 # --- measured -----------------------------------------------------------------------------------
-def step_measured(man: Manifest, bar: tqdm) -> None:
+def step_measured(man: Manifest, bar: tqdm, keep_inputs: bool = False) -> None:
+    """Make the measured example; ``keep_inputs`` keeps its trace, calibration and profile when
+    they exist (their manifest entries stand) and measures, verifies and scores again."""
     from cope_core import parquet_io
 
     m = MEASURED
@@ -286,6 +289,7 @@ def step_measured(man: Manifest, bar: tqdm) -> None:
     trace, cal = Path(f"{stem}-trace.parquet"), Path(f"{stem}-calibration.parquet")
     prof = Path(f"{stem}-cpu-emulated-profile.parquet")
     meas = Path(f"{stem}-cpu-emulated-measurements.parquet")
+    ver = Path(f"{stem}-cpu-emulated-verify.json")
     params = json.loads(PARAMS.read_text())
     p = params["models"][m["model"]]
     gen = ["--skew", p["skew"], "--reuse", params["reuse"]["value"], "--predictor-accuracy",
@@ -304,7 +308,10 @@ def step_measured(man: Manifest, bar: tqdm) -> None:
               "--no-progress", "-o", meas, "--force"]
     a_eval = ["evaluate", "--trace", trace, "--calibration", cal, "--profile", prof,
               "--measurements", meas, "--json"]
-    for a in (a_tr, a_cal, a_prof, a_meas):
+    a_ver = ["verify", "--trace", trace, "--calibration", cal, "--profile", prof, "-K", m["ks"],
+             "--cpu-threads", m["threads"], "--no-progress", "-o", ver, "--force"]
+    kept = keep_inputs and all(p.exists() for p in (trace, cal, prof))
+    for a in ((a_meas, a_ver) if kept else (a_tr, a_cal, a_prof, a_meas, a_ver)):
         cope(a, bar)
     scores = json.loads(cope(a_eval, bar))
     ev = EXAMPLES.parent / f"{MEASURED_STEM}-evaluation.json"
@@ -315,6 +322,20 @@ def step_measured(man: Manifest, bar: tqdm) -> None:
              f"torch threads and slot memory), {time.strftime('%Y-%m-%d')}")
     gprov = [ATTRIBUTION["olmoe"] + " carried over by K/E", ATTRIBUTION["reuse"]]
     what = f"DeepSeek-V2-Lite geometry cut to {m['layers']} MoE layers (real expert shapes)"
+    man.add(meas, kind="MEASUREMENTS", model=f"{m['model']} ({m['layers']} MoE layers)",
+            what=f"measured TPOT of all 13 candidates per prompt at K = {m['ks']}, CPU threads "
+                 f"{m['threads']}, {m['trials']} trial(s)",
+            commands=[_shown(a_meas)], platform=where, provenance=["measured here"])
+    man.add(ev, kind="report", model=f"{m['model']} ({m['layers']} MoE layers)",
+            what="`cope evaluate --json` of the measured example: MAPE, Spearman, top-1/top-3 "
+                 "for COPE, the atomic-op simulation and the roofline (HRM)",
+            commands=[_shown(a_eval)], platform=where, provenance=["measured here"])
+    man.add(ver, kind="VERIFY run", model=f"{m['model']} ({m['layers']} MoE layers)",
+            what=f"`cope verify` at the measurements' cells (K = {m['ks']}, CPU threads "
+                 f"{m['threads']}): the contenders raced in paired rounds, the verified winner",
+            commands=[_shown(a_ver)], platform=where, provenance=["measured here"])
+    if kept:
+        return
     man.add(trace, kind="SYNTHETIC trace", model=f"{m['model']} ({m['layers']} MoE layers)",
             what=f"{what}; {m['prompts']} prompts x {m['tokens']} decode tokens",
             commands=[_shown(a_tr)], provenance=gprov)
@@ -324,14 +345,6 @@ def step_measured(man: Manifest, bar: tqdm) -> None:
     man.add(prof, kind="MEASURED profile", model=f"{m['model']} ({m['layers']} MoE layers)",
             what=f"{what}; CPU threads {m['threads']}, contexts 128/1024/4096",
             commands=[_shown(a_prof)], platform=where, provenance=["measured here"])
-    man.add(meas, kind="MEASUREMENTS", model=f"{m['model']} ({m['layers']} MoE layers)",
-            what=f"measured TPOT of all 13 candidates per prompt at K = {m['ks']}, CPU threads "
-                 f"{m['threads']}, {m['trials']} trial(s)",
-            commands=[_shown(a_meas)], platform=where, provenance=["measured here"])
-    man.add(ev, kind="report", model=f"{m['model']} ({m['layers']} MoE layers)",
-            what="`cope evaluate --json` of the measured example: MAPE, Spearman, top-1/top-3 "
-                 "for COPE, the atomic-op simulation and the roofline (HRM)",
-            commands=[_shown(a_eval)], platform=where, provenance=["measured here"])
 
 
 def grid_args(out: Path) -> list[str]:
@@ -406,6 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grid-from", type=Path, metavar="DIR",
                     help="the grid step ships this finished `benchmarks/fidelity_grid.py` "
                          "folder (run with the step's settings) instead of running the grid")
+    ap.add_argument("--keep-inputs", action="store_true",
+                    help="measured step: keep the example's trace, calibration and profile when "
+                         "present; measure, verify and score again")
     a = ap.parse_args(argv)
     if a.grid_from is not None and not (a.grid_from / "report.json").is_file():
         ap.error(f"--grid-from {a.grid_from}: no report.json there; expected a finished "
@@ -423,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
                 fn(a.realdata, man, bar)
             elif step == "grid":
                 fn(man, bar, a.grid_from)
+            elif step == "measured":
+                fn(man, bar, a.keep_inputs)
             else:
                 fn(man, bar)
             man.save()

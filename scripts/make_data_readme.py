@@ -145,7 +145,8 @@ def render(entries: dict, data: Path) -> str:
         s = json.loads(ev.read_text())
         rows = "\n".join(
             f"| {k} | {v['mape_pct']:.2f}% | {v['spearman']:.3f} | {v['top1'][0]}/{v['top1'][1]}"
-            f" | {v['top3'][0]}/{v['top3'][1]} |" for k, v in s.items())
+            f" | {v['top3'][0]}/{v['top3'][1]} |" for k, v in s.items()
+            if k != "measurement_quality" and v is not None)
         out.append(MEASURED.format(rows=rows))
     out.append(SOURCES)
     return "\n".join(out)

@@ -525,7 +525,7 @@ def test_evaluate_with_unusable_profile_spec_needs_spec(capsys, files):
     assert_one_line_error(code, out, err, str(files["profile"]), "spec")
     code, out, err = run(capsys, *args, "--spec", "h100")
     assert code == 0, err
-    assert set(json.loads(out)) == {"cope", "atomic", "hrm"}
+    assert set(json.loads(out)) == {"cope", "atomic", "hrm", "measurement_quality"}
 
 
 def test_evaluate_measurements_at_another_gpu_share(capsys, files):

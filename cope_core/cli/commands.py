@@ -11,6 +11,7 @@ from .. import parquet_io
 from ..errors import CopeInputError
 from ..estimate.evaluate import evaluate
 from ..estimate.predict import predict
+from ..estimate.quality import check_lines, checks_to_dict, measurement_checks
 from ..estimate.uncertainty import check_draws
 from ..files import print_json
 from ..geometry import CATALOG, GIB, get_model
@@ -203,10 +204,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         result["hrm"] = None
         print("cope: warning: no platform spec in the profile and no --spec: HRM not evaluated",
               file=sys.stderr)
+    checks = measurement_checks(meas, seed=args.seed)
     if args.json:
-        print_json(result)
+        print_json({**result, "measurement_quality": checks_to_dict(checks)})
         return 0
     print(format_evaluation(result))
     if per_k:
         print(format_per_k(result))
+    print("\n".join(check_lines(checks)))
     return 0

@@ -69,18 +69,33 @@ def measured_interval(group: pd.DataFrame, draws: int, rng: np.random.Generator
     return point, float(lo), float(hi)
 
 
-def tied_with(a: pd.DataFrame, b: pd.DataFrame, draws: int, rng: np.random.Generator) -> bool:
-    """Whether candidate ``a`` cannot be told apart from ``b`` (the fastest) in one cell."""
+def paired_differences(a: pd.DataFrame, b: pd.DataFrame) -> np.ndarray:
+    """``a - b`` over the (prompt, trial) pairs both measured, in microseconds."""
     j = a.merge(b, on=["prompt", "trial"], suffixes=("_a", "_b"))
-    d = (j["tpot_us_a"] - j["tpot_us_b"]).to_numpy(np.float64)
-    if d.size == 0:
-        return False
-    if d.size == 1 or np.ptp(d) == 0 or draws == 0:
-        return bool(np.all(d == 0))
+    return (j["tpot_us_a"] - j["tpot_us_b"]).to_numpy(np.float64)
+
+
+def paired_interval(d: np.ndarray, draws: int, rng: np.random.Generator
+                    ) -> tuple[float, float] | None:
+    """The 95 % percentile bootstrap interval of the mean of paired differences ``d``
+    (``scipy.stats.bootstrap``); None when there is nothing to resample (fewer than two pairs,
+    all equal, or ``draws`` 0)."""
+    if d.size < 2 or np.ptp(d) == 0 or draws == 0:
+        return None
     res = stats.bootstrap((d,), np.mean, n_resamples=draws, confidence_level=LEVEL,
                           method="percentile", vectorized=True, rng=rng)
-    ci = res.confidence_interval
-    return bool(ci.low <= 0.0 <= ci.high)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def tied_with(a: pd.DataFrame, b: pd.DataFrame, draws: int, rng: np.random.Generator) -> bool:
+    """Whether candidate ``a`` cannot be told apart from ``b`` (the fastest) in one cell."""
+    d = paired_differences(a, b)
+    if d.size == 0:
+        return False
+    ci = paired_interval(d, draws, rng)
+    if ci is None:
+        return bool(np.all(d == 0))
+    return bool(ci[0] <= 0.0 <= ci[1])
 
 
 def measured_cells(table: pd.DataFrame, draws: int = 1000, seed: int = 0) -> pd.DataFrame:

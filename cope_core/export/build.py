@@ -4,13 +4,12 @@ from __future__ import annotations
 import math
 import warnings
 from datetime import UTC, datetime
-from pathlib import Path
 
 from ..errors import CopeInputError
 from ..estimate.costs import ESTIMATORS, hrm_spec
 from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from ..estimate.ranking import fastest_first
-from ..files import sha256_file
+from ..files import describe_input
 from ..geometry import DEFAULT_CONTEXT, DEFAULT_WORKSPACE_BYTES, GIB
 from ..matrix import get_candidate
 from ..platforms import PlatformSpec
@@ -114,7 +113,7 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
     vram = {"budget_gib": None if vram_gib is None else float(vram_gib),
             "needed_gib": g.vram_for_experts_per_layer(K) / GIB,
             "context": DEFAULT_CONTEXT, "workspace_gib": DEFAULT_WORKSPACE_BYTES / GIB}
-    inputs = {role: _describe(obj) for role, obj in
+    inputs = {role: describe_input(obj) for role, obj in
               (("trace", trace), ("calibration", calibration), ("profile", profile))}
     return Policy(
         model=g, candidate=chosen, experts_per_layer=K, resident_experts=resident,
@@ -144,13 +143,3 @@ def _confidence(df) -> dict:
             "win_probability": {r.candidate: float(r.win_probability)
                                 if math.isfinite(r.win_probability) else None for r in rows},
             "prompts_for_confidence": conf["prompts_for_confidence"]}
-
-
-def _describe(obj) -> dict | None:
-    """Path and SHA-256 of the file an input was read from (None for an in-memory input)."""
-    if obj is None:
-        return None
-    path = getattr(obj, "path", None)
-    if path is None or not Path(path).is_file():
-        return {"path": path, "sha256": None}
-    return {"path": str(path), "sha256": sha256_file(path)}

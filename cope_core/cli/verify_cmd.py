@@ -1,0 +1,135 @@
+"""``cope verify``: race the predicted contenders on this machine and name the verified winner
+(docs/design.md#verifying-a-pick).
+
+    cope verify --trace T --calibration C --profile P (-K 8,16 | --vram-gib G)
+                [--cpu-threads 1,2] [--tolerance 2] [--budget-min M] [--json] [-o OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import parquet_io
+from ..errors import CopeInputError
+from ..verify import VerifyRecord, verify_json, write_verify
+from .args import check_output, ints, share
+from .measure_cmd import emulation_arguments, prepare_threads
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("verify", help="measure only the candidates a prediction leaves open "
+                                      "and name the verified winner",
+                       description="Predict, then race the contenders (the predicted winner and "
+                                   "every candidate that could still win) in rounds of paired "
+                                   "trials on the reference executor, dropping each one a "
+                                   "paired test puts behind the leader.")
+    s.add_argument("--trace", required=True, help="routing trace (cope.trace/1)")
+    s.add_argument("--calibration", help="trace whose popularity fills the cache")
+    s.add_argument("--profile", required=True, help="profile of this machine (cope.profile/*)")
+    g = s.add_mutually_exclusive_group(required=True)
+    g.add_argument("--experts-per-layer", "-K", type=ints, dest="k", help="cache size(s) K")
+    g.add_argument("--vram-gib", type=float, help="VRAM budget; K follows from the memory model")
+    s.add_argument("--cpu-threads", type=ints, help="operating point(s), e.g. 1,2 (default: the "
+                                                     "profile's most threads)")
+    s.add_argument("--gpu-share", type=share, help="GPU share of the prediction")
+    s.add_argument("--tolerance", type=float, default=2.0,
+                   help="stop when the candidates left are within this many percent of the "
+                        "leader (default 2)")
+    s.add_argument("--budget-min", type=float, help="time budget in minutes for the whole run")
+    s.add_argument("--min-rounds", type=int, default=2, help="rounds before the first verdict "
+                                                             "(default 2)")
+    s.add_argument("--max-rounds", type=int, default=6, help="rounds at most (default 6: twice the "
+                                                             "full measurement's trials)")
+    s.add_argument("--full-trials", type=int, default=3,
+                   help="trials of the full measurement the savings are counted against "
+                        "(default 3, cope measure's)")
+    s.add_argument("--draws", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the tests and the run order")
+    s.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda, or cpu for the emulated accelerator (default)")
+    s.add_argument("--accel-threads", type=int, default=1,
+                   help="torch threads of the emulated accelerator (default 1)")
+    emulation_arguments(s)
+    s.add_argument("--warmup-tokens", type=int, default=2,
+                   help="tokens decoded and discarded per candidate first (default 2)")
+    s.add_argument("--no-warmup-prompts", action="store_true",
+                   help="skip the untimed first pass over every prompt")
+    s.add_argument("--dtype", choices=["bfloat16", "float16", "float32"])
+    s.add_argument("--fill-by-id", action="store_true", help="fill residency by expert id")
+    s.add_argument("--no-progress", action="store_true", help="no round lines on stderr")
+    s.add_argument("--json", action="store_true", help="print the cope.verify/1 record as JSON")
+    s.add_argument("-o", "--output", help="also write the record here (JSON)")
+    s.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    s.set_defaults(func=cmd_verify)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    prepare_threads(args.device)
+    from ..executor.cell import ExecutorSettings
+    from ..verify import VerifySettings, verify
+    if args.output:
+        check_output(args.output, args.force)
+    if args.warmup_tokens < 0:
+        raise CopeInputError(f"expected >= 0, got {args.warmup_tokens}", field="--warmup-tokens")
+    if args.accel_threads < 1:
+        raise CopeInputError(f"expected >= 1, got {args.accel_threads}", field="--accel-threads")
+    trace = parquet_io.read_trace(args.trace)
+    cal = parquet_io.read_trace(args.calibration) if args.calibration else None
+    profile = parquet_io.read_profile(args.profile)
+    settings = VerifySettings(tolerance=args.tolerance / 100.0, min_rounds=args.min_rounds,
+                              max_rounds=args.max_rounds, budget_min=args.budget_min,
+                              full_trials=args.full_trials, draws=args.draws, seed=args.seed)
+    executor = ExecutorSettings(device=args.device, accel_threads=args.accel_threads,
+                                link_gbps=args.link_gbps, cpu_slowdown=args.cpu_slowdown,
+                                warmup_tokens=args.warmup_tokens,
+                                warmup_prompts=not args.no_warmup_prompts, dtype=args.dtype,
+                                seed=args.seed)
+    record = verify(trace, profile, cal, experts_per_layer=args.k, vram_gib=args.vram_gib,
+                    cpu_threads=args.cpu_threads, gpu_share=args.gpu_share, settings=settings,
+                    executor=executor, fill_by_id=args.fill_by_id,
+                    progress=not args.no_progress)
+    if args.output:
+        write_verify(record, args.output, overwrite=args.force)
+    if args.json:
+        sys.stdout.write(verify_json(record))
+    else:
+        print("\n".join(report_lines(record)))
+        if args.output:
+            print(f"wrote {args.output}")
+    return 0
+
+
+def report_lines(r: VerifyRecord) -> list[str]:
+    """The text report of a verify record."""
+    tol = 100 * float(r.settings.get("tolerance", 0.02))
+    out = [f"cope verify: {r.model.name} on the {r.platform.get('accelerator', '?')} "
+           f"accelerator ({r.platform.get('gpu', '?')}); tolerance {tol:g} %"]
+    for c in r.cells:
+        iv = (f" [{c.measured_lo_us / 1e3:.3f}, {c.measured_hi_us / 1e3:.3f}]"
+              if c.measured_lo_us is not None and c.measured_hi_us is not None else "")
+        verdict = ("the prediction" if c.verified_winner == c.predicted_winner else
+                   f"predicted {c.predicted_winner}, " + ("within noise of it" if c.agrees
+                                                          else "dropped"))
+        out.append(f"K={c.K} threads={c.cpu_threads}: VERIFIED {c.verified_winner} at "
+                   f"{c.measured_us / 1e3:.3f} ms/token{iv} ({verdict}; {c.stop} after "
+                   f"{c.rounds} rounds)")
+        probs = ", ".join(f"{x['candidate']}" + (f" (p={x['win_probability']:.2f})"
+                                                  if x["win_probability"] is not None else "")
+                          for x in c.contenders)
+        out.append(f"  contenders: {probs}")
+        if c.dropped:
+            out.append("  dropped: " + ", ".join(f"{d['candidate']} after round {d['round']} "
+                                                 f"({d['behind_pct']:+.1f} %)" for d in c.dropped))
+        if len(c.remaining) > 1:
+            out.append(f"  tied at the end: {', '.join(c.remaining)}")
+        share_pct = 100 * c.candidate_trials / c.full_candidate_trials
+        out.append(f"  measured {c.candidate_trials} candidate-trials of "
+                   f"{c.full_candidate_trials} ({share_pct:.0f} %); {c.seconds:.0f} s of an "
+                   f"estimated {c.full_seconds_estimate:.0f} s")
+    t = r.totals()
+    out.append(f"total: the prediction stood in {t['agree']}/{t['cells']} cells; "
+               f"{t['candidate_trials']} candidate-trials of {t['full_candidate_trials']} "
+               f"({100 * t['candidate_trials'] / t['full_candidate_trials']:.0f} %); "
+               f"{t['seconds'] / 60:.1f} min of an estimated "
+               f"{t['full_seconds_estimate'] / 60:.1f} min for a full measurement")
+    return out
