@@ -866,7 +866,7 @@ def test_evaluate_exact_mape_with_per_prompt_factors(capsys, pipeline, tmp_path)
     _write_measurements(pipeline, meas, 3, lambda i, v: v * factors[i])
     out, _ = _evaluate(capsys, pipeline, meas, "--json")
     res = json.loads(out)
-    assert set(res) == {"cope", "atomic", "hrm"}
+    assert set(res) == {"cope", "atomic", "hrm", "measurement_quality"}
     cope = res["cope"]
     assert cope["mape_pct"] == pytest.approx(75.0, rel=1e-12)
     assert cope["spearman"] == pytest.approx(1.0, abs=1e-12)
