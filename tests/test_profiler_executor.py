@@ -262,7 +262,8 @@ def test_cli_profile_measure_predict_evaluate(capsys, tiny_files):
     assert main(["evaluate", "--trace", str(t), "--profile", str(p), "--measurements", str(m),
                  "--calibration", str(t), "--per-k", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert set(res) == {"cope", "atomic", "hrm"}
+    assert set(res) == {"cope", "atomic", "hrm", "measurement_quality"}
+    assert [q["K"] for q in res.pop("measurement_quality")] == [2]
     for r in res.values():
         assert r["pairs"] == 6 and r["top1"][1] == 2 and len(r["per_k"]) == 1
 
