@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             bar.update(1)
             ev = json.loads(ev_path.read_text())
             for est, e in ev.items():           # per prompt, strict: summed over settings
-                if e:
+                if e and est != "measurement_quality":
                     acc = top1.setdefault(est, [0, 0])
                     acc[0] += e["top1"][0]
                     acc[1] += e["top1"][1]

@@ -58,13 +58,14 @@ MEASURED = """\
 the app's *Predicted vs measured* page works out of the box (the app lists it as
 `deepseek-v2-lite · 4 MoE layers`). `cope evaluate` on it (`deepseek-v2-lite-4l-evaluation.json`):
 
-| estimator | MAPE | mean Spearman | top-1 | top-3 |
-|---|---|---|---|---|
+| estimator | MAPE | regret mean / max | top-1 within noise | mean Spearman | top-1 | top-3 |
+|---|---|---|---|---|---|---|
 {rows}
 
-These are one short run (1 trial per candidate and prompt, to keep regeneration under 15
-minutes) on a shared 2-core VM whose speed drifts; `benchmarks/fidelity_emulated.sh` is the
-longer fidelity run (docs/mechanisms.md).
+The measurements: all 13 candidates, {trials} trials interleaved, on a shared 2-core VM whose
+speed drifts. {quality}
+
+`examples/deepseek-v2-lite-4l-cpu-emulated-verify.json` is `cope verify` at the same cells: {verify}
 """
 
 SOURCES = """\
@@ -144,9 +145,38 @@ def render(entries: dict, data: Path) -> str:
     if ev.exists():
         s = json.loads(ev.read_text())
         rows = "\n".join(
-            f"| {k} | {v['mape_pct']:.2f}% | {v['spearman']:.3f} | {v['top1'][0]}/{v['top1'][1]}"
-            f" | {v['top3'][0]}/{v['top3'][1]} |" for k, v in s.items()
-            if k != "measurement_quality" and v is not None)
-        out.append(MEASURED.format(rows=rows))
+            f"| {k} | {v['mape_pct']:.2f}% | {v['regret_pct']['mean']:.2f}% / "
+            f"{v['regret_pct']['max']:.2f}% | {v['top1_within_noise'][0]}/"
+            f"{v['top1_within_noise'][1]} cells | {v['spearman']:.3f} | "
+            f"{v['top1'][0]}/{v['top1'][1]} | {v['top3'][0]}/{v['top3'][1]} |"
+            for k, v in s.items() if k != "measurement_quality" and v is not None)
+        q = s.get("measurement_quality") or []
+        noise = [c["noise_pct"] for c in q if c["noise_pct"] is not None]
+        quality = (f"Noise floor (a reference candidate re-run after every trial) "
+                   f"{min(noise):.1f}-{max(noise):.1f} % per cell; "
+                   f"{sum(c['outliers'] for c in q)} outlying trials measured again; "
+                   f"{sum(bool(c['unresolved']) for c in q)} of {len(q)} cells with a "
+                   f"winner-runner-up margin below the noise floor; "
+                   f"{sum(bool(c['inconsistent']) for c in q)} cells where candidates that do "
+                   f"the same work measured apart." if noise else "")
+        vf = data / "examples" / "deepseek-v2-lite-4l-cpu-emulated-verify.json"
+        verify = ""
+        if vf.exists():
+            t = json.loads(vf.read_text())["totals"]
+            verify = (f"the prediction stood in {t['agree']} of {t['cells']} cells, measuring "
+                      f"{t['candidate_trials']} of the {t['full_candidate_trials']} "
+                      f"candidate-trials of a full measurement "
+                      f"({100 * t['candidate_trials'] / t['full_candidate_trials']:.0f} %) in "
+                      f"{t['seconds'] / 60:.1f} min.")
+        trials = _measured_trials(data)
+        out.append(MEASURED.format(rows=rows, quality=quality, verify=verify, trials=trials))
     out.append(SOURCES)
     return "\n".join(out)
+
+
+def _measured_trials(data: Path) -> str:
+    """Trials of the measured example, from its manifest command."""
+    man = json.loads((data / "manifest.json").read_text())
+    cmd = man.get("examples/deepseek-v2-lite-4l-cpu-emulated-measurements.parquet", {})
+    words = (cmd.get("commands") or [""])[0].split()
+    return words[words.index("--trials") + 1] if "--trials" in words else "?"

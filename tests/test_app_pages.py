@@ -338,6 +338,38 @@ def test_measured_page_empty_state_upload_metrics_and_drilldown(qwen, tmp_path):
         [tp[1] for tp in ref.prompt_tpot_us])
 
 
+def test_measured_page_offers_the_examples_with_measurements_and_shows_their_verify_run():
+    from cope_core.verify import read_verify
+    at = open_app("measured")
+    assert "No measurements loaded" in at.info[0].value
+    name = "deepseek-v2-lite · 4 MoE layers"
+    at.button(key=f"switch_{name}").click()
+    rerun(at)
+    assert not at.info or "No measurements loaded" not in at.info[0].value
+    assert at.query_params["example"] == [name] or at.query_params["example"] == name
+    record = read_verify(EX / "deepseek-v2-lite-4l-cpu-emulated-verify.json")
+    table = at.dataframe[-1].value
+    assert table["verified"].tolist() == [c.verified_winner for c in record.cells]
+    assert table["predicted"].tolist() == [c.predicted_winner for c in record.cells]
+    assert table["rounds"].tolist() == [c.rounds for c in record.cells]
+    t = record.totals()
+    assert any(f"The prediction stood in {t['agree']} of {t['cells']} cells" in m.value
+               for m in at.markdown)
+    # the measurement quality line comes from estimate.quality, as cope evaluate prints it
+    assert any(c.value.startswith("Measurement quality: noise floor") for c in at.caption)
+    race = [f for f in charts(at) if title(f).startswith("The race at")]
+    assert len(race) == 1
+    first = record.cells[0]
+    lines = [tr for tr in race[0]["data"] if tr.get("mode") == "lines+markers"]
+    assert [tr["name"] for tr in lines] == [c["candidate"] for c in first.contenders]
+    # a bad verify upload is one error line; the example's record stays in use
+    box = next(u for u in at.file_uploader if u.key == "_up_verify")
+    box.set_value(("bad.json", b'{"schema": "cope.policy/1"}', "application/json"))
+    rerun(at)
+    assert any(e.value.startswith("upload bad.json: field 'schema'") for e in at.error)
+    assert at.dataframe[-1].value["verified"].tolist() == table["verified"].tolist()
+
+
 def _shipped_examples():
     from cope_core.app.dataset import scan_examples
     return scan_examples(EX)

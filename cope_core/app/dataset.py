@@ -21,6 +21,7 @@ from ..measurements import Measurements
 from ..profile.data import Profile
 from ..profile.pricing import check_compatible
 from ..trace.data import Trace
+from ..verify import read_verify
 
 SLOTS = ("trace", "calibration", "profile", "measurements")
 #: Which schema each slot holds.
@@ -39,6 +40,8 @@ class Example:
         Model name from the files' metadata, e.g. ``"qwen3-30b-a3b"``.
     traces, calibrations, profiles, measurements : tuple of str
         File paths, sorted by name.
+    verifies : tuple of str
+        ``cope verify`` records (``cope.verify/1`` JSON) of the model.
     """
 
     name: str
@@ -46,6 +49,7 @@ class Example:
     calibrations: tuple[str, ...] = ()
     profiles: tuple[str, ...] = ()
     measurements: tuple[str, ...] = ()
+    verifies: tuple[str, ...] = ()
 
     @property
     def usable(self) -> bool:
@@ -83,8 +87,7 @@ def scan_examples(folder: str | os.PathLike) -> list[Example]:
         name = example_name(meta.get("model"))
         if name is None:
             continue
-        g = groups.setdefault(name, {"traces": [], "calibrations": [], "profiles": [],
-                                     "measurements": []})
+        g = groups.setdefault(name, _empty_group())
         schema = parquet_io.schema_family(meta["schema"])
         if schema == parquet_io.TRACE_SCHEMA:
             g["calibrations" if "calib" in path.name.lower() else "traces"].append(str(path))
@@ -92,8 +95,20 @@ def scan_examples(folder: str | os.PathLike) -> list[Example]:
             g["profiles"].append(str(path))
         elif schema == parquet_io.MEASUREMENTS_SCHEMA:
             g["measurements"].append(str(path))
+    for path in sorted(root.glob("*.json")):
+        try:
+            rec = read_verify(path)
+        except CopeInputError:
+            continue          # other JSON (reports) or a broken record: not an input
+        name = example_name(rec.model.to_dict())
+        if name is not None:
+            groups.setdefault(name, _empty_group())["verifies"].append(str(path))
     out = [Example(name, **{k: tuple(v) for k, v in g.items()}) for name, g in groups.items()]
     return sorted((e for e in out if e.usable), key=lambda e: e.name)
+
+
+def _empty_group() -> dict[str, list[str]]:
+    return {"traces": [], "calibrations": [], "profiles": [], "measurements": [], "verifies": []}
 
 
 #: Settings of the emulated platform that a profile and measurements must share.

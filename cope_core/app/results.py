@@ -17,6 +17,7 @@ from ..estimate.compare import Comparison, compare
 from ..estimate.costs import estimators_for
 from ..estimate.evaluate import Evaluation, evaluate
 from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
+from ..estimate.quality import measurement_checks
 from ..estimate.uncertainty import DEFAULT_DRAWS
 from ..export import Policy, build_policy
 from ..geometry import ModelGeometry
@@ -150,6 +151,18 @@ def evaluation(ds: Dataset) -> dict[str, Evaluation]:
     """``cope evaluate``'s scores of every estimator (:func:`cope_core.estimate.evaluate.
     evaluate`: accuracy, regret, tie-aware top-1, measured intervals per cell; cached)."""
     return _evaluation_cached(ds.key, ds)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _quality_cached(key: str, _ds: Dataset) -> pd.DataFrame:
+    assert _ds.measurements is not None
+    return measurement_checks(_ds.measurements)
+
+
+def measurement_quality(ds: Dataset) -> pd.DataFrame:
+    """Per cell: noise floor, margin, outliers measured again, same-work inconsistencies
+    (:func:`cope_core.estimate.quality.measurement_checks`; cached)."""
+    return _quality_cached(ds.key, ds)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -28,12 +28,16 @@ from .sources import (
     banner,
     dataset,
     examples,
+    examples_with_measurements,
     forget_uploads,
     read,
     read_upload,
     require_predictable,
     sidebar,
+    switch_example,
     upload_slot,
+    verify_record,
+    verify_upload,
 )
 from .url_state import bound, bound_numbers, remember, resolve, settings, sync_url
 
@@ -91,7 +95,8 @@ def run_through_app() -> None:
 
 
 __all__ = ["banner", "bound", "bound_numbers", "current_estimator", "current_op", "current_vram",
-           "dataset", "estimator_widget", "examples", "forget_uploads", "op_widget", "page",
-           "read", "read_upload", "remember", "require_predictable", "resolve", "run_through_app",
-           "settings", "settings_row", "sidebar", "sync_url", "upload_slot", "user_errors",
-           "vram_caption", "vram_widget"]
+           "dataset", "estimator_widget", "examples", "examples_with_measurements",
+           "forget_uploads", "op_widget", "page", "read", "read_upload", "remember",
+           "require_predictable", "resolve", "run_through_app", "settings", "settings_row",
+           "sidebar", "switch_example", "sync_url", "upload_slot", "user_errors",
+           "verify_record", "verify_upload", "vram_caption", "vram_widget"]

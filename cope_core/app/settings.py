@@ -73,6 +73,7 @@ CODECS: dict[str, Codec] = {
     "hits": _INT,
     "cmp": _TEXT,              # compare timeline with this execution ("none" for none)
     "prompt": _INT,
+    "verify_cell": _TEXT,      # Predicted vs measured: the verify cell whose race is drawn
     "compare": _TEXT,          # second profile on the Profiles page
     "sort": _FLAG,             # sort experts by popularity on the Traces page
     "cand": _TEXT,             # candidate to export ("best" or an id)

@@ -6,6 +6,7 @@ message and the previous data stays in use."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import tempfile
@@ -18,8 +19,9 @@ import streamlit as st
 from .. import parquet_io
 from ..errors import CopeInputError
 from ..files import write_atomic
+from ..verify import VerifyRecord, read_verify
 from .dataset import Dataset, Example, assemble, matching_measurements, provenance, scan_examples
-from .url_state import bound, resolve
+from .url_state import bound, rebind, resolve
 
 EXAMPLES_DIR = Path(os.environ.get("COPE_EXAMPLES_DIR")
                     or Path(__file__).resolve().parents[2] / "data" / "examples")
@@ -30,6 +32,7 @@ _READERS: dict[str, Callable[[str], Any]] = {
 SLOT_KIND = {"trace": "trace", "calibration": "trace", "profile": "profile",
              "measurements": "measurements"}
 _UPLOADS, _SEEN, _ERRORS = "cope_uploads", "cope_upload_seen", "cope_upload_errors"
+_VERIFY_UPLOAD = "cope_verify_upload"
 
 
 # --- loading --------------------------------------------------------------------------------------
@@ -68,7 +71,8 @@ def examples() -> list[Example]:
     file there changes)."""
     out: list[Example] = []
     for folder in _example_dirs():
-        files = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+        files = (sorted([*folder.glob("*.parquet"), *folder.glob("*.json")])
+                 if folder.is_dir() else [])
         out += _scan_cached(str(folder), tuple((p.name, _stamp(p)) for p in files))
     return sorted(out, key=lambda e: e.name)
 
@@ -158,6 +162,52 @@ def require_predictable(ds: Dataset) -> None:
         st.error(problem)
     if ds.problems:
         st.stop()
+
+
+def examples_with_measurements() -> list[str]:
+    """Names of the shipped examples that have measurements (the page offers to switch)."""
+    return [e.name for e in examples() if e.measurements]
+
+
+def switch_example(name: str) -> None:
+    """Show example ``name`` from the next run on (the sidebar's choice, kept in the URL)."""
+    rebind("example", name)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _verify_cached(path: str, stamp: str) -> VerifyRecord:
+    return read_verify(path)
+
+
+def verify_record(ds: Dataset) -> tuple[VerifyRecord | None, str]:
+    """The verify record in use and where it came from: an uploaded one, else the chosen
+    example's first (of the dataset's model); ``(None, "")`` when there is none."""
+    up = st.session_state.get(_VERIFY_UPLOAD)
+    if up is not None:
+        return up
+    ex = _chosen_example()
+    for path in (ex.verifies if ex is not None else ()):
+        rec = _verify_cached(path, _stamp(path))
+        if rec.model.same_shape(ds.trace.model):
+            return rec, f"example {Path(path).name}"
+    return None, ""
+
+
+def verify_upload() -> None:
+    """A file uploader for a ``cope.verify/1`` record; a bad one shows its one-line error."""
+    f = st.file_uploader("Verify record (cope.verify/1 JSON)", type=["json"], key="_up_verify",
+                         help="written by `cope verify -o FILE`")
+    if f is None:
+        st.session_state.pop(_VERIFY_UPLOAD, None)
+        return
+    try:
+        data = json.loads(f.getvalue())
+        st.session_state[_VERIFY_UPLOAD] = (VerifyRecord.from_dict(data, f"upload {f.name}"),
+                                            f"upload {f.name}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        st.error(f"upload {f.name}: not a JSON file ({exc})")
+    except CopeInputError as exc:
+        st.error(str(exc))
 
 
 # --- uploads --------------------------------------------------------------------------------------

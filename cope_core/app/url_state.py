@@ -47,6 +47,13 @@ def remember(name: str, value: Any) -> None:
         st.query_params[name] = text
 
 
+def rebind(name: str, value: Any) -> None:
+    """Set a bound widget's setting from outside it (a button): kept, and the widget's own
+    state dropped so that the next run seeds it from the setting."""
+    remember(name, value)
+    st.session_state.pop(f"_w_{name}", None)
+
+
 def bound(name: str, widget: Callable[..., Any], *, default: Any,
           valid: Callable[[Any], bool] = lambda v: True,
           coerce: Callable[[Any], Any] = lambda v: v, **kwargs: Any) -> Any:

@@ -4,6 +4,7 @@
                 [--candidate ID|best] --format json|llama.cpp|ktransformers|sglang-kt|vllm
                 [-o OUT [--force]] [--strict]
     cope export --from-policy FILE --format ... [-o OUT [--force]] [--strict]
+    cope export --from-verify FILE [-K K] [--cpu-threads N] --format ... [-o OUT [--force]]
 """
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from pathlib import Path
 from .. import parquet_io
 from ..errors import CopeInputError
 from ..export import DEFAULT_PT, FORMATS, build_policy, read_policy, render
-from ..files import check_writable, write_atomic
+from ..files import check_writable, sha256_file, write_atomic
 from ..platforms import resolve_platform
+from ..verify import read_verify
 
 #: Options that describe how to build a policy; --from-policy takes none of them.
 _BUILD_OPTIONS = (("--trace", "trace"), ("--profile", "profile"), ("--calibration", "calibration"),
@@ -43,7 +45,12 @@ def register(subparsers) -> None:
     s.add_argument("--candidate", default="best", help="candidate id, or 'best' (default)")
     s.add_argument("--fill-by-id", action="store_true", help="fill residency by expert id")
     s.add_argument("--spec", help="platform for the roofline estimator: GPU name or JSON file")
-    s.add_argument("--from-policy", metavar="FILE", help="re-render a saved cope.policy/1 JSON")
+    src = s.add_mutually_exclusive_group()
+    src.add_argument("--from-policy", metavar="FILE", help="re-render a saved cope.policy/1 JSON")
+    src.add_argument("--from-verify", metavar="FILE",
+                     help="render the verified winner of a cope verify record (cope.verify/1); "
+                          "-K and --cpu-threads choose the cell when it has several, and the "
+                          "record's trace, calibration and profile are used unless given")
     s.add_argument("--format", required=True, choices=FORMATS,
                    help="output format: the cope.policy/1 JSON or a runtime's settings")
     s.add_argument("-o", "--output", help="write here instead of stdout (sglang-kt: the .pt goes "
@@ -54,7 +61,41 @@ def register(subparsers) -> None:
     s.set_defaults(func=cmd_export)
 
 
+def _from_verify(args: argparse.Namespace):
+    """The policy of a verify record's verified winner (one of its cells)."""
+    if args.candidate != "best" or args.vram_gib is not None:
+        raise CopeInputError("renders the record's verified winner; drop --candidate and "
+                             "--vram-gib (-K and --cpu-threads choose the cell)",
+                             field="--from-verify")
+    record = read_verify(args.from_verify)
+    cell = record.cell(args.k, args.cpu_threads)
+    paths = {}
+    for role in ("trace", "profile", "calibration"):
+        given = getattr(args, role)
+        saved = (record.inputs.get(role) or {}).get("path")
+        paths[role] = given or saved
+        if paths[role] is None and role != "calibration":
+            raise CopeInputError(f"the record names no {role} file: give --{role}",
+                                 source=args.from_verify, field=f"inputs.{role}")
+    trace = parquet_io.read_trace(str(paths["trace"]))
+    profile = parquet_io.read_profile(str(paths["profile"]))
+    cal = parquet_io.read_trace(str(paths["calibration"])) if paths["calibration"] else None
+    verified = {"path": args.from_verify, "sha256": sha256_file(args.from_verify),
+                "measured_us": cell.measured_us,
+                "measured_ci_us": [cell.measured_lo_us, cell.measured_hi_us],
+                "predicted_winner": cell.predicted_winner, "stop": cell.stop,
+                "remaining": cell.remaining}
+    return build_policy(trace, profile, cal, experts_per_layer=cell.K,
+                        cpu_threads=cell.cpu_threads,
+                        gpu_share=cell.gpu_share if args.gpu_share is None else args.gpu_share,
+                        candidate=cell.verified_winner, fill_by_id=args.fill_by_id,
+                        spec=resolve_platform(args.spec) if args.spec else None,
+                        verified=verified)
+
+
 def _policy(args: argparse.Namespace):
+    if args.from_verify:
+        return _from_verify(args)
     if args.from_policy:
         given = [flag for flag, dest in _BUILD_OPTIONS if getattr(args, dest) not in (None, False)]
         if args.candidate != "best":

@@ -121,8 +121,10 @@ def judge(table: pd.DataFrame, alive: Sequence[str], tolerance: float, draws: in
         if not tied_with(by_cand[c], by_cand[leader], draws, rng):
             dropped.append((c, pct))
             continue
-        ci = paired_interval(paired_differences(by_cand[c], by_cand[leader]), draws, rng)
+        d = paired_differences(by_cand[c], by_cand[leader])
+        # nothing to resample (one pair, or all equal): the differences themselves are the bound
+        ci = paired_interval(d, draws, rng) or (float(d.min()), float(d.max()))
         limit = tolerance * measured[leader]
-        if ci is None or not (-limit <= ci[0] and ci[1] <= limit):
+        if not (-limit <= ci[0] and ci[1] <= limit):
             equivalent = False
     return RoundVerdict(leader, measured, dropped, equivalent)

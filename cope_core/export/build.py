@@ -28,7 +28,7 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
                  cpu_threads: int | None = None, gpu_share: float | None = None,
                  candidate: str = "best",
                  fill_by_id: bool = False, spec: PlatformSpec | None = None,
-                 created: str | None = None) -> Policy:
+                 created: str | None = None, verified: dict | None = None) -> Policy:
     """Predict every candidate at one cache size and record the chosen one as a policy.
 
     Parameters
@@ -54,6 +54,10 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
         Without either, HRM is skipped and the reason recorded.
     created : str, optional
         ISO time for the provenance (default: now, UTC).
+    verified : dict, optional
+        The ``cope verify`` cell that measured ``candidate`` the winner (with its record's path
+        and digest): the policy is ``chosen_by`` ``verified`` and keeps it in
+        ``provenance.verify``.
 
     Returns
     -------
@@ -119,12 +123,13 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
         model=g, candidate=chosen, experts_per_layer=K, resident_experts=resident,
         predictions_us=tables, platform=dict(profile.platform or {}),
         cpu_threads=int(attrs["cpu_threads"]), gpu_share=float(attrs["gpu_share"]), vram=vram,
-        chosen_by="best" if candidate == "best" else "user",
+        chosen_by="verified" if verified else "best" if candidate == "best" else "user",
         fill={"source": "calibration" if calibration is not None else "trace", "by_id": fill_by_id},
         analytic_profile=bool(profile.analytic), estimator_notes=notes,
         trace={"source": trace.source, "prompts": trace.n_prompts, "tokens": trace.n_tokens},
         provenance={"inputs": inputs, "tool": TOOL, "version": __version__,
-                    "created": created or datetime.now(UTC).isoformat(timespec="seconds")},
+                    "created": created or datetime.now(UTC).isoformat(timespec="seconds"),
+                    **({"verify": verified} if verified else {})},
         confidence=confidence, equivalent_to=equivalent,
     )
 

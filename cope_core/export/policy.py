@@ -26,6 +26,11 @@ SCHEMA = "cope.policy/1"
 ESTIMATORS = ("cope", "atomic", "hrm")
 
 
+#: How a policy's candidate was chosen: COPE's predicted winner, the user's, or the winner
+#: ``cope verify`` measured (its record in ``provenance.verify``).
+CHOSEN_BY = ("best", "user", "verified")
+
+
 @dataclass(frozen=True, eq=False)
 class Policy:
     """A chosen candidate at one cache size, with its predictions and provenance.
@@ -345,9 +350,9 @@ def _check(p: Policy, src: str | None) -> None:
                                              and not isinstance(gib, bool) and math.isfinite(gib))):
             raise CopeInputError(f"expected a finite number of GiB{' or null' if optional else ''}"
                                  f", got {gib!r}", source=src, field=f"vram.{key}")
-    if p.chosen_by not in ("best", "user"):
-        raise CopeInputError(f"got {p.chosen_by!r}, expected 'best' or 'user'", source=src,
-                             field="candidate.chosen_by")
+    if p.chosen_by not in CHOSEN_BY:
+        raise CopeInputError(f"got {p.chosen_by!r}, expected one of {list(CHOSEN_BY)}",
+                             source=src, field="candidate.chosen_by")
     _check_confidence(p.confidence, src)
     for cid, eq in p.equivalent_to.items():
         if cid not in CANDIDATE_IDS or not (eq is None or (eq in CANDIDATE_IDS and eq != cid)):
