@@ -9,7 +9,7 @@ measure? Targets (issue 27): in the tie set in at least 90 % of cells, at most 4
 candidate-trials.
 
     python benchmarks/bench_verify.py OUT [--case deepseek|grid|all] [--full-trials 3]
-        [--deepseek-from DIR]
+        [--deepseek-from DIR] [--grid-from DIR]
 
 OUT is resumable: a measurement or verify record already there is not made again.
 ``--deepseek-from data/examples`` takes the shipped example's measurements and verify record
@@ -50,10 +50,12 @@ def _cope(args: list, log) -> float:
 
 
 def run_case(name: str, trace: Path, cal: Path, prof: Path, ks: str, threads: str,
-             knobs: list, out: Path, full_trials: int, log,
-             given: tuple[Path, Path] | None = None) -> list[dict]:
-    """Measure and verify one setting (or take ``given`` files); one row per cell."""
-    meas, ver = given or (out / f"{name}-measurements.parquet", out / f"{name}-verify.json")
+             knobs: list, out: Path, full_trials: int, log, meas: Path | None = None,
+             ver: Path | None = None) -> list[dict]:
+    """Measure and verify one setting (unless ``meas`` or ``ver`` are given and exist); one row
+    per cell."""
+    meas = meas or out / f"{name}-measurements.parquet"
+    ver = ver or out / f"{name}-verify.json"
     seconds = {}
     if not meas.exists():
         seconds["measure"] = _cope(["measure", "--trace", trace, "--calibration", cal, "-K", ks,
@@ -126,28 +128,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deepseek-from", type=Path, metavar="DIR",
                     help="take deepseek-v2-lite-4l-cpu-emulated-{measurements.parquet,"
                          "verify.json} from DIR")
+    ap.add_argument("--grid-from", type=Path, metavar="DIR",
+                    help="a finished benchmarks/fidelity_grid.py folder made on this machine: "
+                         "its traces, profiles and measurements (the full measurement) are used "
+                         "and only the verify runs are made (default: the shipped grid's "
+                         "traces and profiles, measured here)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     with open(out / "run.log", "a") as log:
         if args.case in ("deepseek", "all"):
-            given = None
+            meas = ver = None
             if args.deepseek_from is not None:
                 stem = args.deepseek_from / "deepseek-v2-lite-4l-cpu-emulated"
-                given = (Path(f"{stem}-measurements.parquet"), Path(f"{stem}-verify.json"))
+                meas, ver = Path(f"{stem}-measurements.parquet"), Path(f"{stem}-verify.json")
             rows += run_case("deepseek-v2-lite-4l", Path(f"{EX}-trace.parquet"),
                              Path(f"{EX}-calibration.parquet"),
                              Path(f"{EX}-cpu-emulated-profile.parquet"), "8,16,32,48", "1,2",
-                             [], out, args.full_trials, log, given)
+                             [], out, args.full_trials, log, meas, ver)
         if args.case in ("grid", "all"):
             for link, slow in settings_of("none:4,4:2,1:1"):
                 t = tag(link, slow)
                 knobs = (["--link-gbps", link] if link is not None else []) + \
                     ["--cpu-slowdown", slow]
-                rows += run_case(f"mixtral-2l-{t}", GRID / "trace.parquet",
-                                 GRID / "calibration.parquet", GRID / f"profile-{t}.parquet",
-                                 "2", "1,2", knobs, out, args.full_trials, log)
+                grid = args.grid_from or GRID
+                rows += run_case(f"mixtral-2l-{t}", grid / "trace.parquet",
+                                 grid / "calibration.parquet", grid / f"profile-{t}.parquet",
+                                 "2", "1,2", knobs, out, args.full_trials, log,
+                                 grid / f"measurements-{t}.parquet" if args.grid_from else None)
     by_case: dict[str, dict] = {}
     for name in dict.fromkeys(r["case"].split("-link")[0] for r in rows):
         by_case[name] = summary([r for r in rows if r["case"].startswith(name)])

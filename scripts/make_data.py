@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Regenerate everything under ``data/`` (seeded), with a progress display.
 
-    python3 scripts/make_data.py                      # every step (~9 min on 2 cores)
+    python3 scripts/make_data.py                      # every step (~60 min on 2 cores)
     python3 scripts/make_data.py --only synthetic     # one or more steps
+    python3 scripts/make_data.py --only measured      # the measured example: ~25 min (profile
+                                                      # 1, measure 19, verify 5; 2026-12-02)
     python3 scripts/make_data.py --realdata DIR       # where ../shared/realdata lives
 
 Steps, in order:

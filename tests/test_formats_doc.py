@@ -106,6 +106,14 @@ def work(tmp_path_factory) -> Path:
                 w.add(p, t, rng.normal(size=(g.n_layers, 8)), routed)
     pred, _ = train_predictor(read_hidden_states(d / "run.hidden"), epochs=1, seed=0)
     pred.save(d / "predictor.safetensors")
+    from cope_core.verify import VerifyCell, VerifyRecord, write_verify
+    cell = VerifyCell(K=2, cpu_threads=8, gpu_share=100.0, predicted_winner="fixed/parallel",
+                      contenders=[], dropped=[], remaining=["fixed/parallel"],
+                      verified_winner="fixed/parallel", measured_us=100.0, measured_lo_us=99.0,
+                      measured_hi_us=101.0, stop="one left", rounds=2, candidate_trials=4,
+                      full_candidate_trials=39, seconds=1.0, full_seconds_estimate=9.0)
+    write_verify(VerifyRecord(model=g, platform={}, inputs={}, settings={}, cells=[cell]),
+                 d / "verify.json")
     return d
 
 

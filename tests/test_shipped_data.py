@@ -65,6 +65,17 @@ def test_the_measured_example_is_measured_and_the_collected_trace_collected():
     assert sorted({t for t, _ in prof.operating_points()}) == [1, 2]
     assert sorted(meas.table["cpu_threads"].unique()) == [1, 2]
     assert meas.table["candidate"].nunique() == 13
+    # made by the trusted measurement: 3 trials or more everywhere, a noise floor per cell, and
+    # a verify run at the same cells whose inputs are the shipped files
+    per = meas.table.groupby(["K", "cpu_threads", "candidate", "prompt"])["trial"].nunique()
+    assert per.min() >= 3 and meas.complete
+    cells = {(c["K"], c["cpu_threads"]) for c in meas.quality["cells"]}
+    assert cells == set(zip(meas.table["K"], meas.table["cpu_threads"]))
+    assert all(c["reference"]["noise_pct"] is not None for c in meas.quality["cells"])
+    from cope_core.verify import read_verify
+    rec = read_verify(f"{stem}-cpu-emulated-verify.json")
+    assert {(c.K, c.cpu_threads) for c in rec.cells} == cells
+    assert rec.inputs["profile"]["path"] == "deepseek-v2-lite-4l-cpu-emulated-profile.parquet"
     tr = parquet_io.read_trace(DATA / "collected" / "tiny-mixtral-trace.parquet")
     assert tr.source == "collected" and tr.has_predictions
     assert "RANDOM-WEIGHT" in tr.description

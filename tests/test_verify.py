@@ -195,6 +195,9 @@ def test_cli_verify_and_export_from_verify(monkeypatch, tmp_path, capsys):
     assert main([*args, "--force", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["cells"][0]["verified_winner"] == ids[1]
     assert read_verify(out).cells[0].verified_winner == ids[1]
+    # the inputs are named relative to the record, so the folder can move: export from elsewhere
+    assert read_verify(out).inputs["trace"]["path"] == "t.parquet"
+    monkeypatch.chdir(tmp_path.parent)
     assert main(["export", "--from-verify", str(out), "--format", "json"]) == 0
     pol = json.loads(capsys.readouterr().out)
     assert pol["candidate"]["id"] == ids[1] and pol["candidate"]["chosen_by"] == "verified"

@@ -154,7 +154,7 @@ def tiny_profile(costs: CostSpec = None, *, operating_points=TINY_OPERATING_POIN
 
 def tiny_measurements(geometry: ModelGeometry | None = None):
     """Every candidate on prompts 3 and 7, two trials, K = 2, at 8 threads / 100 %."""
-    from cope_core.measurements import Measurements
+    from cope_core.measurements import OUTLIER_RULE, Measurements, noise_floor_pct
     rows = []
     for ci, cand in enumerate(CANDIDATE_IDS):
         for prompt in (3, 7):
@@ -165,9 +165,16 @@ def tiny_measurements(geometry: ModelGeometry | None = None):
     df = pd.DataFrame(rows).astype({"prompt": "int32", "trial": "int32", "tpot_us": "float64",
                                     "K": "int32", "cpu_threads": "int16",
                                     "gpu_share": "float32"})
+    samples = [1003.0, 1003.5, 1002.9, 1003.2]          # layer_partition on prompt 3, again
+    quality = {"outlier_rule": OUTLIER_RULE, "cells": [
+        {"K": 2, "cpu_threads": 8, "gpu_share": 100.0,
+         "reference": {"candidate": "layer_partition", "prompt": 3, "samples_us": samples,
+                       "noise_pct": noise_floor_pct(samples)},
+         "outliers": [], "same_work": []}]}
     return Measurements(table=df, model=geometry or tiny_geometry(),
                         platform={"gpu": "emulated", "cpu": "test-cpu", "accelerator": "emulated"},
-                        created="2025-01-01T00:00:00+00:00", notes="tiny measurements")
+                        created="2025-01-01T00:00:00+00:00", notes="tiny measurements",
+                        quality=quality, progress={"complete": True, "cells_done": [[2, 8]]})
 
 
 # --- raw Parquet, for tests that break a written file on purpose -------------------------------

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -73,6 +74,9 @@ def _from_verify(args: argparse.Namespace):
     for role in ("trace", "profile", "calibration"):
         given = getattr(args, role)
         saved = (record.inputs.get(role) or {}).get("path")
+        if saved and not os.path.isabs(saved):       # relative to the record's folder
+            beside = os.path.join(os.path.dirname(os.path.abspath(args.from_verify)), saved)
+            saved = beside if os.path.exists(beside) else saved
         paths[role] = given or saved
         if paths[role] is None and role != "calibration":
             raise CopeInputError(f"the record names no {role} file: give --{role}",

@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import sys
 
 from .. import parquet_io
@@ -89,6 +91,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     executor=executor, fill_by_id=args.fill_by_id,
                     progress=not args.no_progress)
     if args.output:
+        record = dataclasses.replace(record, inputs=_relative(record.inputs, args.output))
         write_verify(record, args.output, overwrite=args.force)
     if args.json:
         sys.stdout.write(verify_json(record))
@@ -97,6 +100,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if args.output:
             print(f"wrote {args.output}")
     return 0
+
+
+def _relative(inputs: dict, output: str) -> dict:
+    """Input paths relative to the record's folder, so the record and its inputs move together
+    (``cope export --from-verify`` resolves them from there)."""
+    base = os.path.dirname(os.path.abspath(output))
+    out = {}
+    for role, info in inputs.items():
+        if info and info.get("path"):
+            info = {**info, "path": os.path.relpath(os.path.abspath(info["path"]), base)}
+        out[role] = info
+    return out
 
 
 def report_lines(r: VerifyRecord) -> list[str]:
