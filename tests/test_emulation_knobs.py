@@ -127,18 +127,20 @@ def test_the_probe_measures_the_paced_link():
 @pytest.mark.slow
 def test_the_probe_is_stable_and_honours_the_host_speed():
     """Decode-shape FLOP/s (a batch-1 product at the model's width on cache-resident weights),
-    probed five times after a warm-up probe: all but at most one run within 15 % of their median
-    (six runs on the 2-core VM, idle or with a process busy half the time, spread at most 5-7 %;
-    on an AMD EPYC VM, 2026-12-02, one run of three in one of four repeats was 21 % off, a
-    transient the other runs did not share); the streaming bandwidths within 30 % (they spread up
-    to 13 % there); a host 2x slower halves the CPU's FLOP/s."""
+    probed five times after a warm-up probe: all but at most one run within 30 % of their median
+    (six runs on the Intel 2-core VM, idle or with a process busy half the time, spread at most
+    5-7 %; on an AMD EPYC 2-core VM, 2026-12-02, one probe of three was 21 % off in one of four
+    repeats, and in a CI run five probes spread 13.5-21.0 GFLOP/s, two of them 20-23 % from the
+    median: that VM's decode-shape FLOP/s wander that much); the streaming bandwidths likewise
+    within 30 % (they spread up to 13 % on the Intel VM); a host 2x slower halves the CPU's
+    FLOP/s."""
     import numpy as np
 
     from cope_core.mechanisms.probe import probe_platform
     with Accelerator("cpu") as acc:
         probe_platform(acc, torch.bfloat16, 2048)            # warm-up: pages, kernels
         runs = [probe_platform(acc, torch.bfloat16, 2048) for _ in range(5)]
-    for field, tol in (("gpu_flops", 0.15), ("cpu_flops_per_thread", 0.15),
+    for field, tol in (("gpu_flops", 0.30), ("cpu_flops_per_thread", 0.30),
                        ("gpu_bandwidth", 0.30), ("cpu_bandwidth_per_thread", 0.30)):
         v = np.array([getattr(s, field) for s in runs])
         assert np.sum(np.abs(v / np.median(v) - 1) >= tol) <= 1, (field, v)
