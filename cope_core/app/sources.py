@@ -6,7 +6,6 @@ message and the previous data stays in use."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import tempfile
@@ -19,7 +18,7 @@ import streamlit as st
 from .. import parquet_io
 from ..errors import CopeInputError
 from ..files import write_atomic
-from ..verify import VerifyRecord, read_verify
+from ..verify import VerifyRecord, parse_verify, read_verify
 from .dataset import Dataset, Example, assemble, matching_measurements, provenance, scan_examples
 from .url_state import bound, rebind, resolve
 
@@ -201,11 +200,8 @@ def verify_upload() -> None:
         st.session_state.pop(_VERIFY_UPLOAD, None)
         return
     try:
-        data = json.loads(f.getvalue())
-        st.session_state[_VERIFY_UPLOAD] = (VerifyRecord.from_dict(data, f"upload {f.name}"),
+        st.session_state[_VERIFY_UPLOAD] = (parse_verify(f.getvalue(), f"upload {f.name}"),
                                             f"upload {f.name}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        st.error(f"upload {f.name}: not a JSON file ({exc})")
     except CopeInputError as exc:
         st.error(str(exc))
 

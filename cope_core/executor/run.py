@@ -209,8 +209,8 @@ def _resumed(resume: Measurements | None, plan: dict) -> tuple[list, list, list]
                                  source=src, field=f"progress.plan.{key}")
     done = [list(map(int, c)) for c in resume.progress.get("cells_done", [])]
     t = resume.table
-    keep = [(int(k), int(c)) in {(d[0], d[1]) for d in done}
-            for k, c in zip(t["K"], t["cpu_threads"])]
+    finished = {(d[0], d[1]) for d in done}
+    keep = [(int(k), int(c)) in finished for k, c in zip(t["K"], t["cpu_threads"])]
     rows = list(t[keep][COLUMNS].itertuples(index=False, name=None))
     cells = [c for c in resume.quality.get("cells", []) if [c["K"], c["cpu_threads"]] in done]
     return rows, cells, done

@@ -10,12 +10,20 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .record import VERIFY_SCHEMA, VerifyCell, VerifyRecord, read_verify, verify_json, write_verify
+from .record import (
+    VERIFY_SCHEMA,
+    VerifyCell,
+    VerifyRecord,
+    parse_verify,
+    read_verify,
+    verify_json,
+    write_verify,
+)
 
 _LAZY = {"verify": "race", "VerifySettings": "race"}
 
-__all__ = ["VERIFY_SCHEMA", "VerifyCell", "VerifyRecord", "VerifySettings", "read_verify",
-           "verify", "verify_json", "write_verify"]
+__all__ = ["VERIFY_SCHEMA", "VerifyCell", "VerifyRecord", "VerifySettings", "parse_verify",
+           "read_verify", "verify", "verify_json", "write_verify"]
 
 
 def __getattr__(name: str) -> Any:

@@ -193,14 +193,23 @@ def write_verify(record: VerifyRecord, path: str | Path, *, overwrite: bool = Fa
     write_atomic(path, verify_json(record), overwrite=overwrite)
 
 
+def parse_verify(data: bytes | str, source: str) -> VerifyRecord:
+    """Check the bytes of a ``cope.verify/1`` record (a file's or an upload's)."""
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CopeInputError(f"not a JSON file ({exc})", source=source) from None
+    return VerifyRecord.from_dict(obj, source=source)
+
+
 def read_verify(path: str | Path) -> VerifyRecord:
     """Read and check a ``cope.verify/1`` file; bad input raises CopeInputError naming the
     field."""
     src = str(path)
     try:
-        data = json.loads(Path(path).read_text())
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         raise CopeInputError("not found", source=src) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CopeInputError(f"not a JSON file ({exc})", source=src) from None
-    return VerifyRecord.from_dict(data, source=src)
+    except OSError as exc:
+        raise CopeInputError(f"not readable ({exc})", source=src) from None
+    return parse_verify(data, src)
