@@ -2,6 +2,11 @@
 
 docs/design.md#model-geometry-and-memory. ``n_layers`` counts MoE layers only (``L``);
 ``dense_layers`` are leading dense blocks such as DeepSeek's ``first_k_dense_replace``.
+
+Weights are priced as stored (docs/design.md#bytes-as-stored): a geometry read from a quantised
+file (``cope_core.models``) carries every MoE layer's routed-expert tensors, each projection's
+type and exact bytes, and the non-expert weights' bytes and parameter count; a geometry without
+them (the catalog's BF16 entries, collected models) stores every weight in ``dtype_bytes``.
 """
 from __future__ import annotations
 
@@ -21,6 +26,44 @@ MIB = 1024**2
 #: Defaults of the memory model: a 4k-token KV cache and 512 MiB of runtime workspace.
 DEFAULT_CONTEXT = 4096
 DEFAULT_WORKSPACE_BYTES = 512 * MIB
+
+
+@dataclass(frozen=True)
+class ExpertTensors:
+    """How one MoE layer stores one routed expert: each projection's type and exact bytes.
+
+    The type is the stored format's own name (a ggml type such as ``"Q4_K"``, ``"Q6_K"``,
+    ``"MXFP4"`` or ``"BF16"``); the bytes are one expert's share of the layer's stacked tensor,
+    expert biases included (gpt-oss has them).
+    """
+
+    gate_type: str
+    up_type: str
+    down_type: str
+    gate_bytes: int
+    up_bytes: int
+    down_bytes: int
+
+    def __post_init__(self) -> None:
+        for f in ("gate_type", "up_type", "down_type", "gate_bytes", "up_bytes", "down_bytes"):
+            v, name = getattr(self, f), f.endswith("_type")
+            if (not isinstance(v, str) or not v) if name else (
+                    not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                want = "a type name" if name else "a positive whole number of bytes"
+                raise CopeInputError(f"expected {want}, got {v!r}", field=f)
+
+    @property
+    def total(self) -> int:
+        return self.gate_bytes + self.up_bytes + self.down_bytes
+
+    def projections(self) -> tuple[tuple[str, int], tuple[str, int], tuple[str, int]]:
+        return ((self.gate_type, self.gate_bytes), (self.up_type, self.up_bytes),
+                (self.down_type, self.down_bytes))
+
+
+#: The fields a geometry may leave out: a file written before weights were priced as stored
+#: reads as a geometry stored at ``dtype_bytes`` throughout (and one that stores so omits them).
+STORED_FIELDS = ("weight_format", "expert_layers", "non_expert_params")
 
 
 @dataclass(frozen=True)
@@ -50,7 +93,18 @@ class ModelGeometry:
     vocab : int
         Vocabulary size (LM head).
     non_expert_bytes : int
-        Weights that always sit in VRAM: everything but the routed experts.
+        Weights that always sit in VRAM: everything but the routed experts, in bytes as stored.
+    weight_format : str
+        The stored format's name (``"Q4_K_M"``, ``"MXFP4"``, ``"BF16"``, ...); empty for a
+        geometry that stores every weight in ``dtype_bytes``.
+    expert_layers : tuple of ExpertTensors
+        One per MoE layer, in order: the routed experts' stored types and bytes; empty when
+        every weight takes ``dtype_bytes``.
+    non_expert_params : int
+        Parameters of the non-expert weights (their bytes per parameter price the shared work);
+        0 when they are stored in ``dtype_bytes``.
+
+    ``dtype_bytes`` stays the activations' and KV cache's element size.
     """
 
     name: str
@@ -67,10 +121,13 @@ class ModelGeometry:
     head_dim: int
     vocab: int
     non_expert_bytes: int
+    weight_format: str = ""
+    expert_layers: tuple[ExpertTensors, ...] = ()
+    non_expert_params: int = 0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            if f.name == "name":
+            if f.name in ("name", "weight_format", "expert_layers"):
                 continue
             v = getattr(self, f.name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -85,11 +142,53 @@ class ModelGeometry:
         if self.n_experts > 32767:
             raise CopeInputError("expert ids must fit int16 (n_experts <= 32767)",
                                  field="n_experts")
+        if not isinstance(self.weight_format, str):
+            raise CopeInputError(f"expected a format name, got {self.weight_format!r}",
+                                 field="weight_format")
+        if not isinstance(self.expert_layers, tuple) or not all(
+                isinstance(x, ExpertTensors) for x in self.expert_layers):
+            raise CopeInputError("expected a tuple of ExpertTensors", field="expert_layers")
+        if self.expert_layers and len(self.expert_layers) != self.n_layers:
+            raise CopeInputError(f"{len(self.expert_layers)} layers of expert tensors for "
+                                 f"n_layers={self.n_layers}", field="expert_layers")
+
+    # --- bytes as stored (docs/design.md#bytes-as-stored) ----------------------------------------
+    @property
+    def stored(self) -> bool:  # the experts' bytes come from a format, not dtype_bytes
+        return bool(self.expert_layers)
 
     @property
-    def expert_bytes(self) -> int:
-        """Bytes of one routed expert: gate, up and down projections."""
-        return 3 * self.hidden * self.expert_intermediate * self.dtype_bytes
+    def format_name(self) -> str:
+        """The weights' format as shown to a user (``"16-bit"`` for ``dtype_bytes`` 2)."""
+        return self.weight_format or {1: "8-bit", 2: "16-bit", 4: "F32"}.get(
+            self.dtype_bytes, f"{self.dtype_bytes}-byte")
+
+    @property
+    def layer_expert_bytes(self) -> tuple[int, ...]:
+        """Bytes of one routed expert in each MoE layer (gate, up and down as stored)."""
+        if self.expert_layers:
+            return tuple(x.total for x in self.expert_layers)
+        return (3 * self.hidden * self.expert_intermediate * self.dtype_bytes,) * self.n_layers
+
+    @property
+    def expert_bytes(self) -> float:
+        """Bytes of one routed expert: gate, up and down projections; the mean over layers
+        when a stored format mixes types across layers (exact, an int, otherwise)."""
+        if not self.expert_layers:
+            return 3 * self.hidden * self.expert_intermediate * self.dtype_bytes
+        total = sum(self.layer_expert_bytes)
+        return total // self.n_layers if total % self.n_layers == 0 else total / self.n_layers
+
+    @property
+    def per_k_bytes(self) -> int:  # VRAM one more expert per layer takes
+        return sum(self.layer_expert_bytes)
+
+    @property
+    def weight_bytes_per_param(self) -> float:
+        """Bytes per non-expert parameter as stored (the shared work reads them)."""
+        if self.non_expert_params:
+            return self.non_expert_bytes / self.non_expert_params
+        return self.dtype_bytes
 
     @property
     def expert_flops(self) -> int:
@@ -128,7 +227,7 @@ class ModelGeometry:
 
     @property
     def all_expert_bytes(self) -> int:
-        return self.n_layers * self.n_experts * self.expert_bytes
+        return self.n_experts * self.per_k_bytes
 
     def kv_cache_bytes(self, context: int = DEFAULT_CONTEXT) -> int:
         """K and V for ``context`` tokens in every transformer block."""
@@ -139,25 +238,45 @@ class ModelGeometry:
         return 2 * blocks * self.n_kv_heads * self.head_dim * self.dtype_bytes * int(context)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The geometry as JSON-ready values; a geometry stored in ``dtype_bytes`` leaves out
+        the stored-format keys, so its files read as before."""
+        out = dataclasses.asdict(self)
+        if not self.stored and not self.weight_format and not self.non_expert_params:
+            for key in STORED_FIELDS:
+                out.pop(key)
+        else:
+            out["expert_layers"] = [dataclasses.asdict(x) for x in self.expert_layers]
+        return out
 
     @classmethod
     def from_dict(cls, data: Any, source: str | None = None) -> ModelGeometry:
-        """Build from the ``model`` object of a file's metadata (keys = field names exactly);
-        anything but a mapping with every field is a one-line CopeInputError."""
+        """Build from the ``model`` object of a file's metadata (keys = field names exactly;
+        the stored-format keys may be left out); anything else is a one-line CopeInputError."""
         if not isinstance(data, Mapping):
             raise CopeInputError("expected a JSON object with the model geometry", source=source,
                                  field="model")
         names = [f.name for f in dataclasses.fields(cls)]
-        missing = [n for n in names if n not in data]
+        missing = [n for n in names if n not in data and n not in STORED_FIELDS]
         if missing:
             raise CopeInputError(f"missing geometry keys {missing}", source=source, field="model")
         extra = sorted(set(data) - set(names))
         if extra:
             raise CopeInputError(f"unknown geometry keys {extra}; expected exactly {names}",
                                  source=source, field="model")
+        values = {n: data[n] for n in names if n in data}
+        layers = values.get("expert_layers", ())
         try:
-            return cls(**{n: data[n] for n in names})
+            if not isinstance(layers, (list, tuple)) or not all(
+                    isinstance(x, Mapping) for x in layers):
+                raise CopeInputError("expected a list of objects, one per MoE layer",
+                                     field="expert_layers")
+            parts = [f.name for f in dataclasses.fields(ExpertTensors)]
+            for x in layers:
+                if sorted(x) != sorted(parts):
+                    raise CopeInputError(f"expected exactly the keys {parts}, got {sorted(x)}",
+                                         field="expert_layers")
+            values["expert_layers"] = tuple(ExpertTensors(**x) for x in layers)
+            return cls(**values)
         except CopeInputError as exc:
             raise CopeInputError(exc.detail, source=source, field=f"model.{exc.field}") from None
 
@@ -168,8 +287,15 @@ class ModelGeometry:
         return a == b
 
     def with_layers(self, n_layers: int) -> ModelGeometry:
-        """The same model cut (or grown) to ``n_layers`` MoE layers, e.g. for small examples."""
-        return dataclasses.replace(self, n_layers=int(n_layers))
+        """The same model cut (or grown) to ``n_layers`` MoE layers, e.g. for small examples; a
+        stored format keeps its first ``n_layers`` layers' tensors (it cannot grow)."""
+        n = int(n_layers)
+        if self.expert_layers:
+            if n > len(self.expert_layers):
+                raise CopeInputError(f"the model stores {len(self.expert_layers)} MoE layers' "
+                                     f"tensors; cannot grow it to {n}", field="layers")
+            return dataclasses.replace(self, n_layers=n, expert_layers=self.expert_layers[:n])
+        return dataclasses.replace(self, n_layers=n)
 
     # --- memory model (docs/design.md#model-geometry-and-memory) --------------------------
     def experts_per_layer_for_vram(self, vram_bytes: float, *, context: int = DEFAULT_CONTEXT,
@@ -178,7 +304,7 @@ class ModelGeometry:
         _finite(vram_bytes, "vram")
         _finite(workspace_bytes, "workspace", nonnegative=True)
         free = vram_bytes - self.non_expert_bytes - self.kv_cache_bytes(context) - workspace_bytes
-        k = math.floor(free / (self.n_layers * self.expert_bytes))
+        k = math.floor(free / self.per_k_bytes)
         return int(min(max(k, 0), self.n_experts))
 
     def vram_for_experts_per_layer(self, k: int, *, context: int = DEFAULT_CONTEXT,
@@ -189,7 +315,7 @@ class ModelGeometry:
                                  field="experts_per_layer")
         _finite(workspace_bytes, "workspace", nonnegative=True)
         return int(self.non_expert_bytes + self.kv_cache_bytes(context) + workspace_bytes
-                   + k * self.n_layers * self.expert_bytes)
+                   + k * self.per_k_bytes)
 
 
 def _finite(value: float, field: str, nonnegative: bool = False) -> None:
@@ -233,12 +359,23 @@ CATALOG: dict[str, ModelGeometry] = {g.name: g for g in [
            heads=16, kv=16, head_dim=128, vocab=151936, total_params=14.316e9),
     _entry("gpt-oss-20b", L=24, dense=0, E=32, k=4, shared=0, hidden=2880, inter=2880,
            heads=64, kv=8, head_dim=64, vocab=201088, total_params=20.914e9),
+    # the MoE models users run most (docs/design.md#model-geometry-and-memory cites each config)
+    _entry("qwen3-235b-a22b", L=94, dense=0, E=128, k=8, shared=0, hidden=4096, inter=1536,
+           heads=64, kv=4, head_dim=128, vocab=151936, total_params=235.0e9),
+    _entry("glm-4.5-air", L=45, dense=1, E=128, k=8, shared=1, hidden=4096, inter=1408,
+           heads=96, kv=8, head_dim=128, vocab=151552, total_params=106.0e9),
+    _entry("gpt-oss-120b", L=36, dense=0, E=128, k=4, shared=0, hidden=2880, inter=2880,
+           heads=64, kv=8, head_dim=64, vocab=201088, total_params=116.8e9),
+    _entry("deepseek-v3", L=58, dense=3, E=256, k=8, shared=1, hidden=7168, inter=2048,
+           heads=128, kv=128, head_dim=128, vocab=129280, total_params=671.0e9),
 ]}
 
 #: Other names users type for catalog models.
 ALIASES = {"deepseek-coder-v2-lite": "deepseek-v2-lite",
            "deepseek-v2-lite-chat": "deepseek-v2-lite",
-           "deepseek-coder-v2-lite-instruct": "deepseek-v2-lite"}
+           "deepseek-coder-v2-lite-instruct": "deepseek-v2-lite",
+           "glm-4.5-air-base": "glm-4.5-air", "deepseek-r1": "deepseek-v3",
+           "deepseek-v3-0324": "deepseek-v3", "qwen3-235b-a22b-instruct-2507": "qwen3-235b-a22b"}
 
 
 def get_model(name: str) -> ModelGeometry:

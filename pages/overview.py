@@ -23,6 +23,10 @@ def _uploads() -> None:
                                 help="sets the popularity fill (cope.trace/1)")
             session.upload_slot("measurements", "Measurements",
                                 help="measured TPOT per candidate (cope.measurements/1)")
+        session.upload_slot("model", "Model file: a GGUF (its first megabytes are enough) or a "
+                                     "config.json", help="prices the trace's routing as this "
+                                                         "model, e.g. the quantised file you run; "
+                                                         "an analytic profile is re-priced for it")
         if st.button("Use the example's files again"):
             session.forget_uploads()
             st.rerun()

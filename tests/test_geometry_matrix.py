@@ -37,10 +37,15 @@ TABLE = {
     "olmoe-1b-7b": (16, 0, 64, 8, 0, 2048, 1024, 12.0),
     "qwen1.5-moe-a2.7b": (24, 0, 60, 4, 1, 2048, 1408, 16.5),
     "gpt-oss-20b": (24, 0, 32, 4, 0, 2880, 2880, 47.4609375),
+    # published configs (docs/design.md#model-geometry-and-memory)
+    "qwen3-235b-a22b": (94, 0, 128, 8, 0, 4096, 1536, 36.0),
+    "glm-4.5-air": (45, 1, 128, 8, 1, 4096, 1408, 33.0),
+    "gpt-oss-120b": (36, 0, 128, 4, 0, 2880, 2880, 47.4609375),
+    "deepseek-v3": (58, 3, 256, 8, 1, 7168, 2048, 84.0),
 }
 
 
-def test_catalog_has_the_seven_models():
+def test_catalog_has_the_eleven_models():
     assert set(CATALOG) == set(TABLE)
 
 

@@ -18,6 +18,11 @@ import streamlit as st
 from .. import parquet_io
 from ..errors import CopeInputError
 from ..files import write_atomic
+from ..geometry import ModelGeometry
+from ..models import read_model_file
+from ..profile.analytic import analytic_for_model
+from ..profile.data import Profile
+from ..trace.data import Trace
 from ..verify import VerifyRecord, parse_verify, read_verify
 from .dataset import Dataset, Example, assemble, matching_measurements, provenance, scan_examples
 from .url_state import bound, rebind, resolve
@@ -27,9 +32,13 @@ EXAMPLES_DIR = Path(os.environ.get("COPE_EXAMPLES_DIR")
 UPLOAD_DIR = Path(tempfile.gettempdir()) / "cope-app-uploads"
 _READERS: dict[str, Callable[[str], Any]] = {
     "trace": parquet_io.read_trace, "profile": parquet_io.read_profile,
-    "measurements": parquet_io.read_measurements}
+    "measurements": parquet_io.read_measurements,
+    "model": lambda path: read_model_file(path).geometry}
 SLOT_KIND = {"trace": "trace", "calibration": "trace", "profile": "profile",
-             "measurements": "measurements"}
+             "measurements": "measurements", "model": "model"}
+#: File types each uploader takes (a model: a GGUF, or only its first megabytes, or a
+#: config.json)
+SLOT_TYPES = {"model": ["gguf", "json"]}
 _UPLOADS, _SEEN, _ERRORS = "cope_uploads", "cope_upload_seen", "cope_upload_errors"
 _VERIFY_UPLOAD = "cope_verify_upload"
 
@@ -117,7 +126,7 @@ def sidebar() -> None:
 def _paths() -> tuple[dict[str, str | None], dict[str, str]]:
     ex = _chosen_example()
     paths: dict[str, str | None] = dict.fromkeys(("trace", "calibration", "profile",
-                                                  "measurements"))
+                                                  "measurements", "model"))
     if ex is not None:
         files = [Path(p).name for p in ex.profiles]
         prof = resolve("profile", files[0], lambda v: v in files)
@@ -143,9 +152,26 @@ def dataset() -> Dataset:
                              f"in {EXAMPLES_DIR} or an upload on the Overview page")
     objs = {slot: read(SLOT_KIND[slot], p) if p else None for slot, p in paths.items()}
     key = "|".join(f"{s}={p}@{_stamp(p)}" for s, p in sorted(paths.items()) if p)
-    trace, profile = objs["trace"], objs["profile"]
+    trace, profile, cal = objs["trace"], objs["profile"], objs["calibration"]
     assert trace is not None and profile is not None     # both paths exist (checked above)
-    return assemble(key, trace, objs["calibration"], profile, objs["measurements"], origin)
+    if objs["model"] is not None:    # the same routing priced as the uploaded model file
+        trace, cal, profile = for_model(key, trace, cal, profile, objs["model"])
+    return assemble(key, trace, cal, profile, objs["measurements"], origin)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _for_model_cached(key: str, _trace: Trace, _cal: Trace | None, _profile: Profile,
+                      _g: ModelGeometry) -> tuple[Trace, Trace | None, Profile]:
+    # keyed by the inputs' paths and stamps alone (the underscored arguments are not hashed)
+    return (_trace.with_model(_g), _cal.with_model(_g) if _cal is not None else None,
+            analytic_for_model(_profile, _g))
+
+
+def for_model(key: str, trace: Trace, cal: Trace | None, profile: Profile,
+              g: ModelGeometry) -> tuple[Trace, Trace | None, Profile]:
+    """The trace and calibration re-labelled with an uploaded model's geometry and the
+    analytic profile re-priced for it (a measured profile is refused with its reason)."""
+    return _for_model_cached(key, trace, cal, profile, g)
 
 
 def banner(ds: Dataset) -> None:
@@ -237,7 +263,8 @@ def upload_slot(slot: str, label: str, help: str | None = None) -> None:
     the reader's one-line error while the previous data stays in use."""
     # the generation in the key gives fresh, empty uploaders after forget_uploads()
     gen = st.session_state.get("_cope_upload_gen", 0)
-    f = st.file_uploader(label, type=["parquet"], key=f"_up_{slot}_{gen}", help=help)
+    f = st.file_uploader(label, type=SLOT_TYPES.get(slot, ["parquet"]), key=f"_up_{slot}_{gen}",
+                         help=help)
     seen = st.session_state.setdefault(_SEEN, {})
     errors = st.session_state.setdefault(_ERRORS, {})
     uploads = st.session_state.setdefault(_UPLOADS, {})

@@ -77,3 +77,24 @@ def check_output(path: str, force: bool, *, folder: bool = False) -> None:
     """Refuse before any work starts: an existing output without ``--force``, or a folder where
     a file is to be written (``folder``: the output is itself a folder)."""
     check_writable(path, overwrite=force, folder_ok=folder)
+
+
+def add_model_options(s: argparse.ArgumentParser, *, required: bool = False,
+                      what: str = "the model") -> None:
+    """``--model`` (a catalog name, GGUF file, model folder or config.json) and ``--quant``."""
+    s.add_argument("--model", required=required,
+                   help=f"{what}: a catalog name (cope models), a GGUF file (its header is "
+                        "read, never the weights), or a Hugging Face model folder / config.json")
+    s.add_argument("--quant", metavar="PRESET",
+                   help="price a catalog model or HF config as llama-quantize's preset "
+                        "(Q4_K_M, Q5_K_M, Q6_K, Q8_0, MXFP4_MOE, BF16, ...); a GGUF has its own")
+
+
+def model_from_args(args: argparse.Namespace):
+    """The geometry ``--model``/``--quant`` name (None without --model)."""
+    from ..models import resolve_model
+    if getattr(args, "model", None) is None:
+        if getattr(args, "quant", None):
+            raise CopeInputError("needs --model", field="--quant")
+        return None
+    return resolve_model(args.model, args.quant)

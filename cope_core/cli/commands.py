@@ -14,10 +14,11 @@ from ..estimate.predict import predict
 from ..estimate.quality import check_lines, checks_to_dict, measurement_checks
 from ..estimate.uncertainty import check_draws
 from ..files import print_json
-from ..geometry import CATALOG, GIB, get_model
+from ..geometry import CATALOG, GIB
 from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
 from ..platforms import resolve_platform
 from ..profile.raw_samples import read_raw_samples
+from .args import model_from_args
 from .report import format_evaluation, format_per_k, format_sweep, format_table, prediction_json
 
 
@@ -54,18 +55,37 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    rows = [dict(g.to_dict(), expert_mib=g.expert_bytes / 2**20) for g in CATALOG.values()]
-    if args.json:
-        print_json(rows)
+    from ..models import read_model_file
+    from ..models.describe import describe, preset_mib
+    if args.show:
+        mf = read_model_file(args.show, args.quant)
+        rows = describe(mf.geometry, mf)
+        if args.json:
+            print_json({"fields": dict(rows), "model": mf.geometry.to_dict()})
+            return 0
+        width = max(len(k) for k, _ in rows)
+        print("\n".join(f"{k.ljust(width)}  {v}" for k, v in rows))
         return 0
-    df = pd.DataFrame(rows)[["name", "n_layers", "dense_layers", "n_experts", "top_k",
-                             "n_shared_experts", "hidden", "expert_intermediate", "expert_mib"]]
-    print(df.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    if args.quant:
+        raise CopeInputError("applies to --show", field="--quant")
+    catalog = [dict(g.to_dict(), expert_mib=g.expert_bytes / 2**20,
+                    **{f"mib_{p}": v for p, v in preset_mib(g).items()})
+               for g in CATALOG.values()]
+    if args.json:
+        print_json(catalog)
+        return 0
+    df = pd.DataFrame(catalog)[["name", "n_layers", "dense_layers", "n_experts", "top_k",
+                             "n_shared_experts", "hidden", "expert_intermediate"]
+                            + [c for c in catalog[0] if c.startswith("mib_")]]
+    df = df.rename(columns=lambda c: c.removeprefix("mib_"))
+    print("MiB per routed expert in each llama-quantize preset (mean over layers; '-': the "
+          "family's GGUFs keep MXFP4 experts)")
+    print(df.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.2f}"))
     return 0
 
 
 def cmd_vram(args: argparse.Namespace) -> int:
-    g = get_model(args.model)
+    g = model_from_args(args)
     if not (args.workspace_gib >= 0 and args.workspace_gib < float("inf")):
         raise CopeInputError(f"expected a finite size >= 0, got {args.workspace_gib}",
                              field="--workspace-gib")
@@ -77,17 +97,19 @@ def cmd_vram(args: argparse.Namespace) -> int:
         k = args.k
         gib = g.vram_for_experts_per_layer(k, context=args.context, workspace_bytes=ws) / GIB
     need = g.vram_for_experts_per_layer(k, context=args.context, workspace_bytes=ws) / GIB
-    out = {"model": g.name, "vram_gib": gib, "experts_per_layer": k, "n_experts": g.n_experts,
-           "vram_needed_gib": need, "expert_mib": g.expert_bytes / 2**20,
-           "context": args.context, "workspace_gib": args.workspace_gib}
+    out = {"model": g.name, "weights": g.format_name, "vram_gib": gib, "experts_per_layer": k,
+           "n_experts": g.n_experts, "vram_needed_gib": need,
+           "expert_mib": g.expert_bytes / 2**20, "context": args.context,
+           "workspace_gib": args.workspace_gib}
     if args.json:
         print_json(out)
     else:
-        print(f"{g.name}: {gib:.2f} GiB of VRAM holds K = {k} of {g.n_experts} experts per layer "
+        print(f"{g.name} ({g.format_name}): {gib:.2f} GiB of VRAM holds K = {k} of "
+              f"{g.n_experts} experts per layer "
               f"(K = {k} needs {need:.2f} GiB: non-expert weights {g.non_expert_bytes / GIB:.2f}, "
               f"KV cache at {args.context} tokens {g.kv_cache_bytes(args.context) / GIB:.2f}, "
               f"workspace {args.workspace_gib:.2f}, "
-              f"experts {k * g.n_layers * g.expert_bytes / GIB:.2f})")
+              f"experts {k * g.per_k_bytes / GIB:.2f})")
     return 0
 
 
@@ -99,7 +121,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
         from ..trace.fit import check_fit_input, fit_synth
         real = parquet_io.read_trace(args.fit)
         check_fit_input(real)
-        g = get_model(args.model) if args.model else real.model
+        g = model_from_args(args) or real.model
         if (g.n_experts, g.top_k) != (real.model.n_experts, real.model.top_k):
             raise CopeInputError(f"model {g.name} routes top-{g.top_k} of {g.n_experts}, the "
                                  f"fitted trace top-{real.model.top_k} of {real.model.n_experts}",
@@ -109,7 +131,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
         raise CopeInputError("--model, --prompts and --tokens are required without --fit",
                              field="synth")
     else:
-        g = get_model(args.model)
+        g = model_from_args(args)
     if args.layers is not None:
         g = g.with_layers(args.layers)
     if args.predictor_accuracy is not None:
@@ -153,6 +175,10 @@ def _load(args: argparse.Namespace):
     profile = parquet_io.read_profile(args.profile)
     cal = parquet_io.read_trace(args.calibration) if args.calibration else None
     spec = resolve_platform(args.spec) if args.spec else None
+    g = model_from_args(args)
+    if g is not None:  # the same routing, priced as the model the user runs
+        trace = trace.with_model(g)
+        cal = cal.with_model(g) if cal is not None else None
     return trace, profile, cal, spec
 
 

@@ -20,12 +20,13 @@ from ..export import DEFAULT_PT, FORMATS, build_policy, read_policy, render
 from ..files import check_writable, sha256_file, write_atomic
 from ..platforms import resolve_platform
 from ..verify import read_verify
+from .args import add_model_options, model_from_args
 
 #: Options that describe how to build a policy; --from-policy takes none of them.
 _BUILD_OPTIONS = (("--trace", "trace"), ("--profile", "profile"), ("--calibration", "calibration"),
                   ("--experts-per-layer", "k"), ("--vram-gib", "vram_gib"),
                   ("--cpu-threads", "cpu_threads"), ("--gpu-share", "gpu_share"),
-                  ("--spec", "spec"),
+                  ("--spec", "spec"), ("--model", "model"), ("--quant", "quant"),
                   ("--fill-by-id", "fill_by_id"))
 
 
@@ -46,6 +47,8 @@ def register(subparsers) -> None:
     s.add_argument("--candidate", default="best", help="candidate id, or 'best' (default)")
     s.add_argument("--fill-by-id", action="store_true", help="fill residency by expert id")
     s.add_argument("--spec", help="platform for the roofline estimator: GPU name or JSON file")
+    add_model_options(s, what="price the trace's routing as this model (e.g. the quantised GGUF "
+                              "you run); its bytes size the memory notes")
     src = s.add_mutually_exclusive_group()
     src.add_argument("--from-policy", metavar="FILE", help="re-render a saved cope.policy/1 JSON")
     src.add_argument("--from-verify", metavar="FILE",
@@ -119,6 +122,10 @@ def _policy(args: argparse.Namespace):
     profile = parquet_io.read_profile(args.profile)
     cal = parquet_io.read_trace(args.calibration) if args.calibration else None
     spec = resolve_platform(args.spec) if args.spec else None
+    g = model_from_args(args)
+    if g is not None:
+        trace = trace.with_model(g)
+        cal = cal.with_model(g) if cal is not None else None
     return build_policy(trace, profile, cal, experts_per_layer=args.k, vram_gib=args.vram_gib,
                         cpu_threads=args.cpu_threads, gpu_share=args.gpu_share,
                         candidate=args.candidate,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from ..errors import CopeInputError
 from ..estimate.costs import ESTIMATORS
 from . import commands
-from .args import candidate_list, k_arg, layers, share
+from .args import add_model_options, candidate_list, k_arg, layers, share
 
 #: Modules of this package that add sub-commands: each has ``register(subparsers)``. Every
 #: sub-command, these and the ones built here, sets ``func`` (``parser.set_defaults(func=...)``)
@@ -38,12 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=commands.cmd_matrix)
 
-    s = sub.add_parser("models", help="list the built-in model catalog")
+    s = sub.add_parser("models", help="list the built-in model catalog, or show what a model "
+                                      "file says (--show)")
+    s.add_argument("--show", metavar="FILE",
+                   help="a GGUF file, model folder or config.json: print the geometry read "
+                        "from it (a GGUF's header and tensor table; never the weights)")
+    s.add_argument("--quant", metavar="PRESET",
+                   help="with --show on an HF config: price it as this llama-quantize preset")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=commands.cmd_models)
 
     s = sub.add_parser("vram", help="convert a VRAM budget to experts per layer (K) and back")
-    s.add_argument("--model", required=True, help="catalog model name (see cope models)")
+    add_model_options(s, required=True)
     g = s.add_mutually_exclusive_group(required=True)
     g.add_argument("--gib", type=float, help="VRAM budget in GiB")
     g.add_argument("--experts-per-layer", type=int, dest="k",
@@ -55,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=commands.cmd_vram)
 
     s = sub.add_parser("synth", help="write a synthetic routing trace")
-    s.add_argument("--model", help="catalog model (required unless --fit gives the geometry)")
+    add_model_options(s, what="the model (required unless --fit gives the geometry)")
     s.add_argument("--layers", type=layers, help="keep only the first N MoE layers")
     s.add_argument("--prompts", type=int, help="required unless --fit (default: the trace's)")
     s.add_argument("--tokens", type=int,
@@ -129,6 +135,8 @@ def _inputs(s: argparse.ArgumentParser) -> None:
     s.add_argument("--gpu-share", type=share,
                    help="operating point's GPU share, %% (default: the largest the profile has)")
     s.add_argument("--spec", help="platform for the roofline estimator: GPU name or JSON file")
+    add_model_options(s, what="price the trace's routing as this model (e.g. the quantised GGUF "
+                              "you run; same MoE layers, experts and top-k)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

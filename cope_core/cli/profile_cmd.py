@@ -7,10 +7,9 @@ from dataclasses import replace
 
 from .. import parquet_io
 from ..errors import CopeInputError
-from ..geometry import get_model
 from ..platforms import resolve_platform
 from ..profile.raw_samples import write_raw_samples
-from .args import check_output, ints, layers, shares
+from .args import check_output, ints, layers, model_from_args, shares
 from .measure_cmd import emulation_arguments, prepare_threads
 
 
@@ -21,8 +20,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="GPU name (a100-80gb, h100, h200, rtx4090, rtx5090, l40s) or a JSON spec "
                         "file; without it the profile is measured on this machine")
     src = s.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", help="catalog model name")
+    src.add_argument("--model", help="a catalog name, a GGUF file (its header; an analytic "
+                                     "profile prices its stored types) or an HF model folder / "
+                                     "config.json")
     src.add_argument("--trace", help="take the model geometry from this trace")
+    s.add_argument("--quant", metavar="PRESET",
+                   help="with --model: price a catalog model or HF config as this llama-quantize "
+                        "preset (Q4_K_M, Q8_0, MXFP4_MOE, ...)")
     s.add_argument("--layers", type=layers,
                    help="profile the model cut to N MoE layers: shared work is profiled per "
                         "block, so the profile still prices the whole model, in less time")
@@ -41,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def profiled_geometry(args: argparse.Namespace):
     """The geometry ``cope profile`` profiles: the trace's or the catalog's, cut by --layers."""
-    g = parquet_io.read_trace(args.trace).model if args.trace else get_model(args.model)
+    g = parquet_io.read_trace(args.trace).model if args.trace else model_from_args(args)
     if args.layers is not None:
         g = g.with_layers(args.layers)
     return g

@@ -61,7 +61,7 @@ def execution_split(execution: Execution, h: int, top_k: int,
     return 0, m
 
 
-def _gpu_read_us(s: PlatformSpec, params: float, dtype_bytes: int, extra_bytes=0.0,
+def _gpu_read_us(s: PlatformSpec, params: float, dtype_bytes: float, extra_bytes=0.0,
                  extra_flops=0.0) -> np.ndarray:
     """Weights of ``params`` read once with 2 FLOPs each, plus extra bytes and FLOPs, on the GPU."""
     flops = 2.0 * params + extra_flops
@@ -80,18 +80,18 @@ def moe_block_us(g: ModelGeometry, s: PlatformSpec, context: np.ndarray | float)
     """One MoE block's policy-invariant work on the GPU: attention over the KV cache, the
     router and the shared experts (:attr:`ModelGeometry.moe_block_params`)."""
     kv, fl = _attention_extra(g, np.asarray(context, dtype=np.float64))
-    return _gpu_read_us(s, g.moe_block_params, g.dtype_bytes, kv, fl)
+    return _gpu_read_us(s, g.moe_block_params, g.weight_bytes_per_param, kv, fl)
 
 
 def dense_block_us(g: ModelGeometry, s: PlatformSpec, context: np.ndarray | float) -> np.ndarray:
     """One leading dense block on the GPU: attention and its FFN."""
     kv, fl = _attention_extra(g, np.asarray(context, dtype=np.float64))
-    return _gpu_read_us(s, g.dense_block_params, g.dtype_bytes, kv, fl)
+    return _gpu_read_us(s, g.dense_block_params, g.weight_bytes_per_param, kv, fl)
 
 
 def head_us(g: ModelGeometry, s: PlatformSpec) -> float:
     """Final norm and LM head on the GPU (one embedding row is negligible)."""
-    return float(_gpu_read_us(s, g.head_params, g.dtype_bytes))
+    return float(_gpu_read_us(s, g.head_params, g.weight_bytes_per_param))
 
 
 def shared_decode_us(g: ModelGeometry, s: PlatformSpec, context: np.ndarray | float) -> np.ndarray:

@@ -55,13 +55,17 @@ class VllmOffload:
 def vllm_offload(policy: Policy) -> VllmOffload:
     g = policy.model
     L, E, K = g.n_layers, g.n_experts, policy.experts_per_layer
-    needed = (E - K) * L * g.expert_bytes
+    needed = (E - K) * g.per_k_bytes
     gb = math.ceil(needed / GIB * 100) / 100
     limit = int(gb * GIB)  # vLLM's byte limit from --cpu-offload-gb
-    # unquantized tensors: w13 = E x 2I x H, w2 = E x H x I
-    w13, w2 = 2 * E * g.expert_bytes // 3, E * g.expert_bytes // 3
+    # per layer, w13 = E x 2I x H and w2 = E x H x I, at the bytes each layer stores them in
     done, full, partial = 0, 0, False
-    for _ in range(L):
+    for l in range(L):
+        if g.expert_layers:
+            x = g.expert_layers[l]
+            w13, w2 = E * (x.gate_bytes + x.up_bytes), E * x.down_bytes
+        else:
+            w13, w2 = 2 * E * g.layer_expert_bytes[l] // 3, E * g.layer_expert_bytes[l] // 3
         if done >= limit:
             break
         done += w13

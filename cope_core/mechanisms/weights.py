@@ -24,7 +24,17 @@ def model_dtype(g: ModelGeometry, name: str | None = None) -> torch.dtype:
     """The torch dtype the model's weights are stored in.
 
     ``dtype_bytes`` 2 defaults to bfloat16 (what the catalog models ship in), 4 to float32;
-    ``name`` picks another of the same width."""
+    ``name`` picks another of the same width. A model whose experts are stored quantised is
+    refused: torch's CPU weight-only kernels (int8 per channel, packed int4 per group) store
+    other layouts than GGUF's blocks, so timing them would time a format nobody runs
+    (docs/design.md#bytes-as-stored); price such a model with an analytic profile."""
+    quantised = sorted({t for x in g.expert_layers for t, _ in x.projections()}
+                       - {"F32", "F16", "BF16"})
+    if quantised:
+        raise CopeInputError(f"the torch executor and profiler time 16- or 32-bit weights; "
+                             f"this model stores its experts as {', '.join(quantised)} "
+                             f"({g.format_name}): make an analytic profile of it (cope profile "
+                             "--analytic --model FILE)", field="model.weight_format")
     if name is None:
         by_width = {2: "bfloat16", 4: "float32"}
         if g.dtype_bytes not in by_width:

@@ -28,6 +28,7 @@ import pandas as pd
 from ..geometry import DEFAULT_CONTEXT, ModelGeometry
 from ..matrix import Execution
 from ..platforms import PlatformSpec
+from ..weight_formats import cpu_efficiency
 from .data import COLUMNS, Profile, ProfileKey, required_keys
 
 DEFAULT_CONTEXTS = (128, 1024, 4096, 16384)
@@ -48,6 +49,8 @@ class Consts(NamedTuple):
     copy_bw: np.ndarray | float         # achieved, for an expert's weights
     cpu_flops: np.ndarray | float       # achieved, at the operating point's threads
     cpu_bw: np.ndarray | float
+    cpu_mem_bw: np.ndarray | float      # achieved memory bandwidth, all threads
+    cpu_lane_bw: np.ndarray | float     # achieved per-thread bandwidth times the threads
     launch: np.ndarray | float
     sync: np.ndarray | float
     link_latency: np.ndarray | float
@@ -63,7 +66,10 @@ def consts(spec: PlatformSpec, threads: int, share: float = 100.0) -> Consts:
                   gpu_bw=s.gpu_bandwidth * s.gpu_efficiency, link_bw=s.link_bandwidth,
                   copy_bw=s.link_bandwidth * s.link_efficiency,
                   cpu_flops=s.cpu_flops(threads) * s.cpu_efficiency,
-                  cpu_bw=s.cpu_bw(threads) * s.cpu_efficiency, launch=s.gpu_launch_us,
+                  cpu_bw=s.cpu_bw(threads) * s.cpu_efficiency,
+                  cpu_mem_bw=s.cpu_bandwidth * s.cpu_efficiency,
+                  cpu_lane_bw=s.cpu_bandwidth_per_thread * max(threads, 1) * s.cpu_efficiency,
+                  launch=s.gpu_launch_us,
                   sync=s.gpu_sync_us, link_latency=s.link_latency_us,
                   dispatch=s.cpu_dispatch_us, kernels_per_group=s.gpu_kernels_per_expert_group,
                   kernels_per_block=s.gpu_kernels_per_block)
@@ -80,6 +86,7 @@ def drawn_consts(c: Consts, draws: int, rng: np.random.Generator) -> Consts:
     return c._replace(gpu_flops=c.gpu_flops * gpu, gpu_bw=c.gpu_bw * gpu,
                       link_bw=c.link_bw * link, copy_bw=c.copy_bw * link,
                       cpu_flops=c.cpu_flops * cpu, cpu_bw=c.cpu_bw * cpu,
+                      cpu_mem_bw=c.cpu_mem_bw * cpu, cpu_lane_bw=c.cpu_lane_bw * cpu,
                       launch=c.launch * f(lat), sync=c.sync * f(lat),
                       link_latency=c.link_latency * f(lat), dispatch=c.dispatch * f(lat))
 
@@ -97,8 +104,23 @@ def cpu_experts(g: ModelGeometry, c: Consts, n: int):
     """``n`` experts on the CPU workers, waking and joining them once."""
     if n <= 0:
         return 0.0 * c.dispatch
-    work = np.maximum(g.expert_flops / c.cpu_flops, g.expert_bytes / c.cpu_bw) * US
-    return n * work + c.dispatch
+    return n * cpu_expert(g, c) + c.dispatch
+
+
+def cpu_expert(g: ModelGeometry, c: Consts):
+    """One expert on the CPU: its FLOPs, or its bytes as stored streamed at each projection's
+    rate: the memory's, or the threads' 16-bit rate times the type's efficiency when fewer
+    (docs/design.md#bytes-as-stored); a geometry stored in ``dtype_bytes`` streams at
+    ``cpu_bw``."""
+    if not g.expert_layers:
+        return np.maximum(g.expert_flops / c.cpu_flops, g.expert_bytes / c.cpu_bw) * US
+    by_type: dict[str, int] = {}
+    for x in g.expert_layers:
+        for t, b in x.projections():
+            by_type[t] = by_type.get(t, 0) + b
+    stream = sum(b / np.minimum(c.cpu_mem_bw, cpu_efficiency(t) * c.cpu_lane_bw)
+                 for t, b in by_type.items()) / g.n_layers
+    return np.maximum(g.expert_flops / c.cpu_flops, stream) * US
 
 
 def stage(g: ModelGeometry, c: Consts, n: int):
@@ -146,14 +168,15 @@ def dense_block(g: ModelGeometry, c: Consts, ctx: float):
 def head(g: ModelGeometry, c: Consts):
     """Final norm and LM head, and the synchronisation that reads the next token back."""
     p = g.head_params
-    work = np.maximum(2.0 * p / c.gpu_flops, p * g.dtype_bytes / c.gpu_bw) * US
+    work = np.maximum(2.0 * p / c.gpu_flops, p * g.weight_bytes_per_param / c.gpu_bw) * US
     return work + 2 * c.launch + c.sync
 
 
 def _gpu_block(g: ModelGeometry, c: Consts, params: float, ctx: float):
     kv = 2.0 * g.n_kv_heads * g.head_dim * g.dtype_bytes * ctx
     flops = 2.0 * params + 4.0 * g.n_heads * g.head_dim * ctx
-    work = np.maximum(flops / c.gpu_flops, (params * g.dtype_bytes + kv) / c.gpu_bw) * US
+    work = np.maximum(flops / c.gpu_flops,
+                      (params * g.weight_bytes_per_param + kv) / c.gpu_bw) * US
     return work + c.kernels_per_block * c.launch
 
 
@@ -254,3 +277,21 @@ def analytic_draws(model: ModelGeometry, spec: PlatformSpec, rows: pd.DataFrame,
     for i, key in enumerate(keys):
         out[i] = row_cost(model, c, key)
     return out
+
+
+def analytic_for_model(profile: Profile, model: ModelGeometry) -> Profile:
+    """The same analytic what-if priced for another model (e.g. the quantised file a user
+    runs): the profile's spec, CPU threads, GPU shares and contexts, every row computed anew.
+    A measured profile cannot be re-priced and is refused."""
+    from ..errors import CopeInputError
+    spec = (profile.platform or {}).get("spec")
+    if not profile.analytic or not isinstance(spec, dict):
+        raise CopeInputError("a measured profile prices the model it timed; only an analytic "
+                             "profile (with its spec) can be re-priced for another model",
+                             source=profile.path, field="analytic")
+    t = profile.table
+    ctx = sorted({int(c) for c in t.loc[t["kind"] == "shared", "context"] if c >= 0})
+    return analytic_profile(model, PlatformSpec.from_dict(spec),
+                            cpu_threads=sorted({int(x) for x in t["cpu_threads"]}),
+                            contexts=ctx or DEFAULT_CONTEXTS,
+                            gpu_shares=sorted({float(x) for x in t["gpu_share"]}))

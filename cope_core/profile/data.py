@@ -92,6 +92,19 @@ class Profile:
                        if key in ("n_layers", "dense_layers") else "")
                 raise CopeInputError(f"profile has {key}={a} but the trace's model has {b}{why}",
                                      source=self.path, field=f"model.{key}")
+        # a profile prices the bytes it timed (a measured one: the torch executor's 16-bit
+        # experts); another stored format is refused, never rescaled
+        # (docs/design.md#bytes-as-stored)
+        if (p.format_name, p.expert_bytes, p.weight_bytes_per_param) != (
+                target.format_name, target.expert_bytes, target.weight_bytes_per_param):
+            how = ("measure it, or make an analytic profile of that model: cope profile "
+                   "--analytic --model FILE" if not self.analytic else
+                   "make the analytic profile from the same model file")
+            raise CopeInputError(
+                f"profile priced {p.format_name} weights ({p.expert_bytes / 2**20:.3f} MiB per "
+                f"expert) but the trace's model stores {target.format_name} "
+                f"({target.expert_bytes / 2**20:.3f} MiB per expert); {how}",
+                source=self.path, field="model.weight_format")
         if self.shared_in_parts and target.dense_layers and p.dense_layers == 0:
             raise CopeInputError(f"the trace's model has {target.dense_layers} dense blocks but "
                                  "the profiled model has none, so no dense_block row prices them",

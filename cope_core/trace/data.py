@@ -2,6 +2,7 @@
 replay kernels read directly, its popularity and the fill order (docs/design.md#routing-traces)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -65,6 +66,16 @@ class Trace:
 
     def __post_init__(self) -> None:
         self.validate()
+
+    def with_model(self, g: ModelGeometry, source: str | None = None) -> Trace:
+        """The same routing priced as model ``g`` (e.g. the quantised file the user runs): the
+        routing shape (MoE layers, experts, top-k) must agree."""
+        for key in ("n_layers", "n_experts", "top_k"):
+            a, b = getattr(self.model, key), getattr(g, key)
+            if a != b:
+                raise CopeInputError(f"the trace routes with {key}={a} but the model has {b}",
+                                     source=source or self.path, field=f"model.{key}")
+        return dataclasses.replace(self, model=g)
 
     @property
     def n_prompts(self) -> int:

@@ -1,0 +1,53 @@
+"""llama.cpp b11434 as the tests use it: where scripts/runtimes.sh built it, its GGUF converter
+run on a tiny model folder, and its llama-quantize."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CACHE = Path(os.environ.get("COPE_RUNTIMES_DIR")
+             or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cope-explorer")
+LLAMA = CACHE / "llama.cpp-b11434"
+SETUP = "bash scripts/runtimes.sh (the README's test command runs it)"
+
+
+def sentencepiece_tokenizer(folder: Path) -> None:
+    """A BPE sentencepiece tokenizer over the tiny models' words (the converter reads it)."""
+    spm = pytest.importorskip("sentencepiece", reason=f"sentencepiece is missing: {SETUP}")
+    from cope_core.trace.sources.tiny_models import WORDS
+    corpus = folder / "corpus.txt"
+    corpus.write_text("\n".join([" ".join(WORDS)] * 50) + "\n")
+    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(folder / "tokenizer"),
+                                   vocab_size=290, model_type="bpe", byte_fallback=True,
+                                   character_coverage=1.0, bos_id=-1, eos_id=1, unk_id=0,
+                                   pad_id=-1, minloglevel=2)
+
+
+def convert(folder: Path, out: Path, outtype: str = "f32") -> None:
+    """llama.cpp's convert_hf_to_gguf.py on ``folder`` (sentencepiece vocabulary)."""
+    src = LLAMA / "src"
+    code = ("import runpy, sys\n"
+            "import conversion.base as base\n"
+            "base.TextModel._set_vocab_gpt2 = base.TextModel._set_vocab_sentencepiece\n"
+            f"sys.argv = ['convert_hf_to_gguf.py', {str(folder)!r}, '--outfile', {str(out)!r},"
+            f" '--outtype', {outtype!r}]\n"
+            f"runpy.run_path({str(src / 'convert_hf_to_gguf.py')!r}, run_name='__main__')\n")
+    env = dict(os.environ, PYTHONPATH=f"{src / 'gguf-py'}{os.pathsep}{src}")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert r.returncode == 0 and out.is_file(), r.stderr[-2000:]
+
+
+def quantize(src: Path, out: Path, preset: str) -> None:
+    """llama.cpp's llama-quantize ``src`` -> ``out`` in ``preset`` (Q8_0, Q4_K_M, ...)."""
+    exe = LLAMA / "bin" / "llama-quantize"
+    if not exe.is_file():
+        pytest.skip(f"llama.cpp b11434's llama-quantize is not built: {SETUP}")
+    r = subprocess.run([str(exe), str(src), str(out), preset, "2"], capture_output=True,
+                       text=True, timeout=600,
+                       env=dict(os.environ, LD_LIBRARY_PATH=str(LLAMA / "bin")))
+    assert r.returncode == 0 and out.is_file(), (r.stdout + r.stderr)[-2000:]
