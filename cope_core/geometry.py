@@ -225,9 +225,7 @@ class ModelGeometry:
         """The LM head's weights (the embedding is one row per token, negligible)."""
         return self.vocab * self.hidden
 
-    @property
-    def all_expert_bytes(self) -> int:
-        return self.n_experts * self.per_k_bytes
+    all_expert_bytes = property(lambda self: self.n_experts * self.per_k_bytes)
 
     def kv_cache_bytes(self, context: int = DEFAULT_CONTEXT) -> int:
         """K and V for ``context`` tokens in every transformer block."""

@@ -39,6 +39,8 @@ def rows() -> list[str]:
         return f"| {name} | " + " | ".join(cells) + f" | {hs.kind} |"
 
     for trace in sorted((ROOT / "data" / "examples").glob("*-trace.parquet")):
+        if trace.name.startswith("gguf-"):  # another example's routing, priced as a file
+            continue
         cal = trace.with_name(trace.name.replace("-trace", "-calibration"))
         out.append(row(trace.name, hot_set(read_trace(trace), read_trace(cal))))
     files = sorted(REALDATA.glob("*.jsonl"))

@@ -30,15 +30,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from llama_tools import CACHE, LLAMA, SETUP, convert, sentencepiece_tokenizer
 
 from cope_core.export import Policy, render
 from cope_core.matrix import CANDIDATE_IDS
 
-CACHE = Path(os.environ.get("COPE_RUNTIMES_DIR")
-             or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cope-explorer")
-LLAMA = CACHE / "llama.cpp-b11434"
 VLLM_PY = CACHE / "venv-vllm-0.33.0" / "bin" / "python"
-SETUP = "bash scripts/runtimes.sh (the README's test command runs it)"
 
 pytestmark = pytest.mark.slow
 torch = pytest.importorskip("torch")
@@ -72,31 +69,6 @@ LLAMA_FAMILIES = {"mixtral": {}, "qwen3_moe": {},
                   "deepseek_v2": {"q_lora_rank": 16}}
 
 
-def _sentencepiece(folder: Path) -> None:
-    spm = pytest.importorskip("sentencepiece", reason=f"sentencepiece is missing: {SETUP}")
-    from cope_core.trace.sources.tiny_models import WORDS
-    corpus = folder / "corpus.txt"
-    corpus.write_text("\n".join([" ".join(WORDS)] * 50) + "\n")
-    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(folder / "tokenizer"),
-                                   vocab_size=290, model_type="bpe", byte_fallback=True,
-                                   character_coverage=1.0, bos_id=-1, eos_id=1, unk_id=0,
-                                   pad_id=-1, minloglevel=2)
-
-
-def _convert(folder: Path, out: Path) -> None:
-    src = LLAMA / "src"
-    code = ("import runpy, sys\n"
-            "import conversion.base as base\n"
-            "base.TextModel._set_vocab_gpt2 = base.TextModel._set_vocab_sentencepiece\n"
-            f"sys.argv = ['convert_hf_to_gguf.py', {str(folder)!r}, '--outfile', {str(out)!r},"
-            " '--outtype', 'f32']\n"
-            f"runpy.run_path({str(src / 'convert_hf_to_gguf.py')!r}, run_name='__main__')\n")
-    env = dict(os.environ, PYTHONPATH=f"{src / 'gguf-py'}{os.pathsep}{src}")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=600)
-    assert r.returncode == 0 and out.is_file(), r.stderr[-2000:]
-
-
 def _gguf_tensors(path: Path) -> list[str]:
     code = ("import sys, json; from gguf import GGUFReader; "
             "print(json.dumps([t.name for t in GGUFReader(sys.argv[1]).tensors]))")
@@ -113,9 +85,9 @@ def gguf_model(request, tmp_path_factory):
     family = request.param
     folder = tmp_path_factory.mktemp("llama") / f"tiny-{family}"
     g = _tiny(family, folder, vocab_size=320, **LLAMA_FAMILIES[family])
-    _sentencepiece(folder)
+    sentencepiece_tokenizer(folder)
     gguf = folder.parent / f"{family}.gguf"
-    _convert(folder, gguf)
+    convert(folder, gguf)
     return family, g, gguf, _gguf_tensors(gguf)
 
 

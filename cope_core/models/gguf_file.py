@@ -202,7 +202,7 @@ def _geometry(src: str, reader: _HeaderReader, table: list[TensorEntry],
             and not _in_blocks(t.name, set(range(decode_blocks, blocks)))]
     ftype = _value(reader, "general.file_type")
     fmt = file_type_name(ftype) if ftype is not None else _dominant(layers)
-    name = os.path.splitext(os.path.basename(src))[0].lower()
+    name = os.path.splitext(os.path.basename(src))[0].lower().removesuffix(".header")
     g = ModelGeometry(name=name, n_layers=len(moe), n_experts=E, top_k=top_k, hidden=hidden,
                       expert_intermediate=int(inter), dtype_bytes=2, n_shared_experts=n_shared,
                       dense_layers=decode_blocks - len(moe), n_heads=heads, n_kv_heads=kv_heads,
