@@ -749,3 +749,26 @@ def test_the_grid_is_browsable_one_profile_per_setting():
     assert not at.error
     want = [c for c in report if c["link_gbps"] is None]
     assert at.dataframe[1].value["measured winner"].tolist() == [c["measured"] for c in want]
+
+
+def test_a_model_file_upload_reprices_the_example_and_a_bad_one_is_one_error(qwen):
+    """The Overview's model upload: the header of the published Q4_K_M GGUF prices the example's
+    routing at its stored bytes (analytic profile re-priced); a bad file is one error line."""
+    from cope_core.models import read_gguf
+    from cope_core.profile.analytic import analytic_for_model
+    tr, cal, prof = qwen
+    header = ROOT / "data" / "models" / "qwen3-30b-a3b-Q4_K_M.header.gguf"
+    at = open_app()
+    before = [m.value for m in at.metric]
+    upload(at, "model", "bad.gguf", b"not a model at all")
+    assert len(at.error) == 1 and "\n" not in at.error[0].value
+    assert at.error[0].value.startswith("upload bad.gguf: ")
+    assert [m.value for m in at.metric] == before                   # previous data in use
+    upload(at, "model", header.name, header.read_bytes())
+    assert not at.error
+    g = read_gguf(header).geometry
+    assert at.subheader[0].value == f"Model: {g.name}"
+    q4 = analytic_for_model(prof, g)
+    k = whatif.k_for_budget(g, whatif.default_budget(g, q4.platform))
+    w = whatif.winner_of(expected(tr.with_model(g), cal.with_model(g), q4, k))
+    assert [m.value for m in at.metric][:2] == [w.candidate, f"{w.tpot_us / 1e3:.3f} ms"]

@@ -160,18 +160,13 @@ def dataset() -> Dataset:
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def _for_model_cached(key: str, _trace: Trace, _cal: Trace | None, _profile: Profile,
-                      _g: ModelGeometry) -> tuple[Trace, Trace | None, Profile]:
-    # keyed by the inputs' paths and stamps alone (the underscored arguments are not hashed)
+def for_model(key: str, _trace: Trace, _cal: Trace | None, _profile: Profile,
+              _g: ModelGeometry) -> tuple[Trace, Trace | None, Profile]:
+    """The trace and calibration re-labelled with an uploaded model's geometry and the
+    analytic profile re-priced for it (a measured profile is refused with its reason); cached
+    by ``key``, the inputs' paths and stamps (underscored arguments are not hashed)."""
     return (_trace.with_model(_g), _cal.with_model(_g) if _cal is not None else None,
             analytic_for_model(_profile, _g))
-
-
-def for_model(key: str, trace: Trace, cal: Trace | None, profile: Profile,
-              g: ModelGeometry) -> tuple[Trace, Trace | None, Profile]:
-    """The trace and calibration re-labelled with an uploaded model's geometry and the
-    analytic profile re-priced for it (a measured profile is refused with its reason)."""
-    return _for_model_cached(key, trace, cal, profile, g)
 
 
 def banner(ds: Dataset) -> None:

@@ -90,6 +90,15 @@ def add_model_options(s: argparse.ArgumentParser, *, required: bool = False,
                         "(Q4_K_M, Q5_K_M, Q6_K, Q8_0, MXFP4_MOE, BF16, ...); a GGUF has its own")
 
 
+def priced_as_model(args: argparse.Namespace, trace, cal):
+    """``trace`` and ``cal`` re-labelled with ``--model``'s geometry (the same routing priced as
+    the model the user runs), or as they are without ``--model``."""
+    g = model_from_args(args)
+    if g is None:
+        return trace, cal
+    return trace.with_model(g), cal.with_model(g) if cal is not None else None
+
+
 def model_from_args(args: argparse.Namespace):
     """The geometry ``--model``/``--quant`` name (None without --model)."""
     from ..models import resolve_model

@@ -18,7 +18,7 @@ from ..geometry import CATALOG, GIB
 from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
 from ..platforms import resolve_platform
 from ..profile.raw_samples import read_raw_samples
-from .args import model_from_args
+from .args import model_from_args, priced_as_model
 from .report import format_evaluation, format_per_k, format_sweep, format_table, prediction_json
 
 
@@ -175,10 +175,7 @@ def _load(args: argparse.Namespace):
     profile = parquet_io.read_profile(args.profile)
     cal = parquet_io.read_trace(args.calibration) if args.calibration else None
     spec = resolve_platform(args.spec) if args.spec else None
-    g = model_from_args(args)
-    if g is not None:  # the same routing, priced as the model the user runs
-        trace = trace.with_model(g)
-        cal = cal.with_model(g) if cal is not None else None
+    trace, cal = priced_as_model(args, trace, cal)
     return trace, profile, cal, spec
 
 

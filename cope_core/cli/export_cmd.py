@@ -20,7 +20,7 @@ from ..export import DEFAULT_PT, FORMATS, build_policy, read_policy, render
 from ..files import check_writable, sha256_file, write_atomic
 from ..platforms import resolve_platform
 from ..verify import read_verify
-from .args import add_model_options, model_from_args
+from .args import add_model_options, priced_as_model
 
 #: Options that describe how to build a policy; --from-policy takes none of them.
 _BUILD_OPTIONS = (("--trace", "trace"), ("--profile", "profile"), ("--calibration", "calibration"),
@@ -122,10 +122,7 @@ def _policy(args: argparse.Namespace):
     profile = parquet_io.read_profile(args.profile)
     cal = parquet_io.read_trace(args.calibration) if args.calibration else None
     spec = resolve_platform(args.spec) if args.spec else None
-    g = model_from_args(args)
-    if g is not None:
-        trace = trace.with_model(g)
-        cal = cal.with_model(g) if cal is not None else None
+    trace, cal = priced_as_model(args, trace, cal)
     return build_policy(trace, profile, cal, experts_per_layer=args.k, vram_gib=args.vram_gib,
                         cpu_threads=args.cpu_threads, gpu_share=args.gpu_share,
                         candidate=args.candidate,

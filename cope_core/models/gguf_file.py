@@ -128,9 +128,15 @@ def _geometry(src: str, reader: _HeaderReader, table: list[TensorEntry],
     if arch not in ARCHITECTURES:
         raise CopeInputError(f"unknown architecture {arch!r}; COPE reads the MoE architectures "
                              f"{sorted(ARCHITECTURES)}", source=src, field="general.architecture")
-    experts = [t for t in table if _BLOCK.match(t.name) and
-               _BLOCK.match(t.name).group(2).split(".")[0] in _PROJ]  # type: ignore[union-attr]
-    if _value(reader, f"{arch}.expert_count") is None and not experts:
+    by_block: dict[int, dict[int, list[TensorEntry]]] = {}
+    for t in table:
+        m = _BLOCK.match(t.name)
+        if m is None:
+            continue
+        proj = _PROJ.get(m.group(2).split(".")[0])
+        if proj is not None:
+            by_block.setdefault(int(m.group(1)), {}).setdefault(proj, []).append(t)
+    if _value(reader, f"{arch}.expert_count") is None and not by_block:
         raise CopeInputError(f"a dense model: no {arch}.expert_count key and no routed-expert "
                              "tensors (blk.N.ffn_*_exps); COPE prices MoE offloading",
                              source=src, field=f"{arch}.expert_count")
@@ -145,14 +151,6 @@ def _geometry(src: str, reader: _HeaderReader, table: list[TensorEntry],
                       else f"{arch}.attention.key_length") or hidden // heads
     nextn = int(_value(reader, f"{arch}.nextn_predict_layers") or 0)
     decode_blocks = blocks - nextn
-    by_block: dict[int, dict[int, list[TensorEntry]]] = {}
-    for t in table:
-        m = _BLOCK.match(t.name)
-        if m is None:
-            continue
-        proj = _PROJ.get(m.group(2).split(".")[0])
-        if proj is not None:
-            by_block.setdefault(int(m.group(1)), {}).setdefault(proj, []).append(t)
     skipped = {i for i in by_block if i >= decode_blocks}
     moe = sorted(set(by_block) - skipped)
     if not moe:
@@ -197,9 +195,9 @@ def _geometry(src: str, reader: _HeaderReader, table: list[TensorEntry],
         n_shared = max(1, round(shexp[0].shape[1] / inter)) if shexp else 0
     embd = [t for t in table if t.name == "token_embd.weight"]
     vocab = embd[0].shape[1] if embd else int(_need(reader, f"{arch}.vocab_size", src))
-    kept = [t for t in table if t not in {x for b in by_block.values() for p in b.values()
-                                          for x in p}
-            and not _in_blocks(t.name, set(range(decode_blocks, blocks)))]
+    routed = {t.name for b in by_block.values() for p in b.values() for t in p}
+    not_decoded = set(range(decode_blocks, blocks))
+    kept = [t for t in table if t.name not in routed and not _in_blocks(t.name, not_decoded)]
     ftype = _value(reader, "general.file_type")
     fmt = file_type_name(ftype) if ftype is not None else _dominant(layers)
     name = os.path.splitext(os.path.basename(src))[0].lower().removesuffix(".header")
