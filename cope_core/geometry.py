@@ -254,11 +254,9 @@ class ModelGeometry:
             raise CopeInputError("expected a JSON object with the model geometry", source=source,
                                  field="model")
         names = [f.name for f in dataclasses.fields(cls)]
-        missing = [n for n in names if n not in data and n not in STORED_FIELDS]
-        if missing:
+        if missing := [n for n in names if n not in data and n not in STORED_FIELDS]:
             raise CopeInputError(f"missing geometry keys {missing}", source=source, field="model")
-        extra = sorted(set(data) - set(names))
-        if extra:
+        if extra := sorted(set(data) - set(names)):
             raise CopeInputError(f"unknown geometry keys {extra}; expected exactly {names}",
                                  source=source, field="model")
         values = {n: data[n] for n in names if n in data}
@@ -280,9 +278,7 @@ class ModelGeometry:
 
     def same_shape(self, other: ModelGeometry) -> bool:
         """True when every field but the name agrees."""
-        a, b = self.to_dict(), other.to_dict()
-        a.pop("name"), b.pop("name")
-        return a == b
+        return {**self.to_dict(), "name": ""} == {**other.to_dict(), "name": ""}
 
     def with_layers(self, n_layers: int) -> ModelGeometry:
         """The same model cut (or grown) to ``n_layers`` MoE layers, e.g. for small examples; a
@@ -296,13 +292,17 @@ class ModelGeometry:
         return dataclasses.replace(self, n_layers=n)
 
     # --- memory model (docs/design.md#model-geometry-and-memory) --------------------------
-    def experts_per_layer_for_vram(self, vram_bytes: float, *, context: int = DEFAULT_CONTEXT,
-                                   workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> int:
-        """Cache size ``K`` that a VRAM budget buys, clamped to ``[0, E]``."""
+    def expert_budget_bytes(self, vram_bytes: float, *, context: int = DEFAULT_CONTEXT,
+                            workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> float:
+        """VRAM left for routed experts (negative when the rest does not fit)."""
         _finite(vram_bytes, "vram")
         _finite(workspace_bytes, "workspace", nonnegative=True)
-        free = vram_bytes - self.non_expert_bytes - self.kv_cache_bytes(context) - workspace_bytes
-        k = math.floor(free / self.per_k_bytes)
+        return vram_bytes - self.non_expert_bytes - self.kv_cache_bytes(context) - workspace_bytes
+
+    def experts_per_layer_for_vram(self, vram_bytes: float, **memory: int) -> int:
+        """Cache size ``K`` that a VRAM budget buys, clamped to ``[0, E]`` (``memory``: the
+        ``context`` and ``workspace_bytes`` of :meth:`expert_budget_bytes`)."""
+        k = math.floor(self.expert_budget_bytes(vram_bytes, **memory) / self.per_k_bytes)
         return int(min(max(k, 0), self.n_experts))
 
     def vram_for_experts_per_layer(self, k: int, *, context: int = DEFAULT_CONTEXT,

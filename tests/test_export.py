@@ -127,7 +127,8 @@ def expert_tensor(name: str) -> int | None:
 
 
 def llama_flags(text: str) -> tuple[int, str | None]:
-    n = int(re.search(r"--n-cpu-moe (\d+)", text).group(1))
+    # the layer partition's lines close the export (the MoE-cache search leads it)
+    n = int(re.findall(r"--n-cpu-moe (\d+)", text)[-1])
     m = re.search(r"-ot '([^']*)=CPU'", text)
     return n, (m.group(1) if m else None)
 

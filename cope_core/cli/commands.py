@@ -18,6 +18,7 @@ from ..geometry import CATALOG, GIB
 from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
 from ..platforms import resolve_platform
 from ..profile.raw_samples import read_raw_samples
+from . import cache_report
 from .args import model_from_args, priced_as_model
 from .report import format_evaluation, format_per_k, format_sweep, format_table, prediction_json
 
@@ -196,8 +197,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
                  gpu_share=args.gpu_share, estimator=args.estimator, candidates=args.candidates,
                  fill_by_id=args.fill_by_id, spec=spec,
                  draws=check_draws(args.draws), seed=args.seed, raw_samples=raw)
+    rec = cache_report.cache_search(args, trace, profile, cal, df, ks)
+    threads = int(df.attrs["cpu_threads"])
     if args.json:
-        print_json(prediction_json(df))
+        print_json(prediction_json(df) + cache_report.json_rows(rec, trace, ks[0], threads))
         return 0
     g = trace.model
     kind = ("ANALYTIC (what-if from published specs, not measured)" if profile.analytic
@@ -212,6 +215,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(format_table(df))
     else:
         print(format_sweep(df))
+    print("\n".join(cache_report.text_lines(rec, trace, threads)))
     return 0
 
 

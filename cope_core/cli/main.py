@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from ..errors import CopeInputError
 from ..estimate.costs import ESTIMATORS
-from . import commands
+from . import cache_report, commands
 from .args import add_model_options, candidate_list, k_arg, layers, share
 
 #: Modules of this package that add sub-commands: each has ``register(subparsers)``. Every
@@ -101,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="raw profile samples (from cope profile --raw-samples): draw the "
                         "profile's spread from them instead of its median and IQR")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
+    cache_report.add_options(s)
     s.set_defaults(func=commands.cmd_predict)
 
     s = sub.add_parser("evaluate", help="compare predictions with measurements")

@@ -35,6 +35,7 @@ from ..matrix import Candidate
 from ..platforms import PlatformSpec
 from ..profile.analytic import analytic_draws
 from ..profile.data import Profile, ProfileKey, same_schedule
+from ..profile.layout import OperatingPoint
 from ..profile.raw_samples import raw_key
 from .costs import LayerCosts, atomic_costs, cope_costs
 from .ranking import frame_runner_up
@@ -99,17 +100,15 @@ def analytic_spec(profile: Profile) -> PlatformSpec | None:
     return PlatformSpec.from_dict(data, source=profile.path)
 
 
-def drawn_costs(profile: Profile, costs: LayerCosts, cpu_threads: int, gpu_share: float,
-                draws: int, rng: np.random.Generator,
+def drawn_point(profile: Profile, cpu_threads: int, gpu_share: float, draws: int,
+                rng: np.random.Generator,
                 raw_samples: Mapping[str, Sequence[float]] | None = None,
-                model: ModelGeometry | None = None) -> LayerCosts | None:
-    """``costs`` re-priced under ``B`` draws of the profile (leading draw dimension): of each
-    row's measured spread, or for an analytic profile of its model's constants
+                model: ModelGeometry | None = None) -> OperatingPoint | None:
+    """``B`` draws of one operating point's costs (a leading draw dimension on every array): of
+    each row's measured spread, or for an analytic profile of its model's constants
     (:func:`cope_core.profile.analytic.analytic_draws`); None when there is nothing to draw
-    (zero spread, an analytic profile without overheads, or the roofline).
-    ``model``: the priced geometry (default the profiled one), as in ``Profile.resolve``."""
-    if costs.estimator not in ("cope", "atomic"):
-        return None
+    (zero spread, or an analytic profile without overheads). ``model``: the priced geometry
+    (default the profiled one), as in ``Profile.resolve``."""
     rows, layout = profile.operating_point_rows(cpu_threads, gpu_share, model=model)
     if profile.analytic:
         spec = analytic_spec(profile)
@@ -118,9 +117,20 @@ def drawn_costs(profile: Profile, costs: LayerCosts, cpu_threads: int, gpu_share
         values: np.ndarray | None = analytic_draws(profile.model, spec, rows, draws, rng)
     else:
         values = row_draws(rows, profile.model.top_k, draws, rng, raw_samples)
-    if values is None:
+    return None if values is None else layout.take(values)
+
+
+def drawn_costs(profile: Profile, costs: LayerCosts, cpu_threads: int, gpu_share: float,
+                draws: int, rng: np.random.Generator,
+                raw_samples: Mapping[str, Sequence[float]] | None = None,
+                model: ModelGeometry | None = None) -> LayerCosts | None:
+    """``costs`` re-priced under the draws of :func:`drawn_point`; None when there is nothing to
+    draw, or for the roofline (no spread)."""
+    if costs.estimator not in ("cope", "atomic"):
         return None
-    op = layout.take(values)
+    op = drawn_point(profile, cpu_threads, gpu_share, draws, rng, raw_samples, model)
+    if op is None:
+        return None
     build = cope_costs if costs.estimator == "cope" else atomic_costs
     return build(op, costs.split)
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from ..errors import CopeInputError
 from ..estimate.costs import ESTIMATORS, hrm_spec
+from ..estimate.llamacpp_cache import cache_record, compare, search
 from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from ..estimate.ranking import fastest_first
 from ..files import describe_input
@@ -28,7 +29,8 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
                  cpu_threads: int | None = None, gpu_share: float | None = None,
                  candidate: str = "best",
                  fill_by_id: bool = False, spec: PlatformSpec | None = None,
-                 created: str | None = None, verified: dict | None = None) -> Policy:
+                 created: str | None = None, verified: dict | None = None,
+                 llamacpp: bool = True) -> Policy:
     """Predict every candidate at one cache size and record the chosen one as a policy.
 
     Parameters
@@ -58,6 +60,9 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
         The ``cope verify`` cell that measured ``candidate`` the winner (with its record's path
         and digest): the policy is ``chosen_by`` ``verified`` and keeps it in
         ``provenance.verify``.
+    llamacpp : bool
+        Also search llama.cpp's own MoE expert cache at the same VRAM (``--n-cpu-moe`` x
+        ``--moe-cache-mib`` x ``--moe-cache-cpu-share``) for the llama.cpp format to lead with.
 
     Returns
     -------
@@ -112,6 +117,14 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
         assert cope is not None                   # COPE always runs
         chosen = fastest_first(cope)[0]
 
+    cache: dict = {}
+    budget = g.expert_budget_bytes(vram_gib * GIB) if vram_gib is not None else K * g.per_k_bytes
+    if llamacpp and budget >= 0:          # below 0 not even the non-expert weights fit
+        found = search(trace, profile, budget, cpu_threads=attrs["cpu_threads"],
+                       gpu_share=attrs["gpu_share"])
+        versus = compare(found, trace, profile, fastest_first(tables["cope"] or {})[0],
+                         calibration=calibration, experts_per_layer=K)
+        cache = cache_record(found, versus)
     order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
     resident = tuple(tuple(int(e) for e in row[:K]) for row in order)
     vram = {"budget_gib": None if vram_gib is None else float(vram_gib),
@@ -130,7 +143,7 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
         provenance={"inputs": inputs, "tool": TOOL, "version": __version__,
                     "created": created or datetime.now(UTC).isoformat(timespec="seconds"),
                     **({"verify": verified} if verified else {})},
-        confidence=confidence, equivalent_to=equivalent,
+        confidence=confidence, equivalent_to=equivalent, llamacpp_cache=cache,
     )
 
 

@@ -24,6 +24,7 @@ a model's dense blocks sit between MoE ones, since the block numbers here would 
 """
 from __future__ import annotations
 
+from ..geometry import ModelGeometry
 from ..matrix import LAYER_PARTITION, get_candidate
 from .common import Rendered, gap_line, header, layer_partition_summary, whole_layer_equivalent
 from .layers import LayerPlan, describe_blocks, int_set_regex
@@ -49,11 +50,67 @@ def llamacpp_flags(plan: LayerPlan, cpu_threads: int) -> tuple[str, str]:
     return short, f"{common} -ot '{override_regex(plan.cpu_blocks)}=CPU'"
 
 
+def cache_flags(n_blocks: int, n_cpu_moe: int, cache_mib: int, cpu_share: float,
+                cpu_threads: int) -> str:
+    """``llama-server`` flags of one point of llama.cpp's MoE-cache space (docs/export.md)."""
+    out = f"-ngl {max(99, n_blocks + 1)} -fit off -t {cpu_threads}"
+    if n_cpu_moe:
+        out += f" --n-cpu-moe {n_cpu_moe}"
+    if cache_mib:
+        out += f" --moe-cache-mib {cache_mib}"
+    if cpu_share:
+        out += f" --moe-cache-cpu-share {cpu_share:g}"
+    return out
+
+
+def cache_lines(rec: dict, g: ModelGeometry, cpu_threads: int) -> list[str]:
+    """The lines that lead the llama.cpp export (and close ``cope predict``): the fastest
+    configuration llama.cpp can run at this VRAM, its build, prediction and margins, from a
+    ``llamacpp_cache`` record (none when it is empty)."""
+    if not rec:
+        return []
+    best = rec["best"][0]
+    flags = cache_flags(g.dense_layers + g.n_layers, best["n_cpu_moe"], best["cache_mib"],
+                        best["cpu_share"], cpu_threads)
+    what = ("its own MoE expert cache" if best["cache_mib"] else
+            "no cache: the plain --n-cpu-moe placement is fastest")
+    lines = [f"# Best configuration llama.cpp can run at this VRAM ({what}); searched "
+             f"{rec['configurations']} configurations (--n-cpu-moe x --moe-cache-mib x "
+             "--moe-cache-cpu-share; cache empty at server start, kept across prompts)"
+             if rec["cache_start"] == "server" else
+             f"# Best configuration llama.cpp can run at this VRAM ({what}); searched "
+             f"{rec['configurations']} configurations (cache emptied at every prompt)"]
+    if best["cache_mib"]:
+        why = ("--moe-cache-cpu-share" if best["cpu_share"] else
+               "the class-LRU eviction" if best["candidate"].endswith("classlru") else
+               "--moe-cache-mib with LRU eviction")
+        lines.append(f"# needs llama.cpp {best['build']} or newer ({why}); "
+                     f"{best['slots']} slots over {best['cpu_layers']} host layers; per token "
+                     f"{best['hits']:.1f} hits, {best['uploads']:.1f} uploads, "
+                     f"{best['cpu_misses']:.1f} CPU misses")
+    for v in rec["versus"]:
+        ci = "" if v["tpot_ci_us"] is None else \
+            f" [{v['tpot_ci_us'][0] / 1e3:.3f}, {v['tpot_ci_us'][1] / 1e3:.3f}]"
+        tail = "" if v["cache_faster"] is None else \
+            f"; the configuration above is faster in {100 * v['cache_faster']:.0f} % of draws"
+        label = "this configuration" if v is rec["versus"][0] else v["name"]
+        lines.append(f"# predicted {label}: {v['tpot_us'] / 1e3:.3f} ms/token{ci}{tail}")
+    lines.append(f"llama-server -m MODEL.gguf {flags}")
+    others = [b for b in rec["best"][1:]]
+    if others:
+        lines.append("# the fastest of each other kind: " + "; ".join(
+            f"{b['candidate']} {b['tpot_us'] / 1e3:.3f} ms (--n-cpu-moe {b['n_cpu_moe']}"
+            + (f", {b['cache_mib']} MiB" if b["cache_mib"] else "")
+            + (f", share {b['cpu_share']:g}" if b["cpu_share"] else "") + ")" for b in others))
+    return lines + ["#"]
+
+
 def render_llamacpp(policy: Policy) -> Rendered:
     plan = policy.layer_plan
     L = policy.model.n_layers
     exact = whole_layer_equivalent(policy)
-    lines = header(policy, "llama.cpp")
+    lines = header(policy, "llama.cpp") + cache_lines(policy.llamacpp_cache, policy.model,
+                                                      policy.cpu_threads)
     summary = ""
     if not exact:
         summary = layer_partition_summary(
@@ -76,10 +133,9 @@ def render_llamacpp(policy: Policy) -> Rendered:
         f"{plan.n_cpu} + {plan.dense_layers if plan.n_cpu else 0} = {plan.n_cpu_moe}",
     ]
     residency = get_candidate(policy.candidate).residency
-    if not exact and residency is not None and residency.mutable:
-        lines.append("# a GPU cache of host experts (--moe-cache-mib, reported for builds after "
-                     "b11434) is not in b11434, the newest llama.cpp")
-        lines.append("# source read here, so it is neither emitted nor tested")
+    if not exact and residency is not None and residency.mutable and not policy.llamacpp_cache:
+        lines.append("# llama.cpp's own cache of host experts (--moe-cache-mib, b11480+) was not "
+                     "searched for this record: re-export to see it")
     short, explicit = llamacpp_flags(plan, policy.cpu_threads)
     lines += ["# needs a build with -fit (PR #16653; b11434 has it)",
               f"llama-server -m MODEL.gguf {short}",

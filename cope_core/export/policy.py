@@ -20,6 +20,7 @@ from ..estimate.ranking import fastest_first, runner_up
 from ..files import write_atomic
 from ..geometry import ModelGeometry
 from ..matrix import CANDIDATE_IDS, get_candidate
+from .cache_record import check_cache_record
 from .layers import LayerPlan, layer_plan
 
 SCHEMA = "cope.policy/1"
@@ -77,6 +78,9 @@ class Policy:
         runner-up is never the chosen candidate's policy
         (:func:`cope_core.estimate.ranking.runner_up`). Empty (every candidate a policy of its
         own) for records written before it existed.
+    llamacpp_cache : dict
+        llama.cpp's own MoE cache searched at this VRAM (:mod:`.cache_record`); empty when not
+        searched.
     path : str or None
         File it was read from, for messages.
     """
@@ -98,6 +102,7 @@ class Policy:
     provenance: dict[str, Any] = field(default_factory=dict)
     confidence: dict[str, Any] = field(default_factory=dict)
     equivalent_to: dict[str, str | None] = field(default_factory=dict)
+    llamacpp_cache: dict[str, Any] = field(default_factory=dict)
     path: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -198,6 +203,7 @@ class Policy:
             "provenance": self.provenance,
             "confidence": self.confidence,
             "equivalent_to": self.equivalent_to,
+            **({"llamacpp_cache": self.llamacpp_cache} if self.llamacpp_cache else {}),
         }
 
     @classmethod
@@ -230,6 +236,7 @@ class Policy:
             provenance=dict(get("provenance", Mapping)),
             confidence=dict(data.get("confidence") or {}),
             equivalent_to=dict(data.get("equivalent_to") or {}),
+            llamacpp_cache=data.get("llamacpp_cache") or {},
             path=source,
         )
         derived = policy.to_dict()
@@ -354,6 +361,7 @@ def _check(p: Policy, src: str | None) -> None:
         raise CopeInputError(f"got {p.chosen_by!r}, expected one of {list(CHOSEN_BY)}",
                              source=src, field="candidate.chosen_by")
     _check_confidence(p.confidence, src)
+    check_cache_record(p.llamacpp_cache, src)
     for cid, eq in p.equivalent_to.items():
         if cid not in CANDIDATE_IDS or not (eq is None or (eq in CANDIDATE_IDS and eq != cid)):
             raise CopeInputError(f"{cid}: expected another candidate id or null, got {eq!r}",

@@ -1,0 +1,302 @@
+"""llama.cpp's own MoE expert cache as candidates: priced from the profile, searched over its
+three knobs at a VRAM budget, and compared with the Policy Matrix
+(docs/design.md#llamacpp-moe-cache).
+
+Which profile rows price which part, per token:
+
+* a cached layer's lookup with ``h`` hits, ``c`` misses computed on the CPU and ``u = top_k - h
+  - c`` uploads is the ``cost_selected`` schedule row at ``(h, c, u)`` (hits on the GPU, ``u``
+  experts copied and run on the GPU, ``c`` on the CPU, overlapped), plus one ``sync``: upstream
+  reads the selected expert ids back to the host before it can plan the uploads
+  (``llama_moe_cache::copy``, a synchronous read per cached layer);
+* a host layer that is not cached (no cache, or its group's share holds fewer than ``top_k``
+  slots) is ``cpu_layer``; a GPU layer is ``gpu_layer`` (as ``layer_partition`` prices them);
+* the shared work is the same as every candidate's.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..errors import CopeInputError
+from ..geometry import GIB, ModelGeometry
+from ..matrix import EXECUTIONS, Execution, get_candidate, residencies_of
+from ..profile.data import Profile
+from ..profile.layout import OperatingPoint
+from ..replay.moe_cache import (
+    TUNER_SHARES,
+    CacheConfig,
+    CacheCounts,
+    CacheVersion,
+    cache_layout,
+    cache_mib_for_bytes,
+    replay_cache,
+)
+from ..trace.data import Trace
+from .costs import cope_costs
+from .predict import candidate_tpot, replay_counts
+from .uncertainty import LEVEL, drawn_point
+
+#: the label of these rows wherever the Policy Matrix is shown
+LABEL = "llama.cpp MoE cache"
+PREFIX = "llamacpp_cache/"
+#: the candidates: one per eviction rule; a configuration without a cache is layer_partition
+CACHE_CANDIDATES = tuple(PREFIX + v.value for v in CacheVersion)
+_C = EXECUTIONS.index(Execution.COST_SELECTED)
+
+
+def config_candidate(config: CacheConfig) -> str:
+    """``llamacpp_cache/lru`` or ``/classlru``; ``layer_partition`` without a cache."""
+    return PREFIX + config.version.value if config.cache_mib else "layer_partition"
+
+
+@dataclass(frozen=True, eq=False)
+class CacheCosts:
+    """Costs in microseconds (leading draw dimensions allowed, as :class:`LayerCosts`).
+
+    ``lookup[..., h, c]``: one cached layer at ``h`` hits and ``c`` CPU misses (0 where
+    ``h + c > top_k``, which never occurs)."""
+
+    lookup: np.ndarray
+    cpu_layer: np.ndarray
+    gpu_layer: np.ndarray
+
+
+def cache_costs(op: OperatingPoint) -> CacheCosts:
+    """The rows of one operating point (point or drawn) that price the cache."""
+    k = op.top_k
+    h = np.arange(k + 1)[:, None]
+    c = np.arange(k + 1)[None, :]
+    sched = np.asarray(op.schedule)[..., _C, :, :]
+    sync = np.asarray(op.sync, np.float64)[..., None, None]
+    lookup = np.where(h + c <= k, np.nan_to_num(sched) + sync, 0.0)
+    return CacheCosts(lookup, np.asarray(op.cpu_layer, np.float64),
+                      np.asarray(op.gpu_layer, np.float64))
+
+
+def expert_tpot(counts: CacheCounts, costs: CacheCosts, tokens: np.ndarray) -> np.ndarray:
+    """Per-prompt expert cost per token of every configuration, shape ``(..., configs, P)``."""
+    cached = np.einsum("...hc,nphc->...np", costs.lookup, counts.cnt.astype(np.float64))
+    cached = cached / np.asarray(tokens, np.float64)
+    n_gpu = np.array([lay.n_gpu for lay in counts.layouts], np.float64)
+    host = np.array([lay.uncached_cpu_layers for lay in counts.layouts], np.float64)
+    fixed = n_gpu * costs.gpu_layer[..., None] + host * costs.cpu_layer[..., None]
+    return cached + fixed[..., None]
+
+
+def gpu_layer_bytes(g: ModelGeometry, n_cpu: int) -> int:
+    """VRAM of the routed experts of the MoE layers ``n_cpu .. L-1`` (on the GPU)."""
+    return g.n_experts * sum(g.layer_expert_bytes[n_cpu:])
+
+
+def search_space(g: ModelGeometry, budget_bytes: float, *,
+                 versions: Sequence[CacheVersion] = tuple(CacheVersion),
+                 shares: Sequence[float] = TUNER_SHARES, n_cpu: Sequence[int] | None = None,
+                 cache_mib: Sequence[int] | None = None) -> list[CacheConfig]:
+    """Every configuration that fits ``budget_bytes`` of VRAM for routed experts.
+
+    Per ``--n-cpu-moe`` (every one whose GPU layers fit, or those of ``n_cpu``): the placement
+    alone (no cache), and the cache with the most MiB the rest of the budget holds (or each of
+    ``cache_mib`` that fits) under each eviction rule and, for the class-LRU, each CPU share."""
+    if not np.isfinite(budget_bytes):
+        raise CopeInputError(f"expected a finite budget, got {budget_bytes!r}", field="vram")
+    L = g.n_layers
+    ns = range(L + 1) if n_cpu is None else sorted(set(int(n) for n in n_cpu))
+    out: list[CacheConfig] = []
+    for n in ns:
+        if not 0 <= n <= L:
+            raise CopeInputError(f"--n-cpu-moe layers must be in [0, {L}], got {n}",
+                                 field="n_cpu_moe")
+        free = budget_bytes - gpu_layer_bytes(g, n)
+        if free < 0:
+            continue
+        out.append(CacheConfig(n, 0, 0.0, CacheVersion.LRU))
+        if n == 0:
+            continue
+        mibs = [cache_mib_for_bytes(g, n, free)] if cache_mib is None else [
+            m for m in cache_mib if cache_layout(g, n, int(m)).alloc_bytes <= free]
+        for mib in sorted(set(int(m) for m in mibs if m > 0)):
+            if not cache_layout(g, n, mib).cached_layers:
+                continue            # every group below top_k slots: the cache holds nothing
+            for v in versions:
+                for f in (shares if v is CacheVersion.CLASS_LRU else (0.0,)):
+                    out.append(CacheConfig(n, mib, float(f), v))
+    if not out:
+        raise CopeInputError(
+            f"the budget leaves {budget_bytes / GIB:.2f} GiB for routed experts: no "
+            "--n-cpu-moe fits" + ("" if n_cpu is None else f" among {list(ns)}"), field="vram")
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class CacheSearch:
+    """llama.cpp's space priced at one operating point.
+
+    ``frame``: one row per configuration (columns in :func:`search`); ``counts`` the replay."""
+
+    frame: pd.DataFrame
+    counts: CacheCounts
+
+    def best(self) -> pd.DataFrame:
+        """The fastest configuration of each candidate (the cache rules and layer_partition),
+        fastest first; ties to the earlier row (fewer host layers, smaller cache, lower share)."""
+        df = self.frame
+        idx = df.groupby("candidate", sort=False)["tpot_us"].idxmin()
+        return df.loc[idx].sort_values("tpot_us", kind="stable")
+
+
+def search(trace: Trace, profile: Profile, budget_bytes: float, *,
+           cpu_threads: int | None = None, gpu_share: float | None = None,
+           versions: Sequence[CacheVersion] = tuple(CacheVersion),
+           shares: Sequence[float] = TUNER_SHARES, n_cpu: Sequence[int] | None = None,
+           cache_mib: Sequence[int] | None = None, persist: bool = True) -> CacheSearch:
+    """Replay and price every configuration of :func:`search_space` over ``trace``.
+
+    Returns
+    -------
+    CacheSearch
+        ``frame`` columns: ``candidate, version, build, n_cpu, n_cpu_moe, cache_mib,
+        cpu_share, slots, cached_layers, host_layers_uncached, cache_bytes, tpot_us, shared_us,
+        experts_us, hits, uploads, cpu_misses`` (per token, summed over layers), ``hit_rate``
+        (of the cached layers' lookups), ``prompt_tpot_us``.
+    """
+    g = trace.model
+    configs = search_space(g, budget_bytes, versions=versions, shares=shares, n_cpu=n_cpu,
+                           cache_mib=cache_mib)
+    counts = replay_cache(trace, configs, persist=persist)
+    op = profile.resolve(cpu_threads, gpu_share, model=g)
+    costs = cache_costs(op)
+    tokens = trace.tokens_per_prompt
+    shared = np.add.reduceat(op.shared_at(trace.context), trace.prompt_start[:-1]) / tokens
+    tpot = expert_tpot(counts, costs, tokens) + shared
+    per = counts.per_token(tokens)
+    rows = []
+    for i, (cfg, lay) in enumerate(zip(configs, counts.layouts)):
+        lookups = len(lay.cached_layers) * g.top_k
+        rows.append({
+            "candidate": config_candidate(cfg),
+            "version": cfg.version.value if cfg.cache_mib else "",
+            "build": _build(cfg), "n_cpu": cfg.n_cpu,
+            "n_cpu_moe": g.dense_layers + cfg.n_cpu if cfg.n_cpu else 0,
+            "cache_mib": cfg.cache_mib, "cpu_share": cfg.cpu_share, "slots": lay.n_slots,
+            "cached_layers": len(lay.cached_layers),
+            "host_layers_uncached": lay.uncached_cpu_layers, "cache_bytes": lay.alloc_bytes,
+            "tpot_us": float(tpot[i].mean()), "shared_us": float(shared.mean()),
+            "experts_us": float((tpot[i] - shared).mean()),
+            "hits": float(per["hits"][i].mean()), "uploads": float(per["uploads"][i].mean()),
+            "cpu_misses": float(per["cpu_misses"][i].mean()),
+            "hit_rate": float(per["hits"][i].mean() / lookups) if lookups else float("nan"),
+            "prompt_tpot_us": tpot[i]})
+    frame = pd.DataFrame(rows)
+    frame.attrs.update(cpu_threads=op.cpu_threads, gpu_share=op.gpu_share,
+                       budget_bytes=float(budget_bytes), persist=persist,
+                       analytic=bool(profile.analytic))
+    return CacheSearch(frame, counts)
+
+
+def _build(cfg: CacheConfig) -> str:
+    if not cfg.cache_mib:
+        return ""
+    return "b12191" if cfg.cpu_share else cfg.version.build
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One policy's TPOT with its 95 % interval, and how often the best cache beats it."""
+
+    name: str
+    tpot_us: float
+    lo_us: float
+    hi_us: float
+    cache_faster: float | None
+
+
+def compare(search_result: CacheSearch, trace: Trace, profile: Profile,
+            matrix_winner: str | None = None, *, calibration: Trace | None = None,
+            experts_per_layer: int | None = None, draws: int = 1000, seed: int = 0,
+            raw_samples: Mapping[str, Sequence[float]] | None = None) -> list[Contender]:
+    """The best cache configuration against ``layer_partition`` at the same VRAM and the Policy
+    Matrix's winner at ``experts_per_layer``, under the same paired draws of the profile and a
+    bootstrap of the prompts (docs/design.md#uncertainty). With a persistent cache a prompt's
+    counts depend on the prompts before it; the bootstrap treats them as independent."""
+    df = search_result.frame
+    threads, share = df.attrs["cpu_threads"], df.attrs["gpu_share"]
+    rng = np.random.default_rng(seed)
+    dp = drawn_point(profile, threads, share, draws, rng, raw_samples, trace.model) \
+        if draws else None
+    op = profile.resolve(threads, share, model=trace.model)
+    tokens = trace.tokens_per_prompt
+
+    def shared_of(point: OperatingPoint) -> np.ndarray:
+        ctx = point.shared_at(trace.context) if np.ndim(point.shared_us) == 1 else np.stack(
+            [np.interp(trace.context, point.shared_context, s) for s in point.shared_us])
+        return np.add.reduceat(ctx, trace.prompt_start[:-1], axis=-1) / tokens
+
+    names: list[str] = []
+    point_t: list[np.ndarray] = []
+    drawn_t: list[np.ndarray] = []
+    best = search_result.best()
+    cache_rows = best[best["candidate"] != "layer_partition"]
+    if cache_rows.empty:
+        return []
+    i_best = int(cache_rows.index[0])
+    L, E = trace.model.n_layers, trace.model.n_experts
+    lp = df[(df["cache_mib"] == 0)]
+    if experts_per_layer is not None:
+        lp = lp[lp["n_cpu"] == L - min(experts_per_layer * L // E, L)]
+    rows = [i_best] + ([int(lp["tpot_us"].idxmin())] if len(lp) else [])
+    sub = CacheCounts(tuple(search_result.counts.configs[i] for i in rows),
+                      tuple(search_result.counts.layouts[i] for i in rows),
+                      search_result.counts.cnt[rows])
+    point = expert_tpot(sub, cache_costs(op), tokens) + shared_of(op)
+    drawn = None if dp is None else (expert_tpot(sub, cache_costs(dp), tokens)
+                                     + shared_of(dp)[:, None])
+    names += [str(df.loc[i_best, "candidate"])] + (["layer_partition"] if len(lp) else [])
+    point_t += list(point)
+    drawn_t += [] if drawn is None else list(np.moveaxis(drawn, 1, 0))
+    if matrix_winner not in (None, "layer_partition") and experts_per_layer is not None:
+        cand = get_candidate(matrix_winner)
+        counts = replay_counts(trace, calibration, [experts_per_layer], residencies_of([cand]))
+        lc = cope_costs(op)
+        part = candidate_tpot(trace, counts, lc, cand, 0, experts_per_layer)
+        names.append(matrix_winner)
+        point_t.append(shared_of(op) + part.experts + part.prefetch)
+        if dp is not None:
+            dl = cope_costs(dp, lc.split)
+            dpart = candidate_tpot(trace, counts, dl, cand, 0, experts_per_layer)
+            drawn_t.append(shared_of(dp) + dpart.experts + dpart.prefetch)
+    if not draws:
+        return [Contender(n, float(t.mean()), float("nan"), float("nan"), None)
+                for n, t in zip(names, point_t)]
+    full = drawn_t if drawn_t else point_t
+    P = trace.n_prompts
+    idx = rng.integers(0, P, (draws, P))
+    means = np.stack([np.take_along_axis(np.broadcast_to(f, (idx.shape[0], P)), idx, axis=1)
+                      .mean(axis=1) for f in full])
+    lo, hi = np.percentile(means, [50 * (1 - LEVEL), 50 * (1 + LEVEL)], axis=1)
+    out = []
+    for j, name in enumerate(names):
+        faster = None if j == 0 else float((means[0] < means[j]).mean())
+        out.append(Contender(name, float(point_t[j].mean()), float(lo[j]), float(hi[j]), faster))
+    return out
+
+
+def cache_record(result: CacheSearch, versus: Sequence[Contender]) -> dict:
+    """The JSON-ready summary a policy record keeps (``llamacpp_cache`` of cope.policy/1): the
+    fastest configuration of each candidate, fastest first, and the comparisons."""
+    df = result.frame
+    best = []
+    for r in result.best().itertuples(index=False):
+        best.append({"candidate": r.candidate, "build": r.build, "cpu_layers": int(r.n_cpu),
+                     "n_cpu_moe": int(r.n_cpu_moe), "cache_mib": int(r.cache_mib),
+                     "cpu_share": float(r.cpu_share), "slots": int(r.slots),
+                     "tpot_us": float(r.tpot_us), "hits": float(r.hits),
+                     "uploads": float(r.uploads), "cpu_misses": float(r.cpu_misses)})
+    return {"expert_budget_gib": df.attrs["budget_bytes"] / GIB, "configurations": len(df),
+            "cache_start": "server" if df.attrs["persist"] else "prompt", "best": best,
+            "versus": [{"name": c.name, "tpot_us": c.tpot_us,
+                        "tpot_ci_us": None if not np.isfinite(c.lo_us) else [c.lo_us, c.hi_us],
+                        "cache_faster": c.cache_faster} for c in versus]}

@@ -1,0 +1,231 @@
+"""Numba kernels of llama.cpp's MoE expert cache (docs/design.md#llamacpp-moe-cache). Private:
+arrays and scalars in, preallocated arrays out, no validation (the wrapper in
+:mod:`cope_core.replay.moe_cache` does that).
+
+The cache covers the first ``N`` MoE layers (their experts are host-resident); each layer belongs
+to one *group* (layers with the same expert tensor layout), and each group is one pool of slots
+with its own eviction state, keyed by (layer, expert). Per token and cached layer the kernel
+counts ``h`` hits, ``c`` misses computed on the CPU and ``u`` uploads into ``cnt[p, h, c]`` (u is
+``top_k - h - c``).
+
+A configuration's slots are numbered from 0: group ``g`` owns ``off[g] .. off[g+1]-1``. Recency
+lists are doubly linked over slots (``prv``/``nxt``, -1 ends a list); the head is the least
+recently used.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from numba import prange
+
+from ..jit import NJIT
+from ._kernels import _append, _to_tail, _unlink
+
+#: class-LRU constants of llama.cpp b12170 (src/llama-moe-cache.cpp, struct moe_cache_lru)
+N_CLASS = 8
+HALF_LIFE = 128.0
+
+
+@numba.njit(forceinline=True, **NJIT)
+def _sorted_misses(routed, t, l, k, base, slot_of, miss):
+    """The token's experts at layer ``l`` not in the cache, ascending by id (upstream sorts the
+    misses so consecutive experts get consecutive slots); returns how many."""
+    m = 0
+    for j in range(k):
+        e = routed[t, l, j]
+        if slot_of[base + e] < 0:
+            i = m
+            while i > 0 and miss[i - 1] > e:
+                miss[i] = miss[i - 1]
+                i -= 1
+            miss[i] = e
+            m += 1
+    return m
+
+
+@numba.njit(**NJIT)
+def _lru_one(routed, prompt_start, layers, n_cached, group, off, persist, E, cnt):
+    """b11480's cache: one LRU list per group, updated once per layer lookup; hits move to the
+    most recent end in routed order, then each miss (ascending id) takes the head slot (an empty
+    slot while there is one: they start at the head in slot order)."""
+    P = prompt_start.shape[0] - 1
+    k = routed.shape[2]
+    G = off.shape[0] - 1
+    S = off[G]
+    key_of = np.empty(S, np.int64)
+    prv = np.empty(S, np.int64)
+    nxt = np.empty(S, np.int64)
+    head = np.empty(G, np.int64)
+    tail = np.empty(G, np.int64)
+    slot_of = np.empty(n_cached * E, np.int64)
+    miss = np.empty(k, np.int64)
+    for p in range(P):
+        if p == 0 or not persist:
+            slot_of[:] = -1
+            key_of[:] = -1
+            for g in range(G):
+                hd, tl = -1, -1
+                for s in range(off[g], off[g + 1]):
+                    hd, tl = _append(prv, nxt, hd, tl, s)
+                head[g], tail[g] = hd, tl
+        for t in range(prompt_start[p], prompt_start[p + 1]):
+            for i_l in range(n_cached):
+                l = layers[i_l]
+                g = group[i_l]
+                base = i_l * E
+                hd, tl = head[g], tail[g]
+                h = 0
+                for j in range(k):
+                    s = slot_of[base + routed[t, l, j]]
+                    if s >= 0:
+                        h += 1
+                        hd, tl = _to_tail(prv, nxt, hd, tl, s)
+                m = _sorted_misses(routed, t, l, k, base, slot_of, miss)
+                for i in range(m):
+                    s = hd
+                    if key_of[s] >= 0:
+                        slot_of[key_of[s]] = -1
+                    key_of[s] = base + miss[i]
+                    slot_of[base + miss[i]] = s
+                    hd, tl = _to_tail(prv, nxt, hd, tl, s)
+                head[g], tail[g] = hd, tl
+                cnt[p, h, 0] += 1
+
+
+@numba.njit(forceinline=True, **NJIT)
+def _use(crf, last, key, clock):
+    """One use of ``key`` at ``clock``: its score decays by half every HALF_LIFE tokens since its
+    last use, then counts this use; returns its class (floor(log2 score), at most N_CLASS-1)."""
+    if last[key] >= 0:
+        v = crf[key] * math.exp2(-(clock - last[key]) / HALF_LIFE) + 1.0
+    else:
+        v = 1.0
+    crf[key] = v
+    last[key] = clock
+    c = int(math.floor(math.log2(v)))
+    return min(c, N_CLASS - 1)
+
+
+@numba.njit(**NJIT)
+def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E, share, cnt):
+    """b12170's class-LRU (with b12191's CPU share ``share``): one LRU list per frequency class
+    per group; the victim is an empty slot, else of each list's least recently used slot not
+    used by this lookup, the one with the largest age / 2**class (ties: the lower class)."""
+    P = prompt_start.shape[0] - 1
+    k = routed.shape[2]
+    G = off.shape[0] - 1
+    S = off[G]
+    key_of = np.empty(S, np.int64)
+    cls_of = np.empty(S, np.int64)
+    mark = np.empty(S, np.int64)
+    prv = np.empty(S, np.int64)
+    nxt = np.empty(S, np.int64)
+    head = np.empty(G * N_CLASS, np.int64)
+    tail = np.empty(G * N_CLASS, np.int64)
+    filled = np.empty(G, np.int64)
+    credit = np.empty(G, np.float64)
+    slot_of = np.empty(n_cached * E, np.int64)
+    crf = np.empty(n_cached * E, np.float64)
+    last = np.empty(n_cached * E, np.int64)
+    miss = np.empty(k, np.int64)
+    cold = np.empty(k, np.float64)
+    clock = 0
+    lookup = 0
+    for p in range(P):
+        if p == 0 or not persist:
+            slot_of[:] = -1
+            key_of[:] = -1
+            mark[:] = -1
+            crf[:] = 0.0
+            last[:] = -1
+            head[:] = -1
+            tail[:] = -1
+            filled[:] = 0
+            credit[:] = 0.0
+            clock = 0
+        for t in range(prompt_start[p], prompt_start[p + 1]):
+            for i_l in range(n_cached):
+                l = layers[i_l]
+                g = group[i_l]
+                base = i_l * E
+                lookup += 1
+                h = 0
+                for j in range(k):
+                    key = base + routed[t, l, j]
+                    s = slot_of[key]
+                    if s >= 0:
+                        h += 1
+                        li = g * N_CLASS + cls_of[s]
+                        head[li], tail[li] = _unlink(prv, nxt, head[li], tail[li], s)
+                        c = _use(crf, last, key, clock)
+                        cls_of[s] = c
+                        li = g * N_CLASS + c
+                        head[li], tail[li] = _append(prv, nxt, head[li], tail[li], s)
+                        mark[s] = lookup
+                m = _sorted_misses(routed, t, l, k, base, slot_of, miss)
+                n_cpu = 0
+                if share > 0.0 and filled[g] == off[g + 1] - off[g] and m > 0:
+                    credit[g] += share * m
+                    n_cpu = min(int(math.floor(credit[g] + 1e-9)), m)
+                    credit[g] -= n_cpu
+                    # the coldest misses (lowest decayed score, then lower id) go to the CPU
+                    for i in range(m):
+                        key = base + miss[i]
+                        cold[i] = (crf[key] * math.exp2(-(clock - last[key]) / HALF_LIFE)
+                                   if last[key] >= 0 else 0.0)
+                    for _ in range(n_cpu):
+                        b = -1
+                        for i in range(m):
+                            if miss[i] >= 0 and (b < 0 or cold[i] < cold[b]):
+                                b = i
+                        _use(crf, last, base + miss[b], clock)
+                        miss[b] = -1
+                for i in range(m):
+                    if miss[i] < 0:
+                        continue
+                    key = base + miss[i]
+                    if filled[g] < off[g + 1] - off[g]:
+                        s = off[g] + filled[g]
+                        filled[g] += 1
+                    else:
+                        s = -1
+                        best = -1.0
+                        for c in range(N_CLASS):
+                            v = head[g * N_CLASS + c]
+                            while v >= 0 and mark[v] == lookup:
+                                v = nxt[v]
+                            if v >= 0:
+                                score = (clock - last[key_of[v]]) / (2.0 ** c)
+                                if s < 0 or score > best:
+                                    s = v
+                                    best = score
+                        slot_of[key_of[s]] = -1
+                        li = g * N_CLASS + cls_of[s]
+                        head[li], tail[li] = _unlink(prv, nxt, head[li], tail[li], s)
+                    key_of[s] = key
+                    slot_of[key] = s
+                    c = _use(crf, last, key, clock)
+                    cls_of[s] = c
+                    li = g * N_CLASS + c
+                    head[li], tail[li] = _append(prv, nxt, head[li], tail[li], s)
+                    mark[s] = lookup
+                cnt[p, h, n_cpu] += 1
+            clock += 1
+
+
+@numba.njit(parallel=True, **NJIT)
+def _cache_sweep(routed, prompt_start, layers, n_cached, group, off, off_of, version, share,
+                 persist, E, cnt):
+    """Configuration ``i`` caches the MoE layers ``layers[i, :n_cached[i]]``, in groups
+    ``group[i]``, with slot offsets ``off[off_of[i]:off_of[i+1]]`` (from 0); ``version[i]`` 0
+    is LRU, 1 class-LRU."""
+    for i in prange(n_cached.shape[0]):
+        o = off[off_of[i]:off_of[i + 1]]
+        if version[i] == 0:
+            _lru_one(routed, prompt_start, layers[i], n_cached[i], group[i], o, persist, E,
+                     cnt[i])
+        else:
+            _classlru_one(routed, prompt_start, layers[i], n_cached[i], group[i], o, persist, E,
+                          share[i], cnt[i])

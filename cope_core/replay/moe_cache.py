@@ -1,0 +1,283 @@
+"""llama.cpp's MoE expert cache: its memory layout (MiB -> slots) and its replay over a trace
+(docs/design.md#llamacpp-moe-cache).
+
+Read in ggml-org/llama.cpp ``src/llama-moe-cache.cpp`` at commit 4b060f27a806 (b11480, the LRU
+version) and at c4fb57969532 (tag b12191, the class-LRU version with ``--moe-cache-cpu-share``);
+``docs/moe-cache.md`` at b12191. The rules here cite those lines; what could not be read there is
+named in the docs and in :data:`INFERRED`.
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import CopeInputError
+from ..geometry import MIB, ModelGeometry
+from ..trace.data import Trace
+from ..weight_formats import tensor_bytes
+from . import _cache_kernels
+
+#: ggml-cuda's buffer alignment (ggml/src/ggml-cuda/ggml-cuda.cu,
+#: ggml_backend_cuda_buffer_type_get_alignment returns 128); each bank is padded to it once
+ALIGNMENT = 128
+#: the CPU shares moe-cache-tune.py chooses among (scripts/moe-cache-tune.py @ b12191, SHARES)
+TUNER_SHARES = (0.0, 0.5, 0.8, 0.9, 0.95, 0.98)
+#: layers use the cache for ubatches of at most this many tokens (impl::max_batch): decode
+MAX_BATCH = 32
+
+#: Rules that the readable source does not state, and the reading chosen for each.
+INFERRED = (
+    "class-LRU score update: score = score * 2**(-age/128) + 1 at each use (hit, upload or "
+    "CPU miss); the clock advances by one per decoded token",
+    "class-LRU victim ties: the lower class",
+    "CPU share: decided per lookup once the group has no empty slot; a running credit per "
+    "group makes the long-run share F exactly (credit += F*m, floor of it to the CPU); the "
+    "coldest misses (lowest decayed score) go to the CPU; they are not uploaded",
+)
+
+
+class CacheVersion(str, enum.Enum):
+    """The eviction rule of a llama.cpp build."""
+
+    LRU = "lru"
+    CLASS_LRU = "classlru"
+
+    @property
+    def build(self) -> str:
+        """The first llama.cpp release with this rule."""
+        return "b11480" if self is CacheVersion.LRU else "b12170"
+
+
+#: the first build with each cache flag (release notes of b11480, PR #29887; b12191's
+#: docs/moe-cache.md for the CPU share); the placement flags are in b11434, which the tests build
+FLAG_BUILDS = {"--moe-cache-mib": "b11480", "--moe-cache-cpu-share": "b12191"}
+
+
+@dataclass(frozen=True)
+class CacheGroup:
+    """Cached layers with one expert tensor layout: one pool of slots and its eviction state.
+
+    Attributes
+    ----------
+    layers : tuple of int
+        MoE layers (0-based) in the group.
+    bank_bytes : tuple of int
+        One expert's bytes in each bank (gate, up, down as stored: the tensors' ``nb[2]``).
+    budget : int
+        Bytes of the cache this group may take (its share of ``--moe-cache-mib``).
+    n_slots : int
+        Experts the group caches; 0 when the budget holds fewer than ``top_k``, and then its
+        layers are not cached (computed on the CPU).
+    """
+
+    layers: tuple[int, ...]
+    bank_bytes: tuple[int, ...]
+    budget: int
+    n_slots: int
+
+    @property
+    def slot_bytes(self) -> int:
+        return sum(self.bank_bytes)
+
+    @property
+    def alloc_bytes(self) -> int:
+        return alloc_size(self.bank_bytes, self.n_slots) if self.n_slots else 0
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """Where a llama.cpp configuration keeps each MoE layer's experts.
+
+    ``n_cpu`` MoE layers (the first ones) keep their experts in host memory; of those, the
+    layers of groups with slots are cached, the others computed on the CPU; the rest are on the
+    GPU. ``cache_mib`` is the ``--moe-cache-mib`` value."""
+
+    n_layers: int
+    n_cpu: int
+    cache_mib: int
+    groups: tuple[CacheGroup, ...]
+
+    @property
+    def cached_layers(self) -> tuple[int, ...]:
+        return tuple(sorted(x for g in self.groups if g.n_slots for x in g.layers))
+
+    @property
+    def uncached_cpu_layers(self) -> int:
+        return self.n_cpu - len(self.cached_layers)
+
+    @property
+    def n_gpu(self) -> int:
+        return self.n_layers - self.n_cpu
+
+    @property
+    def alloc_bytes(self) -> int:
+        return sum(g.alloc_bytes for g in self.groups)
+
+    @property
+    def n_slots(self) -> int:
+        return sum(g.n_slots for g in self.groups)
+
+
+def bank_bytes(g: ModelGeometry, layer: int) -> tuple[int, int, int]:
+    """One expert's bytes in each of layer ``layer``'s expert tensors (gate, up, down): the
+    weights only, at their stored type (biases and scales are not cached)."""
+    n = g.hidden * g.expert_intermediate
+    if not g.expert_layers:
+        b = n * g.dtype_bytes
+        return (b, b, b)
+    x = g.expert_layers[layer]
+    return (tensor_bytes(x.gate_type, n, g.hidden), tensor_bytes(x.up_type, n, g.hidden),
+            tensor_bytes(x.down_type, n, g.expert_intermediate))
+
+
+def _layout_key(g: ModelGeometry, layer: int) -> tuple:
+    if not g.expert_layers:
+        return ()
+    x = g.expert_layers[layer]
+    return (x.gate_type, x.up_type, x.down_type)
+
+
+def alloc_size(banks: Sequence[int], n_slots: int) -> int:
+    """Bytes of a group's banks at ``n_slots``: each bank holds one extra slot ("CUDA MMQ can
+    read past the last expert") and is padded once to the buffer alignment."""
+    return sum(-(-b * (n_slots + 1) // ALIGNMENT) * ALIGNMENT for b in banks)
+
+
+def cache_layout(g: ModelGeometry, n_cpu: int, cache_mib: int) -> CacheLayout:
+    """The cache of ``--n-cpu-moe`` covering ``n_cpu`` MoE layers and ``--moe-cache-mib
+    cache_mib`` on one GPU.
+
+    Upstream (llama-moe-cache.cpp @4b060f27, the constructor): layers with the same expert
+    layout form a group (L138, L246); the budget is split among groups by their host expert
+    bytes, "so each group caches the same fraction of its experts" (L304-L310); a group takes the
+    most slots whose banks fit (L312), and a group with fewer than ``n_expert_used`` slots is not
+    cached (L315). The size counts MiB as ``value * 1024 * 1024`` (common/arg.cpp)."""
+    L = g.n_layers
+    if not 0 <= n_cpu <= L:
+        raise CopeInputError(f"layers on the CPU must be in [0, {L}], got {n_cpu}",
+                             field="n_cpu_moe")
+    if isinstance(cache_mib, bool) or not isinstance(cache_mib, (int, np.integer)) \
+            or cache_mib < 0:
+        raise CopeInputError(f"expected a whole number of MiB >= 0, got {cache_mib!r}",
+                             field="moe_cache_mib")
+    members: dict[tuple, list[int]] = {}
+    for layer in range(n_cpu):
+        members.setdefault(_layout_key(g, layer), []).append(layer)
+    size = int(cache_mib) * MIB
+    host = {key: len(ls) * g.n_experts * sum(bank_bytes(g, ls[0])) for key, ls in members.items()}
+    total = sum(host.values())
+    groups = []
+    for key, layers in members.items():
+        banks = bank_bytes(g, layers[0])
+        budget = int(size * host[key] / total) if size else 0
+        slots = _slots(banks, budget, len(layers) * g.n_experts)
+        groups.append(CacheGroup(tuple(layers), banks, budget,
+                                 slots if slots >= g.top_k else 0))
+    return CacheLayout(L, n_cpu, int(cache_mib), tuple(groups))
+
+
+def _slots(banks: Sequence[int], budget: int, most: int) -> int:
+    """The largest n <= most with alloc_size(banks, n) <= budget (upstream counts up from 0)."""
+    slot = sum(banks)
+    n = min(max(budget // slot - 1, 0), most)
+    while n > 0 and alloc_size(banks, n) > budget:
+        n -= 1
+    while n < most and alloc_size(banks, n + 1) <= budget:
+        n += 1
+    return n if alloc_size(banks, n) <= budget else 0
+
+
+def cache_mib_for_bytes(g: ModelGeometry, n_cpu: int, free_bytes: float) -> int:
+    """The largest ``--moe-cache-mib`` whose banks fit in ``free_bytes`` (0 when none)."""
+    mib = int(max(free_bytes, 0) // MIB)
+    while mib > 0 and cache_layout(g, n_cpu, mib).alloc_bytes > free_bytes:
+        mib -= 1
+    return mib
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """One point of llama.cpp's space: ``--n-cpu-moe`` (as MoE layers on the CPU),
+    ``--moe-cache-mib``, ``--moe-cache-cpu-share`` and the eviction rule of the build."""
+
+    n_cpu: int
+    cache_mib: int
+    cpu_share: float
+    version: CacheVersion
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.cpu_share < 1.0:
+            raise CopeInputError(f"expected a share in [0, 1), got {self.cpu_share!r}",
+                                 field="moe_cache_cpu_share")
+        if self.cpu_share and self.version is not CacheVersion.CLASS_LRU:
+            raise CopeInputError("--moe-cache-cpu-share exists only with the class-LRU cache "
+                                 "(b12191)", field="moe_cache_cpu_share")
+
+
+@dataclass(frozen=True, eq=False)
+class CacheCounts:
+    """Replay counts of llama.cpp cache configurations.
+
+    ``cnt[i, p, h, c]``: lookups (token x cached layer) of configuration ``i`` in prompt ``p``
+    with ``h`` hits and ``c`` misses computed on the CPU; the other ``top_k - h - c`` were
+    uploaded."""
+
+    configs: tuple[CacheConfig, ...]
+    layouts: tuple[CacheLayout, ...]
+    cnt: np.ndarray
+
+    def per_token(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
+        """Hits, uploads and CPU misses per token (summed over layers), shape (configs, P)."""
+        k = self.cnt.shape[-1] - 1
+        h = np.arange(k + 1)[:, None]
+        c = np.arange(k + 1)[None, :]
+        t = np.asarray(tokens, np.float64)
+        return {"hits": (self.cnt * h).sum(axis=(2, 3)) / t,
+                "cpu_misses": (self.cnt * c).sum(axis=(2, 3)) / t,
+                "uploads": (self.cnt * np.maximum(k - h - c, 0)).sum(axis=(2, 3)) / t}
+
+
+def replay_cache(trace: Trace, configs: Sequence[CacheConfig], *,
+                 persist: bool = True) -> CacheCounts:
+    """Replay each configuration over ``trace`` (configurations run in parallel).
+
+    Parameters
+    ----------
+    trace : Trace
+        Decode routing; the trace's model prices MiB -> slots (bytes as stored).
+    configs : sequence of CacheConfig
+    persist : bool
+        True (upstream: the cache belongs to the server's context and is never cleared): the
+        cache starts empty and carries over from prompt to prompt in trace order. False: every
+        prompt starts from an empty cache (a server started per prompt).
+    """
+    g = trace.model
+    if not configs:
+        raise CopeInputError("no llama.cpp cache configuration given", field="configs")
+    layouts = tuple(cache_layout(g, c.n_cpu, c.cache_mib) for c in configs)
+    n = len(configs)
+    L, k = g.n_layers, g.top_k
+    layers = np.zeros((n, max(L, 1)), np.int64)
+    group = np.zeros((n, max(L, 1)), np.int64)
+    n_cached = np.zeros(n, np.int64)
+    offs, off_of = [], [0]
+    for i, lay in enumerate(layouts):
+        live = [gr for gr in lay.groups if gr.n_slots]
+        cached = lay.cached_layers
+        n_cached[i] = len(cached)
+        layers[i, :len(cached)] = cached
+        which = {x: j for j, gr in enumerate(live) for x in gr.layers}
+        group[i, :len(cached)] = [which[x] for x in cached]
+        offs.extend(np.concatenate([[0], np.cumsum([gr.n_slots for gr in live])]).tolist())
+        off_of.append(len(offs))
+    cnt = np.zeros((n, trace.n_prompts, k + 1, k + 1), np.int64)
+    version = np.array([0 if c.version is CacheVersion.LRU else 1 for c in configs], np.int64)
+    share = np.array([c.cpu_share for c in configs], np.float64)
+    _cache_kernels._cache_sweep(trace.routed, trace.prompt_start.astype(np.int64), layers,
+                                n_cached, group, np.asarray(offs, np.int64),
+                                np.asarray(off_of, np.int64), version, share, bool(persist),
+                                g.n_experts, cnt)
+    return CacheCounts(tuple(configs), layouts, cnt)
