@@ -20,6 +20,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -98,6 +99,12 @@ def _run_exported(text: str, gguf: Path) -> list[tuple[int, set[str]]]:
         if not line.startswith("llama-server "):
             continue
         argv = shlex.split(line)
+        # the MoE-cache flags are in b11480+/b12191, not in b11434: they go through a replay of
+        # their argument rules (test_moe_cache.py); b11434 parses and places the rest for real
+        for flag in CACHE_FLAGS:
+            if flag in argv:
+                i = argv.index(flag)
+                del argv[i:i + 2]
         argv[0] = str(LLAMA / "bin" / "llama-completion")
         argv[argv.index("MODEL.gguf")] = str(gguf)
         argv += ["-n", "4", "-p", "the cat sat", "-no-cnv", "-v"]
@@ -107,6 +114,27 @@ def _run_exported(text: str, gguf: Path) -> list[tuple[int, set[str]]]:
                                r.stdout + r.stderr))
         out.append((r.returncode, moved))
     return out
+
+
+CACHE_FLAGS = ("--moe-cache-mib", "--moe-cache-cpu-share")
+
+
+def test_llamacpp_cache_line_places_the_host_layers_of_its_n_cpu_moe(gguf_model):
+    family, g, gguf, tensors = gguf_model
+    best = {"candidate": "llamacpp_cache/classlru", "build": "b12191", "cpu_layers": 2,
+            "n_cpu_moe": g.dense_layers + 2, "cache_mib": 64, "cpu_share": 0.5, "slots": 10,
+            "tpot_us": 900.0, "hits": 1.0, "uploads": 1.0, "cpu_misses": 1.0}
+    rec = {"expert_budget_gib": 1.0, "configurations": 7, "cache_start": "server",
+           "best": [best], "versus": [{"name": "llamacpp_cache/classlru", "tpot_us": 900.0,
+                                       "tpot_ci_us": None, "cache_faster": None}]}
+    text = render(dataclasses.replace(_policy(g, 2), llamacpp_cache=rec), "llama.cpp").text
+    lead = [line for line in text.splitlines() if line.startswith("llama-server ")][0]
+    assert "--moe-cache-mib 64 --moe-cache-cpu-share 0.5" in lead
+    cpu_blocks = {g.dense_layers, g.dense_layers + 1}
+    want = {t for t in tensors if re.match(r"blk\.(\d+)\.ffn_(gate|up|down|gate_up)_exps\.", t)
+            and int(t.split(".")[1]) in cpu_blocks}
+    code, moved = _run_exported(lead, gguf)[0]
+    assert code == 0 and moved == want, (family, sorted(moved ^ want))
 
 
 def test_llamacpp_runs_the_exported_lines_and_moves_exactly_the_cpu_experts(gguf_model):

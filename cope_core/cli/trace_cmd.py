@@ -8,7 +8,7 @@ from ..errors import CopeInputError
 from ..files import print_json
 from ..geometry import get_model
 from ..trace.sources.importers import FORMATS
-from .args import check_output, layers
+from .args import add_model_options, check_output, layers, priced_as_model
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -73,6 +73,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("trace", help="routing trace (cope.trace/1)")
     s.add_argument("--calibration", help="trace whose popularity fills the fixed residency")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.add_argument("--llamacpp-log", metavar="LOG",
+                   help="a llama-server log with its MoE-cache lines: replay the trace through "
+                        "the configuration below and compare slots and decode hit rate")
+    s.add_argument("--n-cpu-moe", type=int, help="the server's --n-cpu-moe (blocks, dense "
+                                                 "prefix included)")
+    s.add_argument("--moe-cache-mib", type=int, help="the server's --moe-cache-mib")
+    s.add_argument("--moe-cache-cpu-share", type=float, default=0.0,
+                   help="the server's --moe-cache-cpu-share (default 0)")
+    s.add_argument("--moe-cache-rule", choices=("lru", "classlru"), default="classlru",
+                   help="the build's eviction: lru (b11480-b12169) or classlru (b12170+)")
+    add_model_options(s, what="price the trace's routing as the model the server ran (its bytes "
+                              "as stored size the cache's slots)")
     s.set_defaults(func=cmd_stats)
 
     p = sub.add_parser("predictor", help="train the next-layer expert predictor")
@@ -182,11 +194,34 @@ def cmd_stats(args: argparse.Namespace) -> int:
     from ..trace.stats import trace_stats
     tr = parquet_io.read_trace(args.trace)
     cal = parquet_io.read_trace(args.calibration) if args.calibration else None
+    if args.llamacpp_log:
+        tr, cal = priced_as_model(args, tr, cal)
+        return _cache_log(args, tr)
     st = trace_stats(tr, cal)
     if args.json:
         print_json(st.to_dict())
     else:
         print(st.format())
+    return 0
+
+
+def _cache_log(args: argparse.Namespace, tr) -> int:
+    from ..replay.moe_cache import CacheConfig, CacheVersion
+    from ..verify.llamacpp_log import check_cache_log, read_cache_log
+    if args.n_cpu_moe is None or args.moe_cache_mib is None:
+        raise CopeInputError("give the server's --n-cpu-moe and --moe-cache-mib",
+                             field="--llamacpp-log")
+    n_cpu = args.n_cpu_moe - tr.model.dense_layers if args.n_cpu_moe else 0
+    config = CacheConfig(max(n_cpu, 0), args.moe_cache_mib, args.moe_cache_cpu_share,
+                         CacheVersion(args.moe_cache_rule))
+    check = check_cache_log(tr, config, read_cache_log(args.llamacpp_log))
+    if args.json:
+        print_json({"predicted_slots": list(check.predicted_slots),
+                     "logged_slots": list(check.logged_slots),
+                     "predicted_hit_rate": check.predicted_hit_rate,
+                     "logged_hit_rate": check.logged_hit_rate})
+    else:
+        print("\n".join(check.lines()))
     return 0
 
 
