@@ -11,7 +11,10 @@ candidates. Three kinds of rerun, each after a warm-up run that compiles the num
 - re-priced sweep: the operating point or estimator changes; the replays are cached (they do not
   depend on either), every K is priced again;
 - unchanged: a rerun where nothing changed (everything from st.cache_data);
-- Compare: a platform never priced before is added on the Compare page; goal <= 1.5 s.
+- Compare: a platform never priced before is added on the Compare page; goal <= 1.5 s;
+- Policy Matrix: the slider moves to a budget never seen, so llama.cpp's own MoE cache is
+  searched there (every --n-cpu-moe x the largest cache x both rules x 6 CPU shares) beside the
+  heatmap; goal <= 1 s.
 
 Also reported: the first run of a fresh process (Overview: imports, the numba kernels loaded
 from their disk cache; then Landscape: the first sweep).
@@ -99,6 +102,17 @@ def main() -> None:
         at.multiselect(key="_w_plat").set_value(["this", name])
         added.append(timed_run(at))
 
+    # Policy Matrix with llama.cpp's own cache: the search runs at every budget never seen
+    at.switch_page("pages/matrix.py")
+    timed_run(at)
+    at.selectbox(key="_w_op").set_value(ops[0])
+    at.radio(key="_w_est").set_value("cope")          # the cache rows are priced by COPE's
+    timed_run(at)
+    matrix_move = []
+    for b in budgets:
+        at.slider(key="_w_vram").set_value(float(b) + 0.25)
+        matrix_move.append(timed_run(at))
+
     result = {
         "workload": f"{EXAMPLE} example, Landscape page, 13 candidates",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
@@ -106,12 +120,13 @@ def main() -> None:
         "one_k_rerun": summary(one_k), "full_sweep_rerun": summary(cold),
         "repriced_sweep_rerun": summary(repriced), "unchanged_rerun": summary(unchanged),
         "compare_platform_added": summary(added),
+        "matrix_llamacpp_rerun": summary(matrix_move),
         "goals_s": {"one_k_rerun": 0.25, "full_sweep_rerun": 1.5,
-                    "compare_platform_added": 1.5},
+                    "compare_platform_added": 1.5, "matrix_llamacpp_rerun": 1.0},
         "first_overview_run_s": first_overview, "first_landscape_run_s": first_landscape,
     }
     for name in ("one_k_rerun", "full_sweep_rerun", "repriced_sweep_rerun", "unchanged_rerun",
-                 "compare_platform_added"):
+                 "compare_platform_added", "matrix_llamacpp_rerun"):
         r = result[name]
         goal = result["goals_s"].get(name)
         print(f"{name:<21} median {r['median_s'] * 1e3:8.1f} ms  IQR {r['iqr_s'] * 1e3:6.1f} ms  "

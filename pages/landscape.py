@@ -3,7 +3,8 @@ against the budget across every K with the winner's regions and break-even budge
 import streamlit as st
 
 from cope_core.app import dataset as dsm
-from cope_core.app import figures, results, session, whatif
+from cope_core.app import figures, llamacpp_view, results, session, whatif
+from cope_core.estimate.llamacpp_cache import LABEL
 from cope_core.matrix import EXECUTIONS, RESIDENCIES
 
 ds = session.page("Landscape: what-if VRAM budgets", predictable=True)
@@ -55,3 +56,25 @@ st.markdown("**Break-even budgets**")
 for sentence in whatif.break_even_sentences(regions):
     st.markdown(f"- {sentence}")
 st.dataframe(whatif.break_even_budgets(regions), hide_index=True)
+
+st.subheader(f"{LABEL}: TPOT against the cache size")
+on = session.bound("cachesweep", st.toggle, default=False, valid=lambda v: isinstance(v, bool),
+                   label="Sweep --moe-cache-mib (about a second per budget)")
+if not on:
+    st.caption("llama.cpp's own GPU cache of host experts at 12 sizes up to the largest the "
+               "budget holds beside the chosen host layers, under both eviction rules and every "
+               "CPU share its tuner tries.")
+elif est == "cope":
+    c7, _ = st.columns([2, 5])
+    with c7:
+        n_cpu = session.bound("ncmoe", st.number_input, default=g.n_layers,
+                              valid=lambda v: isinstance(v, int) and 0 < v <= g.n_layers,
+                              coerce=int, label="MoE layers on the host (--n-cpu-moe less the "
+                              "dense blocks)", min_value=1, max_value=g.n_layers, step=1)
+    with session.user_errors():
+        sizes = results.cache_sizes(ds, gib, op, n_cpu)
+    st.plotly_chart(llamacpp_view.cache_size_figure(
+        sizes, title=f"--n-cpu-moe {g.dense_layers + n_cpu} at {gib:g} GiB · "
+                     f"{dsm.provenance(ds)}"), key="cache_size_chart")
+else:
+    st.caption("Priced by COPE's schedule rows: choose the cope estimator.")

@@ -3,8 +3,9 @@ a timeline of its execution strategy for a chosen hit count."""
 import streamlit as st
 
 from cope_core.app import dataset as dsm
-from cope_core.app import figures, results, session, whatif
+from cope_core.app import figures, llamacpp_view, results, session, whatif
 from cope_core.app.timeline import execution_timeline, layer_partition_timelines
+from cope_core.estimate.llamacpp_cache import LABEL
 from cope_core.matrix import CANDIDATE_IDS, EXECUTIONS, LAYER_PARTITION, get_candidate, matrix_table
 
 ds = session.page("Policy Matrix", predictable=True)
@@ -26,6 +27,22 @@ clicked = next((p.get("customdata") for p in points if p.get("customdata") in CA
 if clicked and st.session_state.get("_matrix_clicked") != clicked:
     st.session_state["_matrix_clicked"] = clicked
     st.session_state["_w_cell"] = clicked   # the cell chooser below follows the click
+
+st.subheader(LABEL)
+if est != "cope":
+    st.caption(f"The {LABEL} rows are priced by COPE's schedule rows: choose the cope estimator.")
+else:
+    with session.user_errors():
+        rec = results.llamacpp_at(ds, gib, op, w.candidate)
+    if rec is None:
+        st.info(f"At {gib:g} GiB not even the non-expert weights fit: no llama.cpp configuration.")
+    else:
+        st.markdown(llamacpp_view.verdict(rec))
+        st.dataframe(llamacpp_view.best_table(rec, ds.trace.model, op[0]), hide_index=True)
+        st.caption("llama.cpp's own GPU cache of host experts (b11480+), searched over every "
+                   "--n-cpu-moe that fits × the largest --moe-cache-mib the rest holds × both "
+                   "eviction rules × the CPU shares its tuner tries; the cache starts empty at "
+                   "server start and is kept across prompts (docs/design.md#llamacpp-moe-cache).")
 
 base = table["baseline"]["description"]
 st.markdown(f"**Baseline `layer_partition`** "

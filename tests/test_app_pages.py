@@ -229,7 +229,43 @@ def test_matrix_cells_and_timeline(qwen):
     assert any(n.startswith("layer_partition · CPU layer") for n in names)
 
 
+def test_matrix_page_shows_llamacpps_own_cache_as_the_library_searches_it(qwen):
+    from cope_core.estimate.llamacpp_cache import LABEL, cache_record, compare, search
+    from cope_core.geometry import GIB
+    tr, cal, prof = qwen
+    at = open_app("matrix", vram="20")
+    k = whatif.k_for_budget(tr.model, 20.0)
+    w = whatif.winner_of(expected(tr, cal, prof, k)).candidate
+    found = search(tr, prof, tr.model.expert_budget_bytes(20 * GIB), cpu_threads=32,
+                   gpu_share=100.0)
+    rec = cache_record(found, compare(found, tr, prof, w, calibration=cal, experts_per_layer=k))
+    assert any(h.value == LABEL for h in at.subheader)
+    table = at.dataframe[0].value
+    assert list(table["TPOT ms"]) == [round(b["tpot_us"] / 1e3, 3) for b in rec["best"]]
+    assert f"--moe-cache-mib {rec['best'][0]['cache_mib']}" in table["llama-server flags"][0] \
+        or rec["best"][0]["cache_mib"] == 0
+    assert any(m.value.startswith("llama.cpp's best here") for m in at.markdown)
+
+
 # --- Landscape ------------------------------------------------------------------------------------
+def test_landscape_sweeps_the_llamacpp_cache_size(qwen):
+    from cope_core.estimate.llamacpp_cache import search
+    from cope_core.geometry import GIB
+    tr, _, prof = qwen
+    at = open_app("landscape", vram="20", ncmoe="40", cachesweep="1")
+    fig = charts(at)[-1]
+    assert "--n-cpu-moe 40" in title(fig)
+    lines = {t["name"]: (_arr(t["x"]), _arr(t["y"])) for t in fig["data"]}
+    x, y = lines["classlru, share 0.5"]
+    df = search(tr, prof, tr.model.expert_budget_bytes(20 * GIB), n_cpu=[40],
+                cache_mib=[int(v) for v in x], cpu_threads=32, gpu_share=100.0).frame
+    want = df[(df.version == "classlru") & (df.cpu_share == 0.5)].sort_values("cache_mib")
+    assert y == pytest.approx(want.tpot_us.to_numpy() / 1e3)
+    assert len(x) == 12 and "lru" in lines
+    at.number_input(key="_w_ncmoe").set_value(48)
+    rerun(at)
+    assert "--n-cpu-moe 48" in title(charts(at)[-1]) and at.query_params["ncmoe"] == "48"
+
 def _bars(at) -> dict[str, float]:
     fig = charts(at)[0]
     parts = [t for t in fig["data"] if t.get("type") == "bar"]

@@ -16,13 +16,17 @@ import streamlit as st
 from ..estimate.compare import Comparison, compare
 from ..estimate.costs import estimators_for
 from ..estimate.evaluate import Evaluation, evaluate
+from ..estimate.llamacpp_cache import cache_record, gpu_layer_bytes
+from ..estimate.llamacpp_cache import compare as cache_compare
+from ..estimate.llamacpp_cache import search as cache_search
 from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from ..estimate.quality import measurement_checks
 from ..estimate.uncertainty import DEFAULT_DRAWS
 from ..export import Policy, build_policy
-from ..geometry import ModelGeometry
+from ..geometry import GIB, ModelGeometry
 from ..matrix import Residency, residencies_of
 from ..profile.data import Profile
+from ..replay.moe_cache import cache_mib_for_bytes
 from ..trace.stats import TraceStats, trace_stats
 from . import whatif
 from .dataset import Dataset
@@ -186,6 +190,45 @@ def policy_for(ds: Dataset, k: int, op: tuple[int, float], candidate: str) -> Po
     """The export package's policy of ``candidate`` (an id or ``"best"``) at ``K = k`` and the
     operating point ``op``, cached per dataset, K, operating point and candidate."""
     return _policy_cached(ds.key, int(k), (int(op[0]), float(op[1])), candidate, ds)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _llamacpp_cached(key: str, gib: float, op: tuple[int, float], matrix_winner: str,
+                     _ds: Dataset) -> dict | None:
+    g = _ds.trace.model
+    budget = g.expert_budget_bytes(gib * GIB)
+    if budget < 0:
+        return None
+    found = cache_search(_ds.trace, _ds.profile, budget, cpu_threads=op[0], gpu_share=op[1])
+    k = g.experts_per_layer_for_vram(gib * GIB)
+    versus = cache_compare(found, _ds.trace, _ds.profile, matrix_winner,
+                           calibration=_ds.calibration, experts_per_layer=k)
+    return cache_record(found, versus)
+
+
+def llamacpp_at(ds: Dataset, gib: float, op: tuple[int, float], matrix_winner: str
+                ) -> dict | None:
+    """llama.cpp's own MoE cache searched at the budget (cached): the ``llamacpp_cache`` record
+    of :func:`cope_core.estimate.llamacpp_cache.cache_record`; None when nothing fits."""
+    return _llamacpp_cached(ds.key, float(gib), (int(op[0]), float(op[1])), matrix_winner, ds)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _cache_sizes_cached(key: str, gib: float, op: tuple[int, float], n_cpu: int,
+                        _ds: Dataset) -> pd.DataFrame:
+    g = _ds.trace.model
+    budget = g.expert_budget_bytes(gib * GIB)
+    top = cache_mib_for_bytes(g, n_cpu, budget - gpu_layer_bytes(g, n_cpu))
+    sizes = sorted({max(top * i // 12, 1) for i in range(1, 13)}) if top else []
+    found = cache_search(_ds.trace, _ds.profile, budget, cpu_threads=op[0], gpu_share=op[1],
+                         n_cpu=[n_cpu], cache_mib=sizes)
+    return found.frame.drop(columns=["prompt_tpot_us"])
+
+
+def cache_sizes(ds: Dataset, gib: float, op: tuple[int, float], n_cpu: int) -> pd.DataFrame:
+    """The cache at 12 sizes up to the largest that fits beside ``n_cpu`` host layers, under
+    both rules and every CPU share, and the placement alone (cached)."""
+    return _cache_sizes_cached(ds.key, float(gib), (int(op[0]), float(op[1])), int(n_cpu), ds)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -71,6 +71,8 @@ CODECS: dict[str, Codec] = {
     "lp": _FLAG,               # show the layer-partition baseline
     "cell": _choice(CANDIDATE_IDS),
     "hits": _INT,
+    "ncmoe": _INT,             # Landscape: MoE layers on the host for the cache-size sweep
+    "cachesweep": _FLAG,       # Landscape: show that sweep
     "cmp": _TEXT,              # compare timeline with this execution ("none" for none)
     "prompt": _INT,
     "verify_cell": _TEXT,      # Predicted vs measured: the verify cell whose race is drawn

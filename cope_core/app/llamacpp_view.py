@@ -1,0 +1,62 @@
+"""llama.cpp's own MoE cache in the explorer: the table of its best configurations, the sentence
+that compares them, and TPOT against the cache size (pure functions of a search's results)."""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..estimate.llamacpp_cache import LABEL
+from ..export.llamacpp import cache_flags
+from ..geometry import ModelGeometry
+
+
+def best_table(rec: dict, g: ModelGeometry, cpu_threads: int) -> pd.DataFrame:
+    """One row per kind (each eviction rule's fastest configuration, and no cache)."""
+    rows = []
+    for b in rec["best"]:
+        rows.append({
+            "kind": LABEL + (" · " + b["candidate"].split("/")[1] if b["cache_mib"]
+                             else " · off (--n-cpu-moe only)"),
+            "TPOT ms": round(b["tpot_us"] / 1e3, 3),
+            "llama-server flags": cache_flags(g.dense_layers + g.n_layers, b["n_cpu_moe"],
+                                              b["cache_mib"], b["cpu_share"], cpu_threads),
+            "build": b["build"] or "any", "slots": b["slots"],
+            "hits/token": round(b["hits"], 1), "uploads/token": round(b["uploads"], 1),
+            "CPU misses/token": round(b["cpu_misses"], 1)})
+    return pd.DataFrame(rows)
+
+
+def verdict(rec: dict) -> str:
+    """The best configuration against layer_partition and the Policy Matrix's winner."""
+    v = rec["versus"]
+    best = rec["best"][0]
+    head = (f"llama.cpp's best here: {best['candidate']} at {best['tpot_us'] / 1e3:.3f} ms/token"
+            + ("" if v[0]["tpot_ci_us"] is None else
+               f" [{v[0]['tpot_ci_us'][0] / 1e3:.3f}, {v[0]['tpot_ci_us'][1] / 1e3:.3f}]"))
+    parts = [f"{x['name']} {x['tpot_us'] / 1e3:.3f} ms (the cache faster in "
+             f"{100 * x['cache_faster']:.0f} % of draws)" if x["cache_faster"] is not None
+             else f"{x['name']} {x['tpot_us'] / 1e3:.3f} ms" for x in v[1:]]
+    return head + ("; against " + ", ".join(parts) if parts else "") + \
+        f" · {rec['configurations']} configurations searched"
+
+
+def cache_size_figure(frame: pd.DataFrame, title: str = "") -> go.Figure:
+    """TPOT against ``--moe-cache-mib`` per rule and CPU share; the placement alone dashed."""
+    fig = go.Figure()
+    on = frame[frame["cache_mib"] > 0]
+    for (rule, share), sub in on.groupby(["version", "cpu_share"], sort=True):
+        sub = sub.sort_values("cache_mib")
+        fig.add_trace(go.Scatter(
+            x=sub["cache_mib"], y=sub["tpot_us"] / 1e3, mode="lines+markers",
+            name=f"{rule}" + (f", share {share:g}" if share else ""),
+            customdata=sub[["slots", "hits", "uploads", "cpu_misses"]].to_numpy(),
+            hovertemplate="%{x} MiB: %{y:.3f} ms/token<br>%{customdata[0]} slots; per token "
+                          "%{customdata[1]:.1f} hits, %{customdata[2]:.1f} uploads, "
+                          "%{customdata[3]:.1f} CPU misses<extra></extra>"))
+    off = frame[frame["cache_mib"] == 0]
+    if len(off):
+        fig.add_hline(y=float(off["tpot_us"].iloc[0]) / 1e3, line_dash="dash",
+                      annotation_text="no cache", annotation_position="top left")
+    fig.update_layout(title=title, xaxis_title="--moe-cache-mib", yaxis_title="TPOT (ms/token)",
+                      legend_title="eviction, CPU share", height=420)
+    return fig
