@@ -232,7 +232,8 @@ def test_compare_pairs_the_best_cache_with_layer_partition_and_the_matrix_winner
     K = 32
     found = search(trace, profile, K * g.per_k_bytes)
     out = compare(found, trace, profile, "fixed/parallel", experts_per_layer=K, draws=200)
-    assert [c.name for c in out][1:] == ["layer_partition", "fixed/parallel"]
+    assert [c.name for c in out][1:] == ["layer_partition at K = 32",
+                                         "the Policy Matrix's winner fixed/parallel"]
     assert all(c.lo_us <= c.tpot_us * 1.5 and c.lo_us <= c.hi_us for c in out)
     assert all(0.0 <= c.cache_faster <= 1.0 for c in out[1:])
     lp = found.frame[(found.frame.cache_mib == 0)

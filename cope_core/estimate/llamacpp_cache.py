@@ -218,10 +218,11 @@ def compare(search_result: CacheSearch, trace: Trace, profile: Profile,
             matrix_winner: str | None = None, *, calibration: Trace | None = None,
             experts_per_layer: int | None = None, draws: int = 1000, seed: int = 0,
             raw_samples: Mapping[str, Sequence[float]] | None = None) -> list[Contender]:
-    """The best cache configuration against ``layer_partition`` at the same VRAM and the Policy
-    Matrix's winner at ``experts_per_layer``, under the same paired draws of the profile and a
-    bootstrap of the prompts (docs/design.md#uncertainty). With a persistent cache a prompt's
-    counts depend on the prompts before it; the bootstrap treats them as independent."""
+    """The fastest configuration llama.cpp can run (first) against ``layer_partition`` at
+    ``experts_per_layer`` (when that is another configuration) and the Policy Matrix's winner,
+    under the same paired draws of the profile and a bootstrap of the prompts
+    (docs/design.md#uncertainty). With a persistent cache a prompt's counts depend on the
+    prompts before it; the bootstrap treats them as independent."""
     df = search_result.frame
     threads, share = df.attrs["cpu_threads"], df.attrs["gpu_share"]
     rng = np.random.default_rng(seed)
@@ -238,15 +239,12 @@ def compare(search_result: CacheSearch, trace: Trace, profile: Profile,
     names: list[str] = []
     point_t: list[np.ndarray] = []
     drawn_t: list[np.ndarray] = []
-    best = search_result.best()
-    cache_rows = best[best["candidate"] != "layer_partition"]
-    if cache_rows.empty:
-        return []
-    i_best = int(cache_rows.index[0])
+    i_best = int(search_result.best().index[0])
     L, E = trace.model.n_layers, trace.model.n_experts
     lp = df[(df["cache_mib"] == 0)]
     if experts_per_layer is not None:
         lp = lp[lp["n_cpu"] == L - min(experts_per_layer * L // E, L)]
+    lp = lp[lp.index != i_best]
     rows = [i_best] + ([int(lp["tpot_us"].idxmin())] if len(lp) else [])
     sub = CacheCounts(tuple(search_result.counts.configs[i] for i in rows),
                       tuple(search_result.counts.layouts[i] for i in rows),
@@ -254,7 +252,8 @@ def compare(search_result: CacheSearch, trace: Trace, profile: Profile,
     point = expert_tpot(sub, cache_costs(op), tokens) + shared_of(op)
     drawn = None if dp is None else (expert_tpot(sub, cache_costs(dp), tokens)
                                      + shared_of(dp)[:, None])
-    names += [str(df.loc[i_best, "candidate"])] + (["layer_partition"] if len(lp) else [])
+    at_k = "" if experts_per_layer is None else f" at K = {experts_per_layer}"
+    names += [str(df.loc[i_best, "candidate"])] + ([f"layer_partition{at_k}"] if len(lp) else [])
     point_t += list(point)
     drawn_t += [] if drawn is None else list(np.moveaxis(drawn, 1, 0))
     if matrix_winner not in (None, "layer_partition") and experts_per_layer is not None:
@@ -262,7 +261,7 @@ def compare(search_result: CacheSearch, trace: Trace, profile: Profile,
         counts = replay_counts(trace, calibration, [experts_per_layer], residencies_of([cand]))
         lc = cope_costs(op)
         part = candidate_tpot(trace, counts, lc, cand, 0, experts_per_layer)
-        names.append(matrix_winner)
+        names.append(f"the Policy Matrix's winner {matrix_winner}")
         point_t.append(shared_of(op) + part.experts + part.prefetch)
         if dp is not None:
             dl = cope_costs(dp, lc.split)
