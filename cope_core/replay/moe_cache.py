@@ -25,8 +25,6 @@ from . import _cache_kernels
 ALIGNMENT = 128
 #: the CPU shares moe-cache-tune.py chooses among (scripts/moe-cache-tune.py @ b12191, SHARES)
 TUNER_SHARES = (0.0, 0.5, 0.8, 0.9, 0.95, 0.98)
-#: layers use the cache for ubatches of at most this many tokens (impl::max_batch): decode
-MAX_BATCH = 32
 
 #: Rules that the readable source does not state, and the reading chosen for each.
 INFERRED = (
@@ -47,13 +45,9 @@ class CacheVersion(str, enum.Enum):
 
     @property
     def build(self) -> str:
-        """The first llama.cpp release with this rule."""
+        """The first llama.cpp release with this rule (b11480: PR #29887, the cache and
+        ``--moe-cache-mib``; b12170: PR #31233; the CPU share needs b12191)."""
         return "b11480" if self is CacheVersion.LRU else "b12170"
-
-
-#: the first build with each cache flag (release notes of b11480, PR #29887; b12191's
-#: docs/moe-cache.md for the CPU share); the placement flags are in b11434, which the tests build
-FLAG_BUILDS = {"--moe-cache-mib": "b11480", "--moe-cache-cpu-share": "b12191"}
 
 
 @dataclass(frozen=True)
