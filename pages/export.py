@@ -1,5 +1,5 @@
 """Export: the chosen or best candidate as a cope.policy/1 JSON file and in the form each runtime
-takes (llama.cpp, KTransformers, SGLang-KT, vLLM), by the same functions as `cope export`."""
+takes (llama.cpp, ik_llama.cpp, KTransformers, SGLang-KT, vLLM), by the same functions as `cope export`."""
 import streamlit as st
 
 from cope_core.app import dataset as dsm
@@ -12,6 +12,7 @@ from cope_core.matrix import CANDIDATE_IDS
 VIEWS = {
     "json": ("JSON (cope.policy/1)", ".policy.json", "json", "application/json"),
     "llama.cpp": ("llama.cpp", ".llama.cpp.sh", "bash", "text/x-shellscript"),
+    "ik_llama.cpp": ("ik_llama.cpp", ".ik_llama.cpp.sh", "bash", "text/x-shellscript"),
     "ktransformers": ("KTransformers", ".ktransformers.yaml", "yaml", "application/yaml"),
     "sglang-kt": ("SGLang-KT", ".sglang-kt.sh", "bash", "text/x-shellscript"),
     "vllm": ("vLLM", ".vllm.sh", "bash", "text/x-shellscript"),

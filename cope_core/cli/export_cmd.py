@@ -1,7 +1,8 @@
 """``cope export``: render the chosen policy for a runtime (a CLI plugin, see PLUGINS in main.py).
 
     cope export --trace T --calibration C --profile P (-K K | --vram-gib G) [--cpu-threads N]
-                [--candidate ID|best] --format json|llama.cpp|ktransformers|sglang-kt|vllm
+                [--candidate ID|best]
+                --format json|llama.cpp|ik_llama.cpp|ktransformers|sglang-kt|vllm
                 [-o OUT [--force]] [--strict]
     cope export --from-policy FILE --format ... [-o OUT [--force]] [--strict]
     cope export --from-verify FILE [-K K] [--cpu-threads N] --format ... [-o OUT [--force]]
@@ -32,7 +33,8 @@ _BUILD_OPTIONS = (("--trace", "trace"), ("--profile", "profile"), ("--calibratio
 
 def register(subparsers) -> None:
     s = subparsers.add_parser(
-        "export", help="export a chosen policy: json, llama.cpp, ktransformers, sglang-kt, vllm",
+        "export", help="export a chosen policy: json, llama.cpp, ik_llama.cpp, ktransformers, "
+                       "sglang-kt, vllm",
         description="Render the chosen policy in the form a runtime takes, and say what that "
                     "runtime cannot express.")
     s.add_argument("--trace", help="evaluated routing trace (cope.trace/1)")

@@ -13,13 +13,15 @@ from __future__ import annotations
 from ..errors import CopeInputError
 from .build import build_policy
 from .common import Rendered
+from .ik_llamacpp import render_ik_llamacpp
 from .ktransformers import render_ktransformers
 from .llamacpp import render_llamacpp
 from .policy import SCHEMA, Policy, policy_json, read_policy, write_policy
 from .sglang_kt import DEFAULT_PT, render_sglang_kt
 from .vllm import render_vllm
 
-FORMATS: tuple[str, ...] = ("json", "llama.cpp", "ktransformers", "sglang-kt", "vllm")
+FORMATS: tuple[str, ...] = ("json", "llama.cpp", "ik_llama.cpp", "ktransformers", "sglang-kt",
+                             "vllm")
 
 
 def render(policy: Policy, fmt: str, *, strict: bool = False,
@@ -48,6 +50,8 @@ def render(policy: Policy, fmt: str, *, strict: bool = False,
         out = Rendered("json", policy_json(policy))
     elif fmt == "llama.cpp":
         out = render_llamacpp(policy)
+    elif fmt == "ik_llama.cpp":
+        out = render_ik_llamacpp(policy)
     elif fmt == "ktransformers":
         out = render_ktransformers(policy)
     elif fmt == "sglang-kt":

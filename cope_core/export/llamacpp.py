@@ -137,7 +137,9 @@ def render_llamacpp(policy: Policy) -> Rendered:
         lines.append("# llama.cpp's own cache of host experts (--moe-cache-mib, b11480+) was not "
                      "searched for this record: re-export to see it")
     short, explicit = llamacpp_flags(plan, policy.cpu_threads)
-    lines += ["# needs a build with -fit (PR #16653; b11434 has it)",
+    lines += ["# mainline llama.cpp only: in ik_llama.cpp -fit does not parse and -ncmoe N takes "
+              "the LAST N MoE layers (--format ik_llama.cpp)",
+              "# needs a build with -fit (PR #16653; b11434 has it)",
               f"llama-server -m MODEL.gguf {short}",
               "# or the same placement as an explicit tensor override:",
               f"llama-server -m MODEL.gguf {explicit}"]

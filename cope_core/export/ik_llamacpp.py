@@ -1,0 +1,85 @@
+r"""ik_llama.cpp flags for a policy: the same GGUF placement as llama.cpp, under its own flags.
+
+Read in ikawrakow/ik_llama.cpp at 8337e4cd3861406fc04e0854b1409cd1b027fbc9 (2026-08-15):
+
+* ``common/common.cpp``: ``-ncmoe N`` / ``-cmoe`` only set ``params.ncmoe``; ``-ot`` is split at
+  commas, then at the first ``=`` (``parse_buft_overrides``); ``--fit`` is a boolean (no value,
+  no ``-fit`` alias), and any argument no branch knows is ``error: unknown argument`` (exit 1),
+  so mainline's ``-fit off`` does not parse there.
+* ``src/llama-load-tensors.cpp`` (PR ikawrakow/ik_llama.cpp#2262, commit da2293ded, 2026-08-07):
+  on one GPU ``-ncmoe N`` puts the experts of the **last** N blocks that hold experts on the CPU
+  (scanning down from the last block, MTP layers left out), where mainline takes the first N;
+  user ``-ot`` entries come before ``-ncmoe``'s and ``std::regex_search`` takes the first match;
+  ``--fit`` refuses ``-ot`` and ``-ncmoe``. ``-ngl`` defaults to 999 with a GPU.
+
+COPE's layer partition keeps the *first* MoE layers on the CPU, so the exact line is an ``-ot``
+override of those blocks (ik_llama.cpp's own pattern, ``\.(weight|scale)``); the ``-ncmoe`` line
+is ik_llama.cpp's own placement, the last layers, at the number that fits the same VRAM.
+"""
+from __future__ import annotations
+
+from ..geometry import ModelGeometry
+from ..matrix import LAYER_PARTITION
+from .common import Rendered, gap_line, header, layer_partition_summary, whole_layer_equivalent
+from .layers import describe_blocks, int_set_regex
+from .policy import Policy
+
+#: the expert tensors ik_llama.cpp's -ncmoe moves (src/llama-load-tensors.cpp @ da2293ded)
+IK_EXPERTS = r"ffn_(up|down|gate|gate_up)_exps\.(weight|scale)"
+
+
+def ik_override(blocks: tuple[int, ...]) -> str:
+    """``-ot`` regex of every routed-expert tensor of exactly ``blocks``."""
+    return rf"blk\.{int_set_regex(blocks)}\.{IK_EXPERTS}"
+
+
+def last_layers_for_budget(g: ModelGeometry, n_cpu: int) -> int:
+    """The ``-ncmoe`` whose GPU layers (the first ones) take no more VRAM than the layer
+    partition's GPU layers (the last ``L - n_cpu``): the same count unless layers store their
+    experts differently."""
+    L = g.n_layers
+    budget = sum(g.layer_expert_bytes[n_cpu:])
+    n = n_cpu
+    while n < L and sum(g.layer_expert_bytes[:L - n]) > budget:
+        n += 1
+    return n
+
+
+def render_ik_llamacpp(policy: Policy) -> Rendered:
+    plan = policy.layer_plan
+    g = policy.model
+    L = g.n_layers
+    exact = whole_layer_equivalent(policy)
+    lines = header(policy, "ik_llama.cpp")
+    summary = ""
+    if not exact:
+        summary = layer_partition_summary(
+            policy, "ik_llama.cpp cannot express {candidate}: it places expert tensors, never "
+                    "single experts")
+        lines += [f"# ik_llama.cpp CANNOT express {policy.candidate}: GGUF keeps all experts of a "
+                  "layer in one tensor per projection; below, the nearest expressible policy,",
+                  f"# {LAYER_PARTITION} at the same VRAM (N_gpu = floor(K*L/E) = {plan.n_gpu}).",
+                  gap_line(policy, LAYER_PARTITION)]
+    lines += [f"# MoE layers on the CPU: {plan.n_cpu} of {L}, the first ones "
+              f"({describe_blocks(plan.cpu_blocks)}); on the GPU: {plan.n_gpu} "
+              f"({describe_blocks(plan.gpu_blocks)}); dense prefix: {plan.dense_layers} block(s)",
+              "# not mainline llama.cpp's flags: there is no -fit here (--fit is a switch, and "
+              "refuses -ot and -ncmoe), and -ncmoe N takes the LAST N",
+              "# MoE layers (PR ikawrakow/ik_llama.cpp#2262); the exact placement is the "
+              "override of the first ones:"]
+    common = f"-ngl 999 -t {policy.cpu_threads}"
+    if plan.n_cpu:
+        exact_ot = ik_override(plan.cpu_blocks)
+        lines.append(f"llama-server -m MODEL.gguf {common} -ot '{exact_ot}=CPU'")
+        n = last_layers_for_budget(g, plan.n_cpu)
+        last = tuple(range(g.dense_layers + L - n, g.dense_layers + L))
+        same = ("the same number of layers, priced alike" if n == plan.n_cpu else
+                f"{n - plan.n_cpu} more than the exact line: those layers store their experts "
+                "in more bytes")
+        lines += [f"# or ik_llama.cpp's own placement at the same VRAM: the last {n} MoE layers "
+                  f"({describe_blocks(last)}) on the CPU, {same}",
+                  f"llama-server -m MODEL.gguf {common} -ncmoe {n}"]
+    else:
+        lines.append(f"llama-server -m MODEL.gguf {common}")
+    return Rendered("ik_llama.cpp", "\n".join(lines) + "\n", exact=exact,
+                    deployed=None if exact else LAYER_PARTITION, summary=summary)

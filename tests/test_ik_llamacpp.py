@@ -1,0 +1,123 @@
+"""The ik_llama.cpp format against a replay of ik_llama.cpp's own parsing and placement
+(ikawrakow/ik_llama.cpp @ 8337e4cd3861406fc04e0854b1409cd1b027fbc9; it is not on a package
+registry and is not built here): ``common/common.cpp`` ``gpt_params_find_arg`` for the flags the
+exports use, an unknown argument being an error, and ``src/llama-load-tensors.cpp``'s overrides
+(user ``-ot`` first, then ``-ncmoe``'s last N blocks that hold experts; ``std::regex_search``,
+the first match wins)."""
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+
+import pytest
+from test_export import expert_tensor, gguf_names, make_policy
+
+from cope_core import parquet_io
+from cope_core.export import render
+from cope_core.export.ik_llamacpp import last_layers_for_budget
+from cope_core.geometry import get_model
+
+
+class UnknownArgument(Exception):
+    pass
+
+
+def ik_place(line: str, names: list[str]) -> set[str]:
+    """The tensors an ik_llama.cpp command line puts on the CPU (one GPU)."""
+    argv = shlex.split(line)[1:]
+    overrides, ncmoe, fit, i = [], 0, False, 0
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("--"):
+            a = a.replace("_", "-")
+        if a in ("-m", "-ngl", "-t"):
+            i += 2
+            continue
+        if a in ("-ot", "--override-tensor"):
+            for item in argv[i + 1].split(","):      # parse_buft_overrides: commas, then '='
+                pattern, _, target = item.partition("=")
+                overrides.append((pattern, target))
+            i += 2
+            continue
+        if a in ("-ncmoe", "--n-cpu-moe"):
+            ncmoe = int(argv[i + 1])
+            i += 2
+            continue
+        if a in ("-cmoe", "--cpu-moe"):
+            ncmoe = 999
+            i += 1
+            continue
+        if a == "--fit":
+            fit = True
+            i += 1
+            continue
+        raise UnknownArgument(f"error: unknown argument: {a}")
+    if fit and (ncmoe or overrides):
+        raise ValueError("--fit refuses -ncmoe and -ot")
+    blocks = sorted({int(n.split(".")[1]) for n in names
+                     if re.fullmatch(r"blk\.\d+\.ffn_down_exps\.weight", n)}, reverse=True)
+    for b in blocks[:ncmoe]:                         # the last N blocks holding experts
+        overrides.append((rf"blk\.{b}\.ffn_(up|down|gate|gate_up)_exps\.(weight|scale)", "CPU"))
+    placed = set()
+    for n in names:
+        for pattern, target in overrides:
+            if re.search(pattern, n):
+                if target == "CPU":
+                    placed.add(n)
+                break
+    return placed
+
+
+def _lines(text: str) -> list[str]:
+    return [x for x in text.splitlines() if x.startswith("llama-server ")]
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "deepseek-v2-lite", "qwen3-30b-a3b"])
+@pytest.mark.parametrize("frac", [0.0, 0.3, 0.9, 1.0])
+def test_the_exact_line_places_the_first_layers_and_ncmoe_the_last(name, frac):
+    g = get_model(name)
+    K = int(frac * g.n_experts)
+    policy = make_policy(g, K, "layer_partition")
+    plan = policy.layer_plan
+    names = gguf_names(g, scales=True)
+    lines = _lines(render(policy, "ik_llama.cpp").text)
+    first = {n for n in names if expert_tensor(n) in plan.cpu_blocks
+             and n.endswith((".weight", ".scale"))}
+    assert ik_place(lines[0], names) == first
+    if plan.n_cpu:
+        assert len(lines) == 2 and f"-ncmoe {plan.n_cpu}" in lines[1]
+        last = set(range(g.dense_layers + plan.n_gpu, g.dense_layers + g.n_layers))
+        assert {expert_tensor(n) for n in ik_place(lines[1], names)} == last
+    else:
+        assert len(lines) == 1 and ik_place(lines[0], names) == set()
+
+
+def test_mainline_lines_do_not_parse_in_ik_llamacpp():
+    g = get_model("mixtral-8x7b")
+    text = render(make_policy(g, 3, "layer_partition"), "llama.cpp").text
+    assert "mainline llama.cpp only" in text
+    with pytest.raises(UnknownArgument, match="-fit"):
+        ik_place(_lines(text)[0], gguf_names(g))
+
+
+def test_a_cannot_express_candidate_falls_back_to_the_layer_partition():
+    g = get_model("deepseek-v2-lite")
+    r = render(make_policy(g, 20, "mutable_per_layer/ready_first"), "ik_llama.cpp")
+    assert not r.exact and r.deployed == "layer_partition"
+    assert "ik_llama.cpp CANNOT express mutable_per_layer/ready_first" in r.text
+
+
+def test_ncmoe_fits_the_same_vram_when_layers_store_their_experts_differently():
+    g = parquet_io.read_trace("data/examples/gguf-qwen3-30b-a3b-q4_k_m-trace.parquet").model
+    b = g.layer_expert_bytes
+    for n_cpu in range(g.n_layers + 1):
+        n = last_layers_for_budget(g, n_cpu)
+        assert sum(b[:g.n_layers - n]) <= sum(b[n_cpu:])           # fits the same VRAM
+        assert n == n_cpu or sum(b[:g.n_layers - n + 1]) > sum(b[n_cpu:])  # and is the least
+    # a file whose first layers store more bytes: the last-N rule needs one more host layer
+    big = dataclasses.replace(g.expert_layers[0], down_type="Q8_0",
+                              down_bytes=2 * g.expert_layers[0].down_bytes)
+    g2 = dataclasses.replace(g, expert_layers=(big, big) + g.expert_layers[2:])
+    assert last_layers_for_budget(g2, 0) == 0          # everything on the GPU either way
+    assert last_layers_for_budget(g2, 2) == 3 and last_layers_for_budget(g2, 10) == 11
