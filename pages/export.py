@@ -1,5 +1,6 @@
 """Export: the chosen or best candidate as a cope.policy/1 JSON file and in the form each runtime
-takes (llama.cpp, ik_llama.cpp, KTransformers, SGLang-KT, vLLM), by the same functions as `cope export`."""
+takes (llama.cpp, ik_llama.cpp, KTransformers, SGLang-KT, vLLM), by the same functions as
+`cope export`."""
 import streamlit as st
 
 from cope_core.app import dataset as dsm
