@@ -1,6 +1,6 @@
 """Export: the chosen or best candidate as a cope.policy/1 JSON file and in the form each runtime
-takes (llama.cpp, ik_llama.cpp, KTransformers, SGLang-KT, vLLM), by the same functions as
-`cope export`."""
+takes (llama.cpp, ik_llama.cpp, exllamav3, KTransformers, SGLang-KT, vLLM), by the same
+functions as `cope export`."""
 import streamlit as st
 
 from cope_core.app import dataset as dsm
@@ -14,6 +14,7 @@ VIEWS = {
     "json": ("JSON (cope.policy/1)", ".policy.json", "json", "application/json"),
     "llama.cpp": ("llama.cpp", ".llama.cpp.sh", "bash", "text/x-shellscript"),
     "ik_llama.cpp": ("ik_llama.cpp", ".ik_llama.cpp.sh", "bash", "text/x-shellscript"),
+    "exllamav3": ("exllamav3", ".exllamav3.sh", "bash", "text/x-shellscript"),
     "ktransformers": ("KTransformers", ".ktransformers.yaml", "yaml", "application/yaml"),
     "sglang-kt": ("SGLang-KT", ".sglang-kt.sh", "bash", "text/x-shellscript"),
     "vllm": ("vLLM", ".vllm.sh", "bash", "text/x-shellscript"),
@@ -50,7 +51,8 @@ for fmt, tab in zip(FORMATS, st.tabs([VIEWS[f][0] for f in FORMATS])):
     label, suffix, language, mime = VIEWS[fmt]
     with tab:
         try:
-            out = render(policy, fmt, strict=strict, pt_path=stem + ".pt")
+            out = render(policy, fmt, strict=strict, pt_path=stem + ".pt",
+                         stats_path=stem + ".exl3-stats.json")
         except UnsupportedByRuntime as exc:   # not this model, whatever the candidate
             st.info(exc.detail)
             continue
@@ -67,7 +69,7 @@ for fmt, tab in zip(FORMATS, st.tabs([VIEWS[f][0] for f in FORMATS])):
         st.download_button(f"Download {stem + suffix}", data=out.text, file_name=stem + suffix,
                            mime=mime, key=f"download_{fmt}")
         for path, data in out.files:
-            st.download_button(f"Download {path} (the tensor the flags name)", data=data,
+            st.download_button(f"Download {path} (the file the flags name)", data=data,
                                file_name=path, mime="application/octet-stream",
                                key=f"download_{fmt}_file")
         st.code(out.text, language=language)

@@ -9,6 +9,9 @@
 #   vLLM 0.33.0       installed --no-deps, with the exact packages its argument parser imports
 #                     (scripts/vllm-parser-requirements.txt, also --no-deps), into a virtual
 #                     environment -> $CACHE/venv-vllm-0.33.0 (no engine is started)
+#   exllamav3 1.6.5   the wheel from PyPI, unpacked, never imported (its package JIT-compiles a
+#                     CUDA extension at import): the tests run its own argument parser and
+#                     expert placement code from the source -> $CACHE/exllamav3-1.6.5/
 #
 # Prints one line per runtime; what the tools printed goes to $CACHE/logs/. Each runtime is made
 # in a staging folder of its own and renamed into place only once it works, so a failed or
@@ -97,5 +100,27 @@ else
     discard "$VLLM"
     echo "runtimes: vLLM 0.33.0 could not be set up (log: $log); its tests will skip" >&2
   fi
+fi
+# --- exllamav3 ------------------------------------------------------------------------------------
+EXL3="$CACHE/exllamav3-1.6.5"
+if [ -f "$EXL3/exllamav3/model_init.py" ]; then
+  echo "runtimes: exllamav3 1.6.5 source ready (cached in $EXL3)"
+else
+  log="$LOGS/exllamav3-1.6.5.log"
+  : > "$log"
+  tmp=$(mktemp -d)
+  stage="$EXL3.partial-$$"
+  if "$PY" -m pip download "${PIP[@]}" --no-deps --only-binary :all: "exllamav3==1.6.5" \
+        -d "$tmp" >>"$log" 2>&1 \
+     && mkdir -p "$stage" \
+     && "$PY" -m zipfile -e "$tmp"/exllamav3-1.6.5-py3-none-any.whl "$stage" >>"$log" 2>&1 \
+     && discard "$EXL3" && mv "$stage" "$EXL3"
+  then
+    echo "runtimes: exllamav3 1.6.5 unpacked ($EXL3)"
+  else
+    discard "$stage"
+    echo "runtimes: exllamav3 1.6.5 could not be fetched (log: $log); its tests will skip" >&2
+  fi
+  rm -rf "$tmp"
 fi
 exit 0

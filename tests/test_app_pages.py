@@ -578,7 +578,7 @@ def _shown(at) -> dict[str, str]:
     """The rendered text of each format whose tab shows one (a strict error shows none)."""
     tabs = {t.label: t for t in at.tabs}
     labels = dict(zip(FORMATS, ("JSON (cope.policy/1)", "llama.cpp", "ik_llama.cpp",
-                                "KTransformers", "SGLang-KT", "vLLM")))
+                                "exllamav3", "KTransformers", "SGLang-KT", "vLLM")))
     return {f: tabs[labels[f]].code[0].value for f in FORMATS if len(tabs[labels[f]].code)}
 
 
@@ -605,8 +605,8 @@ def test_export_page_renders_every_runtime_format(qwen, downloads):
         render(pol, "ktransformers")
     assert list(shown) == [f for f in FORMATS if f != "ktransformers"]
     assert _without_time(shown["json"]) == _without_time(policy_json(pol))
-    lib = {f: render(pol, f, pt_path=stem + ".pt") for f in FORMATS
-           if f not in ("json", "ktransformers")}          # in the page's order
+    lib = {f: render(pol, f, pt_path=stem + ".pt", stats_path=stem + ".exl3-stats.json")
+           for f in FORMATS if f not in ("json", "ktransformers")}   # in the page's order
     for fmt, r in lib.items():
         assert shown[fmt] == r.text.rstrip("\n")      # st.code drops the final newline
     assert downloads[stem + ".llama.cpp.sh"] == lib["llama.cpp"].text.encode()
@@ -619,7 +619,7 @@ def test_export_page_renders_every_runtime_format(qwen, downloads):
     assert not at.error and [x.value for x in at.info] == [refusal.value.detail]
     assert [x.value for x in at.warning] == [r.summary for r in lib.values() if not r.exact]
     labels = {"llama.cpp": "llama.cpp", "ik_llama.cpp": "ik_llama.cpp", "vllm": "vLLM",
-              "sglang-kt": "SGLang-KT"}
+              "sglang-kt": "SGLang-KT", "exllamav3": "exllamav3"}
     assert [x.value for x in at.success] == [f"{labels[f]} runs exactly {w.candidate}."
                                              for f, r in lib.items() if r.exact]
     assert any("layer_partition is predicted at" in x.value for x in at.warning)
@@ -655,7 +655,7 @@ def test_export_page_strict_makes_an_inexpressible_candidate_an_error(qwen):
     k = whatif.k_for_budget(tr.model, 20.0)
     pol = _policy(tr, cal, prof, k, "fixed/ready_first")
     messages = []
-    for fmt in ("llama.cpp", "ik_llama.cpp", "sglang-kt", "vllm"):
+    for fmt in ("llama.cpp", "ik_llama.cpp", "exllamav3", "sglang-kt", "vllm"):
         with pytest.raises(CopeInputError) as exc:
             render(pol, fmt, strict=True)
         messages.append(str(exc.value))
@@ -663,13 +663,13 @@ def test_export_page_strict_makes_an_inexpressible_candidate_an_error(qwen):
     assert len(at.info) == 1 and "balance_serve" in at.info[0].value   # KTransformers: n/a
     assert all("\n" not in m for m in messages)
     assert list(_shown(at)) == ["json"] and not at.warning
-    # layer_partition runs exactly on llama.cpp, ik_llama.cpp and SGLang-KT; vLLM never; legacy
-    # KTransformers cannot run this Qwen3-MoE placement at all (strict or not)
+    # layer_partition runs exactly on llama.cpp, ik_llama.cpp, exllamav3 and SGLang-KT; vLLM never;
+    # legacy KTransformers cannot run this Qwen3-MoE placement at all (strict or not)
     at.selectbox(key="_w_cand").set_value("layer_partition")
     rerun(at)
     assert len(at.error) == 1 and at.error[0].value.startswith("field 'format': vLLM cannot")
     assert len(at.info) == 1 and "balance_serve" in at.info[0].value
-    assert list(_shown(at)) == ["json", "llama.cpp", "ik_llama.cpp", "sglang-kt"]
+    assert list(_shown(at)) == ["json", "llama.cpp", "ik_llama.cpp", "exllamav3", "sglang-kt"]
     at.toggle(key="_w_strict").set_value(False)
     rerun(at)
     assert not at.error and list(_shown(at)) == [f for f in FORMATS if f != "ktransformers"]

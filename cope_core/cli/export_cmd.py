@@ -2,7 +2,7 @@
 
     cope export --trace T --calibration C --profile P (-K K | --vram-gib G) [--cpu-threads N]
                 [--candidate ID|best]
-                --format json|llama.cpp|ik_llama.cpp|ktransformers|sglang-kt|vllm
+                --format json|llama.cpp|ik_llama.cpp|exllamav3|ktransformers|sglang-kt|vllm
                 [-o OUT [--force]] [--strict]
     cope export --from-policy FILE --format ... [-o OUT [--force]] [--strict]
     cope export --from-verify FILE [-K K] [--cpu-threads N] --format ... [-o OUT [--force]]
@@ -17,7 +17,15 @@ from pathlib import Path
 
 from .. import parquet_io
 from ..errors import CopeInputError
-from ..export import DEFAULT_PT, FORMATS, build_policy, read_policy, render
+from ..export import (
+    DEFAULT_PT,
+    DEFAULT_STATS,
+    FILE_SUFFIX,
+    FORMATS,
+    build_policy,
+    read_policy,
+    render,
+)
 from ..files import check_writable, sha256_file, write_atomic
 from ..platforms import resolve_platform
 from ..verify import read_verify
@@ -33,8 +41,8 @@ _BUILD_OPTIONS = (("--trace", "trace"), ("--profile", "profile"), ("--calibratio
 
 def register(subparsers) -> None:
     s = subparsers.add_parser(
-        "export", help="export a chosen policy: json, llama.cpp, ik_llama.cpp, ktransformers, "
-                       "sglang-kt, vllm",
+        "export", help="export a chosen policy: json, llama.cpp, ik_llama.cpp, exllamav3, "
+                       "ktransformers, sglang-kt, vllm",
         description="Render the chosen policy in the form a runtime takes, and say what that "
                     "runtime cannot express.")
     s.add_argument("--trace", help="evaluated routing trace (cope.trace/1)")
@@ -60,7 +68,11 @@ def register(subparsers) -> None:
     s.add_argument("--format", required=True, choices=FORMATS,
                    help="output format: the cope.policy/1 JSON or a runtime's settings")
     s.add_argument("-o", "--output", help="write here instead of stdout (sglang-kt: the .pt goes "
-                                          "next to it, the flags are printed)")
+                                          "next to it, exllamav3: the stats .json; the flags are "
+                                          "printed)")
+    s.add_argument("--exl3-bits", type=float, metavar="BPW",
+                   help="exllamav3: the model's bits per weight (config.json "
+                        "quantization_config.bits), to size its experts in VRAM and RAM")
     s.add_argument("--force", action="store_true", help="overwrite existing files")
     s.add_argument("--strict", action="store_true",
                    help="fail (exit 2) when the runtime cannot run exactly the chosen candidate")
@@ -133,31 +145,37 @@ def _policy(args: argparse.Namespace):
 
 def cmd_export(args: argparse.Namespace) -> int:
     out = args.output
-    pt_path = DEFAULT_PT
-    if args.format == "sglang-kt":
+    suffix = FILE_SUFFIX.get(args.format)
+    side = DEFAULT_PT if args.format == "sglang-kt" else DEFAULT_STATS
+    if suffix:
+        what = "tensor" if args.format == "sglang-kt" else "expert-statistics"
         if not out:
-            raise CopeInputError("the sglang-kt format writes a tensor file: give -o OUT (the .pt "
-                                 "goes next to it)", field="--output")
-        pt_path = out if out.endswith(".pt") else str(Path(out).with_suffix(".pt"))
+            raise CopeInputError(f"the {args.format} format writes a {what} file: give -o OUT "
+                                 f"(the {suffix} goes next to it)", field="--output")
+        side = out if out.endswith(suffix) else str(Path(out).with_suffix(suffix))
+    if args.exl3_bits is not None and not 1.0 <= args.exl3_bits <= 16.0:
+        raise CopeInputError(f"expected bits per weight in [1, 16], got {args.exl3_bits:g}",
+                             field="--exl3-bits")
     policy = _policy(args)
-    r = render(policy, args.format, strict=args.strict, pt_path=pt_path)
+    r = render(policy, args.format, strict=args.strict, pt_path=side, stats_path=side,
+               exl3_bits=args.exl3_bits)
     if not r.exact:
         warnings.warn(r.summary, stacklevel=2)
     if out is None:
         sys.stdout.write(r.text)
         return 0
     targets = list(r.files)
-    if not out.endswith(".pt") or args.format != "sglang-kt":
+    if not (suffix and out.endswith(suffix)):
         targets.append((out, r.text.encode()))
     for path, _ in targets:  # refuse before writing anything
         check_writable(path, overwrite=args.force)
     for path, data in targets:
         write_atomic(path, data, overwrite=args.force)
     runs = "" if r.exact else f" (runs {r.deployed or 'a setting outside the matrix'} instead)"
-    for path, _ in targets:  # sglang-kt prints its flags on stdout, so the notes go to stderr
+    for path, _ in targets:  # these formats print their flags on stdout: the notes go to stderr
         print(f"wrote {path}: {args.format} for {policy.candidate} at K = "
               f"{policy.experts_per_layer}{runs}",
-              file=sys.stderr if args.format == "sglang-kt" else sys.stdout)
-    if args.format == "sglang-kt":
+              file=sys.stderr if suffix else sys.stdout)
+    if suffix:
         sys.stdout.write(r.text)
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..errors import CopeInputError
 from .build import build_policy
 from .common import Rendered
+from .exllamav3 import DEFAULT_STATS, render_exllamav3
 from .ik_llamacpp import render_ik_llamacpp
 from .ktransformers import render_ktransformers
 from .llamacpp import render_llamacpp
@@ -20,12 +21,15 @@ from .policy import SCHEMA, Policy, policy_json, read_policy, write_policy
 from .sglang_kt import DEFAULT_PT, render_sglang_kt
 from .vllm import render_vllm
 
-FORMATS: tuple[str, ...] = ("json", "llama.cpp", "ik_llama.cpp", "ktransformers", "sglang-kt",
-                             "vllm")
+FORMATS: tuple[str, ...] = ("json", "llama.cpp", "ik_llama.cpp", "exllamav3", "ktransformers",
+                             "sglang-kt", "vllm")
+#: Formats that write a file beside their text, and its suffix (``cope export`` needs ``-o``).
+FILE_SUFFIX = {"sglang-kt": ".pt", "exllamav3": ".json"}
 
 
 def render(policy: Policy, fmt: str, *, strict: bool = False,
-           pt_path: str = DEFAULT_PT) -> Rendered:
+           pt_path: str = DEFAULT_PT, stats_path: str = DEFAULT_STATS,
+           exl3_bits: float | None = None) -> Rendered:
     """Render ``policy`` for one runtime.
 
     Parameters
@@ -39,6 +43,10 @@ def render(policy: Policy, fmt: str, *, strict: bool = False,
     pt_path : str
         For ``sglang-kt``: the path the flags give for the expert-location tensor (its bytes are
         in ``Rendered.files`` under that name).
+    stats_path, exl3_bits : str, float
+        For ``exllamav3``: the path of the expert-statistics JSON the environment names (in
+        ``Rendered.files``), and the model's bits per weight for its memory note (None: not
+        sized).
 
     Returns
     -------
@@ -52,6 +60,8 @@ def render(policy: Policy, fmt: str, *, strict: bool = False,
         out = render_llamacpp(policy)
     elif fmt == "ik_llama.cpp":
         out = render_ik_llamacpp(policy)
+    elif fmt == "exllamav3":
+        out = render_exllamav3(policy, stats_path, exl3_bits)
     elif fmt == "ktransformers":
         out = render_ktransformers(policy)
     elif fmt == "sglang-kt":
@@ -66,5 +76,5 @@ def render(policy: Policy, fmt: str, *, strict: bool = False,
     return out
 
 
-__all__ = ["DEFAULT_PT", "FORMATS", "SCHEMA", "Policy", "Rendered", "build_policy",
-           "policy_json", "read_policy", "render", "write_policy"]
+__all__ = ["DEFAULT_PT", "DEFAULT_STATS", "FILE_SUFFIX", "FORMATS", "SCHEMA", "Policy", "Rendered",
+           "build_policy", "policy_json", "read_policy", "render", "write_policy"]
