@@ -1,6 +1,6 @@
 """Export: the chosen or best candidate as a cope.policy/1 JSON file and in the form each runtime
-takes (llama.cpp, ik_llama.cpp, exllamav3, KTransformers, SGLang-KT, vLLM), by the same
-functions as `cope export`."""
+takes (llama.cpp, ik_llama.cpp, exllamav3, KTransformers, SGLang-KT, vLLM, FreeToken, fastllm),
+by the same functions as `cope export`."""
 import streamlit as st
 
 from cope_core.app import dataset as dsm
@@ -18,6 +18,8 @@ VIEWS = {
     "ktransformers": ("KTransformers", ".ktransformers.yaml", "yaml", "application/yaml"),
     "sglang-kt": ("SGLang-KT", ".sglang-kt.sh", "bash", "text/x-shellscript"),
     "vllm": ("vLLM", ".vllm.sh", "bash", "text/x-shellscript"),
+    "freetoken": ("FreeToken", ".freetoken.sh", "bash", "text/x-shellscript"),
+    "fastllm": ("fastllm", ".fastllm.sh", "bash", "text/x-shellscript"),
 }
 
 ds = session.page("Export a policy", predictable=True)

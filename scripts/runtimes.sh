@@ -12,6 +12,10 @@
 #   exllamav3 1.6.5   the wheel from PyPI, unpacked, never imported (its package JIT-compiles a
 #                     CUDA extension at import): the tests run its own argument parser and
 #                     expert placement code from the source -> $CACHE/exllamav3-1.6.5/
+#   FreeToken 0.2.1   installed --no-deps into a folder with what its server's argument parser
+#                     imports beyond the test environment (msgpack, flashlib 0.4.0, triton)
+#                     -> $CACHE/freetoken-0.2.1/ (no server is started)
+#   fastllm 1.9.0     the PyPI package ftllm, --no-deps -> $CACHE/ftllm-1.9.0/ (its CLI parser)
 #
 # Prints one line per runtime; what the tools printed goes to $CACHE/logs/. Each runtime is made
 # in a staging folder of its own and renamed into place only once it works, so a failed or
@@ -123,4 +127,29 @@ else
   fi
   rm -rf "$tmp"
 fi
+# --- FreeToken and fastllm: argument parsers in folders put on PYTHONPATH by the tests ---------
+parser_ready() {  # folder, module whose import proves it
+  PYTHONPATH="$1" timeout 300 "$PY" -c "import $2" >/dev/null 2>&1
+}
+setup_parser() {  # name, folder, module, packages...
+  local name="$1" dir="$2" module="$3"
+  shift 3
+  if [ -d "$dir" ] && parser_ready "$dir" "$module"; then
+    echo "runtimes: $name parser ready (cached in $dir)"
+    return
+  fi
+  local log="$LOGS/$name.log" stage="$dir.partial-$$"
+  : > "$log"
+  if "$PY" -m pip install "${PIP[@]}" --no-deps --target "$stage" "$@" >>"$log" 2>&1 \
+     && parser_ready "$stage" "$module" && discard "$dir" && mv "$stage" "$dir"
+  then
+    echo "runtimes: $name parser installed ($dir)"
+  else
+    discard "$stage"
+    echo "runtimes: $name could not be set up (log: $log); its tests will skip" >&2
+  fi
+}
+setup_parser freetoken-0.2.1 "$CACHE/freetoken-0.2.1" freetoken.server.args \
+  "freetoken==0.2.1" "msgpack>=1.1,<2" "flashlib==0.4.0" "triton>=3.6,<3.9"
+setup_parser ftllm-1.9.0 "$CACHE/ftllm-1.9.0" ftllm.cli "ftllm==1.9.0"
 exit 0

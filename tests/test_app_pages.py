@@ -578,7 +578,8 @@ def _shown(at) -> dict[str, str]:
     """The rendered text of each format whose tab shows one (a strict error shows none)."""
     tabs = {t.label: t for t in at.tabs}
     labels = dict(zip(FORMATS, ("JSON (cope.policy/1)", "llama.cpp", "ik_llama.cpp",
-                                "exllamav3", "KTransformers", "SGLang-KT", "vLLM")))
+                                "exllamav3", "KTransformers", "SGLang-KT", "vLLM", "FreeToken",
+                                "fastllm")))
     return {f: tabs[labels[f]].code[0].value for f in FORMATS if len(tabs[labels[f]].code)}
 
 
@@ -619,7 +620,8 @@ def test_export_page_renders_every_runtime_format(qwen, downloads):
     assert not at.error and [x.value for x in at.info] == [refusal.value.detail]
     assert [x.value for x in at.warning] == [r.summary for r in lib.values() if not r.exact]
     labels = {"llama.cpp": "llama.cpp", "ik_llama.cpp": "ik_llama.cpp", "vllm": "vLLM",
-              "sglang-kt": "SGLang-KT", "exllamav3": "exllamav3"}
+              "sglang-kt": "SGLang-KT", "exllamav3": "exllamav3", "freetoken": "FreeToken",
+              "fastllm": "fastllm"}
     assert [x.value for x in at.success] == [f"{labels[f]} runs exactly {w.candidate}."
                                              for f, r in lib.items() if r.exact]
     assert any("layer_partition is predicted at" in x.value for x in at.warning)
@@ -655,7 +657,8 @@ def test_export_page_strict_makes_an_inexpressible_candidate_an_error(qwen):
     k = whatif.k_for_budget(tr.model, 20.0)
     pol = _policy(tr, cal, prof, k, "fixed/ready_first")
     messages = []
-    for fmt in ("llama.cpp", "ik_llama.cpp", "exllamav3", "sglang-kt", "vllm"):
+    for fmt in ("llama.cpp", "ik_llama.cpp", "exllamav3", "sglang-kt", "vllm", "freetoken",
+                "fastllm"):
         with pytest.raises(CopeInputError) as exc:
             render(pol, fmt, strict=True)
         messages.append(str(exc.value))
@@ -667,9 +670,12 @@ def test_export_page_strict_makes_an_inexpressible_candidate_an_error(qwen):
     # legacy KTransformers cannot run this Qwen3-MoE placement at all (strict or not)
     at.selectbox(key="_w_cand").set_value("layer_partition")
     rerun(at)
-    assert len(at.error) == 1 and at.error[0].value.startswith("field 'format': vLLM cannot")
+    assert [e.value.split(":")[1].strip() for e in at.error] == ["vLLM cannot express "
+                                                                 "layer_partition", "FreeToken "
+                                                                 "cannot express layer_partition"]
     assert len(at.info) == 1 and "balance_serve" in at.info[0].value
-    assert list(_shown(at)) == ["json", "llama.cpp", "ik_llama.cpp", "exllamav3", "sglang-kt"]
+    assert list(_shown(at)) == ["json", "llama.cpp", "ik_llama.cpp", "exllamav3", "sglang-kt",
+                                "fastllm"]
     at.toggle(key="_w_strict").set_value(False)
     rerun(at)
     assert not at.error and list(_shown(at)) == [f for f in FORMATS if f != "ktransformers"]

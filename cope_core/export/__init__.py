@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..errors import CopeInputError
 from .build import build_policy
+from .cache_runtimes import render_fastllm, render_freetoken
 from .common import Rendered
 from .exllamav3 import DEFAULT_STATS, render_exllamav3
 from .ik_llamacpp import render_ik_llamacpp
@@ -22,7 +23,7 @@ from .sglang_kt import DEFAULT_PT, render_sglang_kt
 from .vllm import render_vllm
 
 FORMATS: tuple[str, ...] = ("json", "llama.cpp", "ik_llama.cpp", "exllamav3", "ktransformers",
-                             "sglang-kt", "vllm")
+                             "sglang-kt", "vllm", "freetoken", "fastllm")
 #: Formats that write a file beside their text, and its suffix (``cope export`` needs ``-o``).
 FILE_SUFFIX = {"sglang-kt": ".pt", "exllamav3": ".json"}
 
@@ -68,6 +69,10 @@ def render(policy: Policy, fmt: str, *, strict: bool = False,
         out = render_sglang_kt(policy, pt_path)
     elif fmt == "vllm":
         out = render_vllm(policy)
+    elif fmt == "freetoken":
+        out = render_freetoken(policy)
+    elif fmt == "fastllm":
+        out = render_fastllm(policy)
     else:
         raise CopeInputError(f"unknown format {fmt!r}; expected one of {list(FORMATS)}",
                              field="format")
