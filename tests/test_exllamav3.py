@@ -139,3 +139,28 @@ def test_cli_writes_the_stats_file_next_to_the_output(tmp_path, capsys):
     assert f"EXL3_MOE_CPU_SPLIT_STATS={tmp_path / 'run.json'}" in cap.out
     assert main(["export", "--from-policy", "x.json", "--format", "exllamav3"]) == 2
     assert "give -o OUT" in capsys.readouterr().err
+
+
+# --- SGLang-KT's --kt-method (a replay: sglang-kt does not install on this CPU machine) ----------
+#: kt-kernel's inference methods, kvcache-ai/ktransformers 95009ea kt-kernel/python/experts.py
+KT_INFERENCE_METHODS = {"AMXINT4", "AMXINT8", "RAWINT4", "FP8", "BF16", "FP8_PERCHANNEL",
+                        "GPTQ_INT4", "SYCL_GPTQ_INT4", "MXFP4", "MXFP8", "LLAMAFILE", "MOE_INT4",
+                        "MOE_INT8"}
+
+
+def test_sglang_kt_selects_the_kernel_the_profile_priced(tmp_path):
+    from cope_core import parquet_io
+    bf16 = render(make_policy(get_model("qwen3-30b-a3b"), 29), "sglang-kt",
+                  pt_path=str(tmp_path / "a.pt"))
+    gguf_g = parquet_io.read_trace("data/examples/gguf-qwen3-30b-a3b-q4_k_m-trace.parquet").model
+    gguf = render(make_policy(gguf_g, 100), "sglang-kt", pt_path=str(tmp_path / "b.pt"))
+    for r, want in ((bf16, "BF16"), (gguf, "LLAMAFILE")):
+        line = next(x for x in r.text.splitlines() if x.startswith("python -m sglang"))
+        words = shlex.split(line)
+        method = words[words.index("--kt-method") + 1]
+        assert method == want and method in KT_INFERENCE_METHODS
+        assert "AMXINT4 would run a 4-bit AMX kernel the profile did not price" in r.text
+    g = get_model("qwen3-30b-a3b")
+    want_gib = g.n_layers * g.n_experts * g.expert_bytes / 2**30
+    assert f"host RAM for routed experts: {want_gib:.2f} GiB" in bf16.text
+    assert "kvcache-ai/ktransformers#2084" in bf16.text

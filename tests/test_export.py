@@ -26,7 +26,7 @@ from tiny import tiny_geometry, tiny_profile, tiny_trace
 
 from cope_core import parquet_io
 from cope_core.cli.main import main
-from cope_core.errors import CopeInputError
+from cope_core.errors import CopeInputError, UnsupportedByRuntime
 from cope_core.estimate.predict import predict
 from cope_core.export import (
     FORMATS,
@@ -463,7 +463,11 @@ def test_json_round_trip(files):
     assert policy_json(again) == policy_json(pol)
     assert again.to_dict() == pol.to_dict()
     for fmt in FORMATS:
-        assert render(again, fmt).text == render(pol, fmt).text
+        try:
+            assert render(again, fmt).text == render(pol, fmt).text
+        except UnsupportedByRuntime:      # exllamav3 has no architecture for the tiny model
+            with pytest.raises(UnsupportedByRuntime):
+                render(again, fmt)
 
 
 def test_vram_budget_sets_k():

@@ -25,7 +25,7 @@ same VRAM, a policy outside the Policy Matrix (demand-filled or heat-driven), an
 from __future__ import annotations
 
 from ..matrix import LAYER_PARTITION, Execution, Residency, get_candidate
-from .common import Rendered, header
+from .common import Rendered, header, host_ram_line
 from .ik_llamacpp import last_layers_for_budget
 from .policy import Policy
 
@@ -59,6 +59,9 @@ def render_freetoken(policy: Policy) -> Rendered:
     K, L, E = policy.experts_per_layer, g.n_layers, g.n_experts
     kind = _kind(policy)
     lines = header(policy, "FreeToken")
+    if kind != "gpu":
+        lines.append(host_ram_line(policy, L * E, "the offload family serves every expert from "
+                                                  "pinned host banks"))
     base = f"ft serve --model MODEL --moe-cpu-threads {policy.cpu_threads}"
     summary = ""
     if kind == "gpu":
@@ -101,7 +104,9 @@ def render_fastllm(policy: Policy) -> Rendered:
     if kind == "gpu":
         lines += ["# every routed expert on the GPU", base]
     elif kind == "cpu":
-        lines += ["# every routed expert on the CPU", f"{base} --moe_device cpu"]
+        lines += ["# every routed expert on the CPU",
+                  host_ram_line(policy, L * g.n_experts, "every expert"),
+                  f"{base} --moe_device cpu"]
     elif kind == "layers":
         plan = policy.layer_plan
         n = last_layers_for_budget(g, plan.n_cpu)
@@ -109,11 +114,14 @@ def render_fastllm(policy: Policy) -> Rendered:
                 f"{n - plan.n_cpu} more: the first layers store their experts in more bytes")
         lines.append(f"# {LAYER_PARTITION}: fastllm puts the LAST N MoE layers' experts on the "
                      f"CPU (--moe_device_layers): N = {n} ({same})")
+        lines.append(host_ram_line(policy, n * g.n_experts, "the host layers' experts"))
         lines.append(f"{base} --moe_device cpu --moe_device_layers {n}" if n else base)
     else:
         more, summary = _outside(policy, "fastllm", "heat-driven expert cache")
         mib = max(int(K * g.per_k_bytes // 2**20), 1)
-        lines += more + [f"# --moe_cuda_cache {mib}m = the VRAM of K = {K} experts in each of "
+        lines += more + [host_ram_line(policy, L * g.n_experts, "every expert (the cache copies "
+                                                                 "some to the GPU)"),
+                         f"# --moe_cuda_cache {mib}m = the VRAM of K = {K} experts in each of "
                          f"the {L} MoE layers; misses on the CPU",
                          f"{base} --moe_device cpu --moe_cuda_cache {mib}m"]
     exact = kind != "cache"

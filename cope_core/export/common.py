@@ -122,3 +122,12 @@ def gap_summary(policy: Policy, nearest: str) -> str:
         return f"{nearest} itself is predicted at {ms(mine)}/token"
     pct = (near - mine) / mine * 100 if mine > 0 else 0.0
     return f"{nearest} is predicted at {ms(near)}/token, {pct:+.1f}% against {ms(mine)}"
+
+
+def host_ram_line(policy: Policy, experts: int, why: str) -> str:
+    """How much host RAM the routed experts a runtime keeps there take, as priced (the policy's
+    stored bytes per expert); ``why`` says which experts the runtime keeps there."""
+    g = policy.model
+    gib = experts * g.expert_bytes / 2**30
+    return (f"# host RAM for routed experts: {gib:.2f} GiB ({experts} experts at "
+            f"{g.expert_bytes / 2**20:.2f} MiB, {g.format_name}): {why}")

@@ -26,7 +26,7 @@ import json
 from ..errors import UnsupportedByRuntime
 from ..geometry import GIB, ModelGeometry
 from ..matrix import LAYER_PARTITION, Execution, Residency, candidate_id, get_candidate
-from .common import Rendered, gap_line, gap_summary, header
+from .common import Rendered, gap_line, gap_summary, header, host_ram_line
 from .policy import Policy
 
 DEPLOYED = candidate_id(Residency.FIXED, Execution.PARALLEL)
@@ -124,6 +124,7 @@ def render_exllamav3(policy: Policy, stats_path: str = DEFAULT_STATS,
             n_cpu = g.n_layers                    # fixed/parallel at K = 0: every layer's experts
         lines.append(f"# the routed experts of the first {n_cpu} of {g.n_layers} MoE layers on "
                      "the CPU (whole layers), the rest on the GPU")
+        lines.append(host_ram_line(policy, n_cpu * E, "the CPU worker's layers"))
         lines += memory_lines(policy, bits)
         lines.append(base + (f" -mcl {n_cpu}" if n_cpu else ""))
     elif K == E:
@@ -135,7 +136,8 @@ def render_exllamav3(policy: Policy, stats_path: str = DEFAULT_STATS,
         lines += [f"# {stats_path}: per MoE module ({module_key(g).format(block='N')}), counts "
                   f"ranking its {K} resident experts first, so the GPU keeps exactly them",
                   f"# -mcs {E - K}: the {E - K} coldest experts of every MoE layer on the CPU "
-                  "worker, concurrently with the GPU's; EXL3_MOE_CPU_SWAP=0 keeps the placement"]
+                  "worker, concurrently with the GPU's; EXL3_MOE_CPU_SWAP=0 keeps the placement",
+                  host_ram_line(policy, g.n_layers * (E - K), "the CPU worker's experts")]
         lines += memory_lines(policy, bits)
         lines.append(f"EXL3_MOE_CPU_SWAP=0 EXL3_MOE_CPU_SPLIT_STATS={stats_path} "
                      f"{base} -mcs {E - K}")

@@ -20,7 +20,14 @@ from __future__ import annotations
 
 from ..geometry import ModelGeometry
 from ..matrix import LAYER_PARTITION
-from .common import Rendered, gap_line, header, layer_partition_summary, whole_layer_equivalent
+from .common import (
+    Rendered,
+    gap_line,
+    header,
+    host_ram_line,
+    layer_partition_summary,
+    whole_layer_equivalent,
+)
 from .layers import describe_blocks, int_set_regex
 from .policy import Policy
 
@@ -63,6 +70,7 @@ def render_ik_llamacpp(policy: Policy) -> Rendered:
     lines += [f"# MoE layers on the CPU: {plan.n_cpu} of {L}, the first ones "
               f"({describe_blocks(plan.cpu_blocks)}); on the GPU: {plan.n_gpu} "
               f"({describe_blocks(plan.gpu_blocks)}); dense prefix: {plan.dense_layers} block(s)",
+              host_ram_line(policy, plan.n_cpu * g.n_experts, "the host layers' experts"),
               "# not mainline llama.cpp's flags: there is no -fit here (--fit is a switch, and "
               "refuses -ot and -ncmoe), and -ncmoe N takes the LAST N",
               "# MoE layers (PR ikawrakow/ik_llama.cpp#2262); the exact placement is the "

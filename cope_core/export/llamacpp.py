@@ -26,7 +26,14 @@ from __future__ import annotations
 
 from ..geometry import ModelGeometry
 from ..matrix import LAYER_PARTITION, get_candidate
-from .common import Rendered, gap_line, header, layer_partition_summary, whole_layer_equivalent
+from .common import (
+    Rendered,
+    gap_line,
+    header,
+    host_ram_line,
+    layer_partition_summary,
+    whole_layer_equivalent,
+)
 from .layers import LayerPlan, describe_blocks, int_set_regex
 from .policy import Policy
 
@@ -131,6 +138,8 @@ def render_llamacpp(policy: Policy) -> Rendered:
         f"({describe_blocks(plan.gpu_blocks)}); dense prefix: {plan.dense_layers} block(s), GPU",
         f"# --n-cpu-moe counts blocks from block 0, dense prefix included: "
         f"{plan.n_cpu} + {plan.dense_layers if plan.n_cpu else 0} = {plan.n_cpu_moe}",
+        host_ram_line(policy, plan.n_cpu * policy.model.n_experts,
+                      "the host layers' experts (mmap'd from the GGUF unless --no-mmap)"),
     ]
     residency = get_candidate(policy.candidate).residency
     if not exact and residency is not None and residency.mutable and not policy.llamacpp_cache:

@@ -25,7 +25,7 @@ import io
 import shlex
 
 from ..matrix import LAYER_PARTITION, Execution, Residency, candidate_id, get_candidate
-from .common import Rendered, gap_line, gap_summary, header
+from .common import Rendered, gap_line, gap_summary, header, host_ram_line
 from .policy import Policy
 
 DEPLOYED = candidate_id(Residency.FIXED, Execution.PARALLEL)
@@ -70,6 +70,24 @@ def _count_flags(policy: Policy) -> str:
     # rounding of the decimal text and the product, and never reaches the next whole expert.
     ratio = 1.0 if total == L * E else (total + 0.5) / (L * E)
     return f"--kt-gpu-experts-ratio {ratio!r}"
+
+
+def kt_method(policy: Policy) -> tuple[str, str]:
+    """The ``--kt-method`` whose CPU kernel the profile priced, and why.
+
+    kt-kernel's inference methods (kvcache-ai/ktransformers 95009ea, ``kt-kernel/python/
+    experts.py`` ``INFERENCE_METHODS``) include ``BF16`` (native BF16 MoE), ``LLAMAFILE`` (GGUF
+    experts), ``FP8`` and ``MXFP4``; sglang-kt's default is ``AMXINT4`` (``server_args.py``), a
+    4-bit AMX kernel no COPE profile prices."""
+    g = policy.model
+    if g.stored:
+        types = {t for x in g.expert_layers for t, _ in x.projections()}
+        if types == {"MXFP4"}:
+            return "MXFP4", "the experts are MXFP4"
+        return "LLAMAFILE", f"the experts are GGUF ({g.format_name}), priced per stored type"
+    if g.dtype_bytes == 2:
+        return "BF16", "the profile priced 16-bit experts (BF16 native MoE kernel)"
+    return "FP8" if g.dtype_bytes == 1 else "BF16", f"the experts are {g.format_name}"
 
 
 def render_sglang_kt(policy: Policy, pt_path: str = DEFAULT_PT) -> Rendered:
@@ -120,12 +138,18 @@ def render_sglang_kt(policy: Policy, pt_path: str = DEFAULT_PT) -> Rendered:
                      "layers on the CPU")
     dense = ("" if not g.dense_layers else " (dense-prefix row 0 all zero)" if g.dense_layers == 1
              else f" (dense-prefix rows 0-{g.dense_layers - 1} all zero)")
+    method, why = kt_method(policy)
     lines += [
+        f"# --kt-method {method}: {why}; sglang-kt's default AMXINT4 would run a 4-bit AMX "
+        "kernel the profile did not price (re-profile before using it)",
+        host_ram_line(policy, g.n_layers * g.n_experts,
+                      "kt-kernel loads every routed expert into host RAM, the GPU-resident ones "
+                      "too (kvcache-ai/ktransformers#2084)"),
         f"# {pt_path}: {{'logical_count': float32 [1, {g.dense_layers + g.n_layers} blocks, "
         f"{g.n_experts} experts]}}, 1.0 at the {int(t.sum())} GPU experts, 0.0 elsewhere{dense}",
         "# do not add --kt-enable-dynamic-expert-update: it would change the placement.",
         f"python -m sglang.launch_server --model-path MODEL --kt-weight-path KT_WEIGHTS "
-        f"--kt-cpuinfer {policy.cpu_threads} {_count_flags(policy)} "
+        f"--kt-method {method} --kt-cpuinfer {policy.cpu_threads} {_count_flags(policy)} "
         f"--kt-expert-placement-strategy frequency --init-expert-location {shlex.quote(pt_path)}",
     ]
     text = "\n".join(lines) + "\n"
