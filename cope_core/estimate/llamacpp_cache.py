@@ -23,9 +23,10 @@ import pandas as pd
 
 from ..errors import CopeInputError
 from ..geometry import GIB, ModelGeometry
-from ..matrix import EXECUTIONS, Execution, get_candidate, residencies_of
+from ..matrix import EXECUTIONS, Execution, Residency, get_candidate, residencies_of
 from ..profile.data import Profile
 from ..profile.layout import OperatingPoint
+from ..replay.engine import ReplayCounts
 from ..replay.moe_cache import (
     TUNER_SHARES,
     CacheConfig,
@@ -37,7 +38,7 @@ from ..replay.moe_cache import (
 )
 from ..trace.data import Trace
 from .costs import cope_costs
-from .predict import candidate_tpot, replay_counts
+from .predict import candidate_tpot, counts_at, replay_counts
 from .uncertainty import LEVEL, drawn_point
 
 #: the label of these rows wherever the Policy Matrix is shown
@@ -170,7 +171,7 @@ def search(trace: Trace, profile: Profile, budget_bytes: float, *,
     op = profile.resolve(cpu_threads, gpu_share, model=g)
     costs = cache_costs(op)
     tokens = trace.tokens_per_prompt
-    shared = np.add.reduceat(op.shared_at(trace.context), trace.prompt_start[:-1]) / tokens
+    shared = cope_costs(op).shared_per_prompt(trace.context, trace.prompt_start)
     tpot = expert_tpot(counts, costs, tokens) + shared
     per = counts.per_token(tokens)
     rows = []
@@ -217,12 +218,14 @@ class Contender:
 def compare(search_result: CacheSearch, trace: Trace, profile: Profile,
             matrix_winner: str | None = None, *, calibration: Trace | None = None,
             experts_per_layer: int | None = None, draws: int = 1000, seed: int = 0,
-            raw_samples: Mapping[str, Sequence[float]] | None = None) -> list[Contender]:
+            raw_samples: Mapping[str, Sequence[float]] | None = None,
+            counts: Mapping[Residency, ReplayCounts] | None = None) -> list[Contender]:
     """The fastest configuration llama.cpp can run (first) against ``layer_partition`` at
     ``experts_per_layer`` (when that is another configuration) and the Policy Matrix's winner,
     under the same paired draws of the profile and a bootstrap of the prompts
     (docs/design.md#uncertainty). With a persistent cache a prompt's counts depend on the
-    prompts before it; the bootstrap treats them as independent."""
+    prompts before it; the bootstrap treats them as independent. ``counts``: the Policy Matrix's
+    replay at ``experts_per_layer`` when the caller has it (else the winner's is replayed)."""
     df = search_result.frame
     threads, share = df.attrs["cpu_threads"], df.attrs["gpu_share"]
     rng = np.random.default_rng(seed)
@@ -230,11 +233,11 @@ def compare(search_result: CacheSearch, trace: Trace, profile: Profile,
         if draws else None
     op = profile.resolve(threads, share, model=trace.model)
     tokens = trace.tokens_per_prompt
-
-    def shared_of(point: OperatingPoint) -> np.ndarray:
-        ctx = point.shared_at(trace.context) if np.ndim(point.shared_us) == 1 else np.stack(
-            [np.interp(trace.context, point.shared_context, s) for s in point.shared_us])
-        return np.add.reduceat(ctx, trace.prompt_start[:-1], axis=-1) / tokens
+    # the shared work of every candidate, per prompt, at the medians and in each draw
+    lc = cope_costs(op)
+    dl = None if dp is None else cope_costs(dp, lc.split)
+    shared = lc.shared_per_prompt(trace.context, trace.prompt_start)
+    shared_d = None if dl is None else dl.shared_per_prompt(trace.context, trace.prompt_start)
 
     names: list[str] = []
     point_t: list[np.ndarray] = []
@@ -249,24 +252,26 @@ def compare(search_result: CacheSearch, trace: Trace, profile: Profile,
     sub = CacheCounts(tuple(search_result.counts.configs[i] for i in rows),
                       tuple(search_result.counts.layouts[i] for i in rows),
                       search_result.counts.cnt[rows])
-    point = expert_tpot(sub, cache_costs(op), tokens) + shared_of(op)
-    drawn = None if dp is None else (expert_tpot(sub, cache_costs(dp), tokens)
-                                     + shared_of(dp)[:, None])
+    point = expert_tpot(sub, cache_costs(op), tokens) + shared
+    drawn = None if dp is None or shared_d is None else (
+        expert_tpot(sub, cache_costs(dp), tokens) + shared_d[:, None])
     at_k = "" if experts_per_layer is None else f" at K = {experts_per_layer}"
     names += [str(df.loc[i_best, "candidate"])] + ([f"layer_partition{at_k}"] if len(lp) else [])
     point_t += list(point)
     drawn_t += [] if drawn is None else list(np.moveaxis(drawn, 1, 0))
     if matrix_winner not in (None, "layer_partition") and experts_per_layer is not None:
         cand = get_candidate(matrix_winner)
-        counts = replay_counts(trace, calibration, [experts_per_layer], residencies_of([cand]))
-        lc = cope_costs(op)
+        if counts is None:
+            counts = replay_counts(trace, calibration, [experts_per_layer],
+                                   residencies_of([cand]))
+        else:
+            counts = counts_at(dict(counts), np.array([experts_per_layer]))
         part = candidate_tpot(trace, counts, lc, cand, 0, experts_per_layer)
         names.append(f"the Policy Matrix's winner {matrix_winner}")
-        point_t.append(shared_of(op) + part.experts + part.prefetch)
-        if dp is not None:
-            dl = cope_costs(dp, lc.split)
+        point_t.append(shared + part.experts + part.prefetch)
+        if dl is not None and shared_d is not None:
             dpart = candidate_tpot(trace, counts, dl, cand, 0, experts_per_layer)
-            drawn_t.append(shared_of(dp) + dpart.experts + dpart.prefetch)
+            drawn_t.append(shared_d + dpart.experts + dpart.prefetch)
     if not draws:
         return [Contender(n, float(t.mean()), float("nan"), float("nan"), None)
                 for n, t in zip(names, point_t)]

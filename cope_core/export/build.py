@@ -123,7 +123,7 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
         found = search(trace, profile, budget, cpu_threads=attrs["cpu_threads"],
                        gpu_share=attrs["gpu_share"])
         versus = compare(found, trace, profile, fastest_first(tables["cope"] or {})[0],
-                         calibration=calibration, experts_per_layer=K)
+                         calibration=calibration, experts_per_layer=K, counts=counts)
         cache = cache_record(found, versus)
     order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
     resident = tuple(tuple(int(e) for e in row[:K]) for row in order)

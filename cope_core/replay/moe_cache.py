@@ -223,15 +223,20 @@ class CacheCounts:
     layouts: tuple[CacheLayout, ...]
     cnt: np.ndarray
 
-    def per_token(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
-        """Hits, uploads and CPU misses per token (summed over layers), shape (configs, P)."""
+    def totals(self) -> dict[str, np.ndarray]:
+        """Hits, uploads and CPU misses of each prompt (summed over tokens and cached layers),
+        shape (configs, P)."""
         k = self.cnt.shape[-1] - 1
         h = np.arange(k + 1)[:, None]
         c = np.arange(k + 1)[None, :]
+        return {"hits": (self.cnt * h).sum(axis=(2, 3)),
+                "cpu_misses": (self.cnt * c).sum(axis=(2, 3)),
+                "uploads": (self.cnt * np.maximum(k - h - c, 0)).sum(axis=(2, 3))}
+
+    def per_token(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
+        """:meth:`totals` per token of each prompt, shape (configs, P)."""
         t = np.asarray(tokens, np.float64)
-        return {"hits": (self.cnt * h).sum(axis=(2, 3)) / t,
-                "cpu_misses": (self.cnt * c).sum(axis=(2, 3)) / t,
-                "uploads": (self.cnt * np.maximum(k - h - c, 0)).sum(axis=(2, 3)) / t}
+        return {name: n / t for name, n in self.totals().items()}
 
 
 def replay_cache(trace: Trace, configs: Sequence[CacheConfig], *,

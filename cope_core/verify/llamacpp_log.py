@@ -93,11 +93,8 @@ def check_cache_log(trace: Trace, config: CacheConfig, log: CacheLog, *,
     slot counts beside the log's. The log counts a miss computed on the CPU (b12191) in a way
     that could not be read: with a CPU share the comparison uses uploads only."""
     lay = cache_layout(trace.model, config.n_cpu, config.cache_mib)
-    counts = replay_cache(trace, [config], persist=persist)
-    per = counts.per_token(trace.tokens_per_prompt)
-    tokens = trace.tokens_per_prompt
-    hits = int(round(float((per["hits"][0] * tokens).sum())))
-    ups = int(round(float((per["uploads"][0] * tokens).sum())))
+    total = replay_cache(trace, [config], persist=persist).totals()
+    hits, ups = int(total["hits"][0].sum()), int(total["uploads"][0].sum())
     return LogCheck(tuple(g.n_slots for g in lay.groups if g.n_slots),
                     tuple(s for _, _, s in log.groups), hits / (hits + ups) if hits + ups
                     else float("nan"), log.hit_rate, hits, ups, log)
