@@ -118,6 +118,8 @@ def render(entries: dict, data: Path) -> str:
     folders = {"examples": "## `examples/` — what the app and the README's commands load",
                "collected": "## `collected/` — a trace collected from a model",
                "models": "## `models/` — model files as users have them (GGUF headers)",
+               "published": "## `published/` — measurements others published, with their "
+                            "sources",
                "platforms": "## `platforms/` — platform results (the emulated grid; GPUs)"}
     for folder, title in folders.items():
         if any(k.split("/")[0] == folder for k in entries):

@@ -7,8 +7,10 @@ DeepSeek-V2-Lite's geometry), K from our memory model at the cell's VRAM (Figure
 analytic profile of ``a100-80gb`` and ``cope predict``'s path; the predicted winner and its
 speed-up over layer partition are compared with the paper's.
 
-``before`` is the analytic profile as it was (every row the pure roofline, i.e. the HRM
-baseline); ``after`` the analytic profile with overheads and efficiencies. ``--fit`` searches
+Three models of cost are compared: ``roofline`` (every row the pure roofline, i.e. the HRM
+baseline), ``round 2`` (overheads and efficiencies, every prefetch priced beside a resident
+layer, round 2's fitted constants) and ``now`` (with the prefetch beside CPU misses, at the
+constants fitted here). ``--fit`` searches
 the constants that have no published value (CPU dispatch latency, achieved GPU and CPU
 efficiencies) over physically plausible grids on the *fitted* cells only (CPU-worker rows of
 Table 2 and Figure 2), by exact winners first and then mean |log speed-up error|; the MPS and
@@ -16,8 +18,9 @@ VRAM cells are held out and only reported.
 
     python scripts/paper_table.py [--fit] [--write | --check] [--json OUT]
 
-``--write`` puts the table into docs/design.md and its summary into docs/results.md, between their
-paper-table markers; ``--check`` exits 1 when either is not current (tests/test_paper_table.py).
+``--write`` puts the table into docs/design.md and its summary into docs/results.md and README.md,
+between their paper-table markers; ``--check`` exits 1 when any is not current
+(tests/test_paper_table.py).
 """
 from __future__ import annotations
 
@@ -48,6 +51,9 @@ NINE = ["layer_partition"] + [f"{r}/{e}" for r in ("fixed", "mutable_per_layer")
                                         "cost_selected")]
 MODELS = {"DS-Coder": "deepseek-v2-lite", "Qwen3.5": "qwen3.5-35b-a3b", "Qwen3": "qwen3-30b-a3b"}
 START, END = "<!-- paper-table:start -->", "<!-- paper-table:end -->"
+#: round 2's fitted values of the four constants (its docs/design.md table)
+ROUND2 = {"cpu_dispatch_us": 160.0, "link_efficiency": 0.4, "gpu_efficiency": 0.6,
+          "cpu_efficiency": 0.9}
 FIT_GRID = {"cpu_dispatch_us": (5.0, 10.0, 20.0, 40.0, 80.0, 160.0),
             "link_efficiency": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
             "gpu_efficiency": (0.6, 0.75, 0.9),
@@ -137,6 +143,15 @@ def roofline_profile(g, spec: PlatformSpec, threads, shares):
     return dataclasses.replace(prof, table=t)
 
 
+def without_beside(g, spec: PlatformSpec, threads, shares):
+    """The analytic profile without its rows of a prefetch beside CPU misses (round 2's: every
+    prefetch priced beside a fully resident layer)."""
+    prof = analytic_profile(g, spec, threads, gpu_shares=shares)
+    t = prof.table
+    keep = ~((t["kind"] == "prefetch") & (t["cpu"] >= 1))
+    return dataclasses.replace(prof, table=t[keep].reset_index(drop=True))
+
+
 class Setup:
     """The traces and replays of every cell, replayed once; priced under any spec."""
 
@@ -153,10 +168,12 @@ class Setup:
     def k_of(cell: Cell, g) -> int:
         return cell.k if cell.k is not None else g.experts_per_layer_for_vram(cell.vram_gib * GIB)
 
-    def run(self, spec: PlatformSpec, before: bool = False) -> list[Outcome]:
+    def run(self, spec: PlatformSpec, model: str = "now") -> list[Outcome]:
+        """Every cell priced under ``spec`` by one of :data:`MODELS_OF_COST`."""
         out = []
         profiles = {}
-        make = roofline_profile if before else analytic_profile
+        make = {"roofline": roofline_profile, "round 2": without_beside,
+                "now": analytic_profile}[model]
         for short in MODELS:
             threads = sorted({c.threads for c in CELLS if c.model == short})
             shares = sorted({c.share for c in CELLS if c.model == short})
@@ -196,7 +213,7 @@ def fit(setup: Setup, base: PlatformSpec) -> tuple[PlatformSpec, list]:
     best, trail = None, []
     for values in itertools.product(*FIT_GRID.values()):
         spec = dataclasses.replace(base, **dict(zip(FIT_GRID, values)))
-        exact, res, exe, err = score(setup.run(spec), fitted=True)
+        exact, res, exe, err = score(setup.run(spec, "now"), fitted=True)
         trail.append((values, exact, err))
         key = (-exact, err)
         if best is None or key < best[0]:
@@ -213,31 +230,41 @@ def _mark(c: Cell, o: Outcome) -> str:
     return f"{bold}{short(o.winner)}{bold} ({o.speedup:.2f}x)"
 
 
-def table(before: list[Outcome], after: list[Outcome]) -> str:
-    lines = ["| cell | model | K | paper winner (speed-up) | before: roofline | after: with "
-             "overheads | fitted? |", "|---|---|---|---|---|---|---|"]
-    for c, b, a in zip(CELLS, before, after):
+COLUMNS = ("roofline", "round 2", "now")
+HEADS = {"roofline": "roofline (HRM)", "round 2": "round 2: overheads",
+         "now": "now: + prefetch beside CPU misses"}
+
+
+def table(runs: dict[str, list[Outcome]]) -> str:
+    lines = ["| cell | model | K | paper winner (speed-up) | "
+             + " | ".join(HEADS[m] for m in COLUMNS) + " | fitted? |",
+             "|---|---|---|---|" + "---|" * len(COLUMNS) + "---|"]
+    for i, c in enumerate(CELLS):
         sp = f" ({c.speedup:.2f}x)" if c.speedup else ""
-        lines.append(f"| {c.source}: {c.setting} | {c.model} | {a.k} | {short(c.winner)}{sp} | "
-                     f"{_mark(c, b)} | {_mark(c, a)} | {'fitted' if c.fitted else 'held out'} |")
+        marks = " | ".join(_mark(c, runs[m][i]) for m in COLUMNS)
+        lines.append(f"| {c.source}: {c.setting} | {c.model} | {runs['now'][i].k} | "
+                     f"{short(c.winner)}{sp} | {marks} | "
+                     f"{'fitted' if c.fitted else 'held out'} |")
     for name, fl in (("fitted", True), ("held out", False), ("all", None)):
         n = sum(1 for c in CELLS if fl is None or c.fitted == fl)
-        sb, sa = score(before, fl), score(after, fl)
+        cols = []
+        for m in COLUMNS:
+            sc = score(runs[m], fl)
+            cols.append(f"{sc[0]} / {sc[1]} / {sc[2]}, {sc[3]:.2f}")
         lines.append(f"| **{name} ({n} cells)** | | | exact / residency / execution, mean "
-                     f"\\|log speed-up error\\| | {sb[0]} / {sb[1]} / {sb[2]}, {sb[3]:.2f} | "
-                     f"{sa[0]} / {sa[1]} / {sa[2]}, {sa[3]:.2f} | |")
+                     f"\\|log speed-up error\\| | " + " | ".join(cols) + " | |")
     return "\n".join(lines)
 
 
-def summary_table(before: list[Outcome], after: list[Outcome]) -> str:
-    lines = ["| the paper's A100 cells | exact winner, right residency, right execution: before "
-             "(roofline) | after (overheads) | mean \\|log speed-up error\\|: before | after |",
-             "|---|---|---|---|---|"]
+def summary_table(runs: dict[str, list[Outcome]]) -> str:
+    lines = ["| the paper's A100 cells | exact winner, right residency, right execution: "
+             + " | ".join(HEADS[m] for m in COLUMNS) + " | mean \\|log speed-up error\\|: "
+             + " / ".join(COLUMNS) + " |", "|---|" + "---|" * (len(COLUMNS) + 1)]
     for name, fl in (("fitted", True), ("held out", False), ("all", None)):
         n = sum(1 for c in CELLS if fl is None or c.fitted == fl)
-        b, a = score(before, fl), score(after, fl)
-        lines.append(f"| {name} ({n}) | {b[0]}, {b[1]}, {b[2]} | {a[0]}, {a[1]}, {a[2]} | "
-                     f"{b[3]:.2f} | {a[3]:.2f} |")
+        sc = [score(runs[m], fl) for m in COLUMNS]
+        lines.append(f"| {name} ({n}) | " + " | ".join(f"{x[0]}, {x[1]}, {x[2]}" for x in sc)
+                     + " | " + " / ".join(f"{x[3]:.2f}" for x in sc) + " |")
     return "\n".join(lines)
 
 
@@ -264,21 +291,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 if they are not current")
     args = ap.parse_args(argv)
     setup = Setup()
-    spec = platform_spec("a100-80gb")
-    before = setup.run(spec, before=True)
-    trail = None
+    base = platform_spec("a100-80gb")
+    round2 = dataclasses.replace(base, **ROUND2)
+    spec, trail = base, None
     if args.fit:
-        spec, trail = fit(setup, spec)
+        spec, trail = fit(setup, base)
         print("fitted: " + ", ".join(f"{k}={getattr(spec, k):g}" for k in FIT_GRID))
-    after = setup.run(spec)
-    full = "\n".join([table(before, after), "",
+    runs = {"roofline": setup.run(base, "roofline"), "round 2": setup.run(round2, "round 2"),
+            "now": setup.run(spec, "now")}
+    full = "\n".join([table(runs), "",
                       "DeepSeek-Coder at 16 workers (paper: layer partition 12.2-25.0 % slower "
-                      "than the winner, wait-then-GPU and ready-first 163-364 %):",
-                      f"- before: {slower_at_16(before)}", f"- after: {slower_at_16(after)}"])
-    summary = summary_table(before, after)
+                      "than the winner, wait-then-GPU and ready-first 163-364 %):"]
+                     + [f"- {HEADS[m]}: {slower_at_16(runs[m])}" for m in COLUMNS])
+    summary = summary_table(runs)
     print(full)
     stale = []
-    for doc, text in ((ROOT / "docs" / "design.md", full), (ROOT / "docs" / "results.md", summary)):
+    for doc, text in ((ROOT / "docs" / "design.md", full), (ROOT / "docs" / "results.md", summary),
+                      (ROOT / "README.md", summary)):
         old = doc.read_text()
         a, b = old.index(START) + len(START), old.index(END)
         new = old[:a] + "\n" + text + "\n" + old[b:]
@@ -291,13 +320,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     if args.json:
-        data = {"spec": spec.to_dict(),
-                "cells": [c._asdict() | {"before": b._asdict(), "after": a._asdict()}
-                          for c, b, a in zip(CELLS, before, after)],
-                "score": {"before": {n: score(before, f) for n, f in
-                                     (("fitted", True), ("held_out", False), ("all", None))},
-                          "after": {n: score(after, f) for n, f in
-                                    (("fitted", True), ("held_out", False), ("all", None))}}}
+        parts = (("fitted", True), ("held_out", False), ("all", None))
+        data = {"spec": spec.to_dict(), "round2_spec": round2.to_dict(),
+                "cells": [c._asdict() | {m: runs[m][i]._asdict() for m in COLUMNS}
+                          for i, c in enumerate(CELLS)],
+                "score": {m: {n: score(runs[m], f) for n, f in parts} for m in COLUMNS}}
         if trail:
             data["grid"] = [{"values": dict(zip(FIT_GRID, v)), "exact": e, "log_error": r}
                             for v, e, r in trail]

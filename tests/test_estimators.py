@@ -148,7 +148,9 @@ def test_analytic_profile_complete_and_marked(analytic, tmp_path):
     n_req = len(required_keys(G.top_k))
     for threads in (1, 4):
         rows = t[t["cpu_threads"] == threads]
-        assert len(rows) == n_req + 5   # moe_block and dense_block at 2 contexts, the head
+        # moe_block and dense_block at 2 contexts, the head; a prefetch beside each CPU-miss
+        # count for each mutable residency
+        assert len(rows) == n_req + 5 + 2 * G.top_k
         keys = {tuple(r) for r in rows[["kind", "name", "hits", "cpu", "staged", "count",
                                         "context"]].itertuples(index=False)}
         assert set(required_keys(G.top_k)) <= keys

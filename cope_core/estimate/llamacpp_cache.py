@@ -84,8 +84,39 @@ def expert_tpot(counts: CacheCounts, costs: CacheCosts, tokens: np.ndarray) -> n
     cached = cached / np.asarray(tokens, np.float64)
     n_gpu = np.array([lay.n_gpu for lay in counts.layouts], np.float64)
     host = np.array([lay.uncached_cpu_layers for lay in counts.layouts], np.float64)
-    fixed = n_gpu * costs.gpu_layer[..., None] + host * costs.cpu_layer[..., None]
-    return cached + fixed[..., None]
+    return cached + _placed(costs, n_gpu, host)[..., None]
+
+
+def _placed(costs: CacheCosts, n_gpu: np.ndarray, n_host: np.ndarray) -> np.ndarray:
+    """Expert cost per token of layers placed whole: ``n_gpu`` on the GPU, ``n_host`` on the
+    CPU (as ``layer_partition`` prices them), shape ``(..., len(n_gpu))``."""
+    return n_gpu * costs.gpu_layer[..., None] + n_host * costs.cpu_layer[..., None]
+
+
+def placement_tpot(profile: Profile, model: ModelGeometry, n_cpu: Sequence[int],
+                   context: float, *, cpu_threads: int | None = None,
+                   gpu_share: float | None = None) -> np.ndarray:
+    """TPOT in microseconds of llama.cpp's plain ``--n-cpu-moe`` placements (no cache): the
+    routed experts of the first ``n`` MoE layers on the CPU, the rest on the GPU, one token at
+    ``context``. No trace is needed: every routed expert runs where its layer is.
+
+    Parameters
+    ----------
+    profile : Profile
+    model : ModelGeometry
+        The geometry priced (e.g. the quantised file run).
+    n_cpu : sequence of int
+        MoE layers on the CPU, each in ``[0, n_layers]``.
+    context : float
+        Tokens in the context while decoding (the shared work's attention).
+    """
+    n = np.asarray(list(n_cpu), np.float64)
+    if n.size == 0 or (n < 0).any() or (n > model.n_layers).any():
+        raise CopeInputError(f"--n-cpu-moe layers must be in [0, {model.n_layers}], got "
+                             f"{list(n_cpu)}", field="n_cpu_moe")
+    op = profile.resolve(cpu_threads, gpu_share, model=model)
+    shared = cope_costs(op).shared_at(np.array([float(context)]))[0]
+    return shared + _placed(cache_costs(op), model.n_layers - n, n)
 
 
 def gpu_layer_bytes(g: ModelGeometry, n_cpu: int) -> int:

@@ -29,7 +29,7 @@ from ..geometry import DEFAULT_CONTEXT, ModelGeometry
 from ..matrix import Execution
 from ..platforms import PlatformSpec
 from ..weight_formats import cpu_efficiency
-from .data import COLUMNS, Profile, ProfileKey, required_keys
+from .data import COLUMNS, PREFETCH_NAMES, Profile, ProfileKey, required_keys
 
 DEFAULT_CONTEXTS = (128, 1024, 4096, 16384)
 DEFAULT_SHARES = (20.0, 50.0, 80.0, 100.0)    # the paper's CUDA MPS sweep
@@ -157,6 +157,52 @@ def schedule(g: ModelGeometry, c: Consts, e: Execution, h: int, cpu: int, staged
     return first + gpu_experts(g, c, staged) + F + M
 
 
+def predictor(c: Consts):
+    """The next layer's prediction: two small kernels (router of the next layer, top-k)."""
+    return 2 * c.launch
+
+
+def insertion(g: ModelGeometry, c: Consts):
+    """One inserted expert on the copy stream: the slot index update (a small transfer of the
+    layer's expert-to-slot map, which the GPU's routed kernels read) and then the weights.
+    The eviction itself is a choice on the host, launched with the prediction; it moves no
+    data."""
+    return c.link_latency + stage(g, c, 1)
+
+
+def prefetch_beside(g: ModelGeometry, c: Consts, cpu: int):
+    """One inserted prefetch beside a ``parallel`` layer that computes ``cpu`` of its routed
+    experts on the CPU (the profiler's ``prefetch`` rows with ``cpu = c``): the layer with the
+    copy issued at its start, the next block's shared work and the next layer's wait for the
+    copy, less the same without the copy.
+
+    The copy runs on the link while the resident experts run on the GPU and the misses on the
+    CPU, so it hides behind the longer of the two lanes, the layer's join and the next block.
+    The copy and the CPU experts both read host memory: the DMA engine reads each copied byte
+    once at ``copy_bw``, the CPU lane reads its experts' bytes at the rate its own cost implies.
+    While both run, a demand above the host's achieved bandwidth (``cpu_mem_bw``) slows both in
+    proportion (fluid sharing); whichever ends first frees the bandwidth for the other. Below
+    that bandwidth nothing slows; what the CPU lane loses is charged when it is the layer's
+    critical path (docs/design.md#prefetch-beside-cpu-misses)."""
+    k = g.top_k
+    R = gpu_experts(g, c, k - cpu)
+    per = cpu_expert(g, c)
+    b = cpu * per                                     # the CPU lane's expert work, alone
+    lane = cpu_experts(g, c, cpu) + act_copy(g, c)
+    a = g.expert_bytes / c.copy_bw * US               # the weights' transfer, alone
+    demand = cpu * g.expert_bytes / b + c.copy_bw / US    # bytes per µs
+    s = np.minimum(1.0, c.cpu_mem_bw / US / demand)
+    both = np.minimum(a, b) / s                       # both running, slowed by s
+    # the insertion's fixed latencies (index update, transfer) on top of the shared transfer
+    copy_end = np.where(a <= b, both, both + (a - b)) + (insertion(g, c) - a)
+    cpu_end = np.where(b <= a, both, both + (b - a))
+    lane_with = lane + (cpu_end - b)
+    layer, layer_with = np.maximum(R, lane), np.maximum(R, lane_with)
+    window = layer_with + c.sync + merge(c) + moe_block(g, c, DEFAULT_CONTEXT)
+    return (predictor(c) + c.sync + (layer_with - layer)
+            + np.maximum(copy_end - window, 0.0))
+
+
 def moe_block(g: ModelGeometry, c: Consts, ctx: float):
     return _gpu_block(g, c, g.moe_block_params, ctx)
 
@@ -191,14 +237,15 @@ def row_cost(g: ModelGeometry, c: Consts, key: ProfileKey):
     if kind == "schedule":
         return schedule(g, c, Execution(name), hits, cpu, staged)
     if kind == "prefetch":
+        if cpu >= 1:
+            return prefetch_beside(g, c, cpu)
         # as profiled: a fully resident layer, the next block's shared work and the next
         # layer's wait for ``count`` experts copied meanwhile, less the same without the copy;
         # the predictor's two small kernels are paid either way
-        predictor = 2 * c.launch
         if count == 0:
-            return predictor
+            return predictor(c)
         window = gpu_experts(g, c, k) + moe_block(g, c, DEFAULT_CONTEXT)
-        return predictor + np.maximum(stage(g, c, count) - window, 0.0) + c.sync
+        return predictor(c) + np.maximum(count * insertion(g, c) - window, 0.0) + c.sync
     if kind == "layer":
         if name == "cpu_layer":
             return cpu_experts(g, c, k) + act_copy(g, c) + c.sync + merge(c)
@@ -209,7 +256,7 @@ def row_cost(g: ModelGeometry, c: Consts, key: ProfileKey):
         "cpu_expert": lambda: cpu_experts(g, c, count),
         "stage": lambda: stage(g, c, count),
         "act_copy": lambda: act_copy(g, c),
-        "prefetch": lambda: stage(g, c, 1),
+        "prefetch": lambda: insertion(g, c),
         "sync": lambda: c.sync,
         "merge": lambda: merge(c),
     }[name]()
@@ -226,7 +273,10 @@ def _keys(model: ModelGeometry, contexts: Sequence[int]) -> list[ProfileKey]:
         if model.dense_layers:
             keys.append(ProfileKey("shared", "dense_block", context=int(ctx)))
     keys.append(ProfileKey("shared", "head"))
-    return keys + required_keys(model.top_k)
+    # one inserted prefetch beside every CPU-miss count: computed, so none is interpolated
+    beside = [ProfileKey("prefetch", n, cpu=cpu, count=1) for n in PREFETCH_NAMES
+              for cpu in range(1, model.top_k + 1)]
+    return keys + required_keys(model.top_k) + beside
 
 
 def analytic_profile(model: ModelGeometry, spec: PlatformSpec,

@@ -83,9 +83,10 @@ def beside_counts(top_k: int) -> list[int]:
 
 def beside_keys(top_k: int) -> list[ProfileKey]:
     """The optional rows of one operating point: one inserted prefetch of each mutable
-    residency timed beside a layer that computes ``c`` routed experts on the CPU. A profile
-    without them (analytic, or measured before they existed) prices every prefetch as timed
-    beside a fully resident layer."""
+    residency timed beside a layer that computes ``c`` routed experts on the CPU (the profiler
+    times these counts; an analytic profile computes every ``c = 1 .. top_k``). A profile
+    without them (measured before they existed) prices every prefetch as timed beside a fully
+    resident layer."""
     return [ProfileKey("prefetch", name, cpu=c, count=1)
             for name in PREFETCH_NAMES for c in beside_counts(top_k)]
 
