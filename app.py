@@ -5,12 +5,9 @@ their logic is in ``cope_core.app``. ``st.navigation`` below decides which pages
 """
 import streamlit as st
 
-from cope_core.app import results, session
+from cope_core.app import rerun_log, results, session
 
 st.set_page_config(page_title="COPE Explorer", page_icon=":material/explore:", layout="wide")
-results.reset_run_state()
-session.settings()          # the first run of a session reads the settings from the URL
-
 PAGES = [
     st.Page("pages/overview.py", title="Overview", icon=":material/home:", default=True),
     st.Page("pages/matrix.py", title="Policy Matrix", icon=":material/grid_view:",
@@ -26,7 +23,11 @@ PAGES = [
             url_path="compare"),
     st.Page("pages/export.py", title="Export", icon=":material/download:", url_path="export"),
 ]
-page = st.navigation(PAGES)
-session.sidebar()
-session.sync_url()
-page.run()
+with rerun_log.measured("app") as run:      # what this run costs the server (benchmarks)
+    results.reset_run_state()
+    session.settings()          # the first run of a session reads the settings from the URL
+    page = st.navigation(PAGES)
+    run["page"] = page.title
+    session.sidebar()
+    session.sync_url()
+    page.run()

@@ -31,40 +31,50 @@ if not cands:
             "layer-partition baseline.")
     st.stop()
 
+# every figure is drawn once per (dataset, settings) for every session: `key` is what it shows;
+# the budget's K is read from the sweep, which the page shows anyway (one price for every K)
+key = (ds.key, op, est, tuple(cands))
 with session.user_errors():
-    df = results.predict_at(ds, k, op, est, cands)
+    view = results.sweep_view(ds, op, est, cands)
+df = results.sweep_at(view, k)
 w = whatif.winner_of(df)
 (st.success if w.sure else st.warning)(f"At {gib:g} GiB (K = {k}): {w.sentence()}.")
-st.plotly_chart(figures.tpot_bars(df, title=f"TPOT per candidate at K = {k} · {est} · "
-                                            f"{dsm.provenance(ds)}"), key="bars_chart")
+title = f"TPOT per candidate at K = {k} · {est} · {dsm.provenance(ds)}"
+st.plotly_chart(results.figure("bars", key + (k, title),
+                               lambda: figures.tpot_bars(df, title=title)), key="bars_chart")
 
 st.subheader("TPOT against the VRAM budget")
-with session.user_errors():
-    sw = results.sweep(ds, op, est, cands)
-regions = whatif.winner_regions(sw, g)
-unsure = whatif.uncertain_ranges(sw, g)
-st.plotly_chart(figures.tpot_vs_budget(sw, g, regions, current_gib=gib, current_k=k,
-                                       title=f"Every K = 0 … {g.n_experts} · {est} · "
-                                             f"{dsm.provenance(ds)}", uncertain=unsure),
-                key="sweep_chart")
-if unsure:
+title = f"Every K = 0 … {g.n_experts} · {est} · {dsm.provenance(ds)}"
+base = results.figure("budget", key + (title,), lambda: figures.budget_base(
+    view.frame, g, view.regions, title=title, uncertain=view.unsure).to_dict())
+st.plotly_chart(figures.mark_budget(base, gib, k), key="sweep_chart")
+if view.unsure:
     st.caption("Unsure budgets (red strip): " + "; ".join(
         f"K = {a}" + ("" if a == b else f" … {b}") + f" ({lo:.2f}-{hi:.2f} GiB)"
-        for lo, hi, a, b in unsure) + " — there the winner is fastest in fewer than "
+        for lo, hi, a, b in view.unsure) + " — there the winner is fastest in fewer than "
         f"{100 * whatif.SURE:.0f} % of the draws; the band is the winner's 95 % interval.")
 st.markdown("**Break-even budgets**")
-for sentence in whatif.break_even_sentences(regions):
+for sentence in whatif.break_even_sentences(view.regions):
     st.markdown(f"- {sentence}")
-st.dataframe(whatif.break_even_budgets(regions), hide_index=True)
+st.dataframe(whatif.break_even_budgets(view.regions), hide_index=True)
 
 st.subheader(f"{LABEL}: TPOT against the cache size")
-on = session.bound("cachesweep", st.toggle, default=False, valid=lambda v: isinstance(v, bool),
-                   label="Sweep --moe-cache-mib (about a second per budget)")
-if not on:
-    st.caption("llama.cpp's own GPU cache of host experts at 12 sizes up to the largest the "
-               "budget holds beside the chosen host layers, under both eviction rules and every "
-               "CPU share its tuner tries.")
-elif est == "cope":
+
+
+@session.fragment("landscape: cache sweep")
+def cache_sweep(gib: float, op: tuple[int, float], est: str) -> None:
+    """The cache-size sweep: its toggle and host-layer count rerun only this part."""
+    on = session.bound("cachesweep", st.toggle, default=False,
+                       valid=lambda v: isinstance(v, bool),
+                       label="Sweep --moe-cache-mib (about a second per budget)")
+    if not on:
+        st.caption("llama.cpp's own GPU cache of host experts at 12 sizes up to the largest "
+                   "the budget holds beside the chosen host layers, under both eviction rules "
+                   "and every CPU share its tuner tries.")
+        return
+    if est != "cope":
+        st.caption("Priced by COPE's schedule rows: choose the cope estimator.")
+        return
     c7, _ = st.columns([2, 5])
     with c7:
         n_cpu = session.bound("ncmoe", st.number_input, default=g.n_layers,
@@ -76,5 +86,6 @@ elif est == "cope":
     st.plotly_chart(llamacpp_view.cache_size_figure(
         sizes, title=f"--n-cpu-moe {g.dense_layers + n_cpu} at {gib:g} GiB · "
                      f"{dsm.provenance(ds)}"), key="cache_size_chart")
-else:
-    st.caption("Priced by COPE's schedule rows: choose the cope estimator.")
+
+
+cache_sweep(gib, op, est)

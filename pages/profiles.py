@@ -27,7 +27,7 @@ if compare.startswith("analytic:"):
                                                        compare.split(":")[1])))
 elif compare == "upload":
     f = st.file_uploader("Second profile (cope.profile/2 or /1)", type=["parquet"],
-                         key="_up_second")
+                         key="_up_second", max_upload_size=session.MAX_UPLOAD_MB)
     if f is not None:
         try:
             profiles.append((f"upload {f.name}", session.read_upload(f.name, f.getvalue(),

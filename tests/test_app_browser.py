@@ -250,3 +250,90 @@ def test_a_shared_link_opened_first_on_a_fresh_server(page):
         assert "atomic" in charts[0]["title"]                           # the URL's estimator
         assert pg.locator('[data-testid="stException"]').count() == 0
         ctx.close()
+
+
+# --- many sessions on one server (docs/app.md#many-sessions-on-one-server) ----------------------
+def _session(page, url: str):
+    """A second person: a new browser context (its own Streamlit session) at ``url``."""
+    ctx = page.context.browser.new_context(viewport={"width": 1400, "height": 1200})
+    pg = ctx.new_page()
+    pg.set_default_timeout(90_000)
+    pg.goto(url)
+    _settle(pg)
+    return ctx, pg
+
+
+def _goto_page(pg, title: str) -> None:
+    """Switch page inside the session (a new URL load would open a new session)."""
+    pg.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
+    pg.get_by_role("heading", name=title).first.wait_for()
+    _settle(pg)
+
+
+def test_two_sessions_uploading_at_once_each_see_only_their_own(server, page, tmp_path):
+    examples = ROOT / "data" / "examples"
+    mine = {"alpha": tmp_path / "alpha-trace.parquet", "beta": tmp_path / "beta-trace.parquet"}
+    mine["alpha"].write_bytes((examples / "qwen3-30b-a3b-trace.parquet").read_bytes())
+    mine["beta"].write_bytes((examples / "qwen3-30b-a3b-calibration.parquet").read_bytes())
+    people = {who: _session(page, f"{server}/?example=qwen3-30b-a3b") for who in mine}
+    inputs = {}
+    for who, (_, pg) in people.items():
+        pg.get_by_text("Upload your own files").first.click()
+        inputs[who] = pg.locator('[data-testid="stFileUploader"] input[type="file"]').first
+        inputs[who].wait_for(state="attached")
+    for who in mine:                    # both sent before either session has read its file
+        inputs[who].set_input_files(str(mine[who]))
+    for who, (ctx, pg) in people.items():
+        other = next(x for x in mine if x != who)
+        pg.wait_for_function("t => document.body.innerText.includes(t)",
+                             arg=f"trace: upload {who}-trace.parquet")
+        _settle(pg)
+        body = pg.inner_text("body")
+        assert f"trace: upload {who}-trace.parquet" in body
+        assert f"{other}-trace" not in body
+        _goto_page(pg, "Landscape")             # the upload stays with its session
+        body = pg.inner_text("body")
+        assert f"trace: upload {who}-trace.parquet" in body and f"{other}-trace" not in body
+        assert pg.locator('[data-testid="stException"]').count() == 0
+        ctx.close()
+
+
+def test_a_shared_link_shows_its_settings_not_another_sessions(server, page):
+    ctx_a, a = _session(page, f"{server}/landscape?example=qwen3-30b-a3b")
+    a.get_by_text("hrm", exact=True).first.click()          # A changes the estimator
+    _settle(a)
+    assert "est=hrm" in _href(a)
+    assert "hrm" in _wait_charts(a, 2)[0]["title"]
+    # B opens a link with settings, then a bare link: the link's settings or the defaults,
+    # never A's
+    ctx_b, b = _session(page, f"{server}/landscape?example=deepseek-v2-lite&vram=9.5&est=atomic")
+    assert "atomic" in _wait_charts(b, 2)[0]["title"]
+    slider = b.locator('[data-testid="stSlider"] input[type="range"]').first
+    assert float(slider.get_attribute("value")) == 9.5
+    assert "deepseek-v2-lite" in b.inner_text("body")
+    b.goto(f"{server}/landscape?example=deepseek-v2-lite")
+    _settle(b)
+    assert " cope " in f" {_wait_charts(b, 2)[0]['title']} "
+    assert "est=hrm" not in _href(b)
+    # and A is as A left it
+    a.reload()
+    _settle(a)
+    assert "hrm" in _wait_charts(a, 2)[0]["title"] and "qwen3-30b-a3b" in a.inner_text("body")
+    ctx_a.close()
+    ctx_b.close()
+
+
+def test_an_upload_over_the_size_limit_is_refused(server, page, tmp_path):
+    from cope_core.app.sources import MAX_UPLOAD_MB
+    big = tmp_path / "big-trace.parquet"
+    with big.open("wb") as fh:                  # sparse: one byte past the limit
+        fh.truncate(MAX_UPLOAD_MB * 2**20 + 1)
+    ctx, pg = _session(page, f"{server}/?example=qwen3-30b-a3b")
+    pg.get_by_text("Upload your own files").first.click()
+    box = pg.locator('[data-testid="stFileUploader"]').first
+    box.locator('input[type="file"]').set_input_files(str(big))
+    box.get_by_text("or smaller").first.wait_for()       # the uploader's own refusal
+    _settle(pg)
+    assert "in use: the example's file" in pg.inner_text("body")
+    assert pg.locator('[data-testid="stException"]').count() == 0
+    ctx.close()

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from ..geometry import ModelGeometry
 from ..matrix import CANDIDATE_IDS, EXECUTIONS, RESIDENCIES, candidate_id
 from .timeline import CPU, D2H, H2D, LANES, Timeline
-from .whatif import Region, sweep_budgets
+from .whatif import Region, plain, sweep_budgets
 
 #: Colour by execution, line dash and marker by residency, so that 13 lines stay readable.
 EXECUTION_COLOURS = dict(zip([e.value for e in EXECUTIONS], ("#1f77b4", "#d62728", "#ff7f0e",
@@ -118,7 +118,22 @@ def tpot_vs_budget(sweep: pd.DataFrame, g: ModelGeometry, regions: Sequence[Regi
                    uncertain: Sequence[tuple[float, float, int, int]] = ()) -> go.Figure:
     """TPOT of every candidate against the VRAM budget, the winner's regions shaded, the
     winner's 95 % band, the budget ranges where the winner is unsure (``uncertain``, from
-    :func:`cope_core.app.whatif.uncertain_ranges`) as a red strip, and the current budget marked."""
+    :func:`cope_core.app.whatif.uncertain_ranges`) as a red strip, and the current budget marked
+    (:func:`budget_base` marked by :func:`mark_budget`)."""
+    fig = budget_base(sweep, g, regions, title, log_y, uncertain)
+    if current_gib is not None:
+        shape, note = _budget_marker(fig.layout.meta["x_range"], current_gib, current_k)
+        fig.update_layout(shapes=[*fig.layout.shapes, shape],
+                          annotations=[*fig.layout.annotations, note])
+    return fig
+
+
+def budget_base(sweep: pd.DataFrame, g: ModelGeometry, regions: Sequence[Region],
+                title: str = "", log_y: bool = False,
+                uncertain: Sequence[tuple[float, float, int, int]] = ()) -> go.Figure:
+    """:func:`tpot_vs_budget` without the current budget: what does not move with the slider,
+    drawn once (the explorer keeps its ``to_dict()`` for every session)."""
+    sweep = plain(sweep)
     x_all = sweep_budgets(sweep, g)
     fig = go.Figure()
     win = sweep[sweep["winner"]].sort_values("experts_per_layer")
@@ -154,19 +169,37 @@ def tpot_vs_budget(sweep: pd.DataFrame, g: ModelGeometry, regions: Sequence[Regi
         notes.append(dict(x=uncertain[0][0], xref="x", y=0.07, yref="paper", showarrow=False,
                           xanchor="left", yanchor="bottom", font=dict(size=10, color="#c0392b"),
                           text="unsure: the winner wins < 80 % of draws"))
-    if current_gib is not None:
-        x = min(max(current_gib, x_lo), x_hi)
-        shapes.append(dict(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
-                           line=dict(color="#111", dash="dash", width=1.5)))
-        notes.append(dict(x=x, xref="x", y=0, yref="paper", showarrow=False, xanchor="left",
-                          yanchor="bottom", text=f"{current_gib:g} GiB" + (
-                              f" → K = {current_k}" if current_k is not None else "")))
-    fig.update_layout(shapes=shapes, annotations=notes)
+    fig.update_layout(shapes=shapes, annotations=notes, meta={"x_range": [x_lo, x_hi]})
     fig.update_layout(title=title, xaxis_title="VRAM budget (GiB)",
                       yaxis_title="TPOT (ms per token)", height=480,
                       yaxis_type="log" if log_y else "linear",
                       margin=dict(l=10, r=10, t=60, b=40))
     return fig
+
+
+def mark_budget(base: dict, current_gib: float | None,
+                current_k: int | None = None) -> go.Figure:
+    """The budget chart ``base`` (a :func:`budget_base` figure's ``to_dict()``, not modified)
+    with the current budget as a dashed line and its label. The base was validated when it was
+    drawn, so the figure is assembled without validating it again: a slider move costs a few
+    milliseconds here instead of drawing every trace anew."""
+    layout = dict(base["layout"])
+    if current_gib is not None:
+        shape, note = _budget_marker(layout["meta"]["x_range"], current_gib, current_k)
+        layout.update(shapes=[*layout.get("shapes", ()), shape],
+                      annotations=[*layout.get("annotations", ()), note])
+    return go.Figure({"data": base["data"], "layout": layout}, _validate=False)
+
+
+def _budget_marker(x_range: Sequence[float], current_gib: float,
+                   current_k: int | None) -> tuple[dict, dict]:
+    """The current budget on the budget chart: a dashed line and its label, within the axis."""
+    x = min(max(current_gib, x_range[0]), x_range[1])
+    return (dict(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
+                 line=dict(color="#111", dash="dash", width=1.5)),
+            dict(x=x, xref="x", y=0, yref="paper", showarrow=False, xanchor="left",
+                 yanchor="bottom", text=f"{current_gib:g} GiB" + (
+                     f" → K = {current_k}" if current_k is not None else "")))
 
 
 def best_vs_budget(sweep: pd.DataFrame, g: ModelGeometry, current_gib: float | None = None,

@@ -8,7 +8,8 @@ and the dataset itself as ``_ds``, which Streamlit does not hash: equal keys mea
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 import pandas as pd
 import streamlit as st
@@ -60,9 +61,11 @@ def _counts_cached(key: str, ks: tuple[int, ...], residencies: tuple[str, ...],
 
 def clear_replays() -> None:
     """Forget cached replays and predictions (for benchmarks)."""
-    for f in (_counts_one, _counts_chunk, _predict_cached):
+    for f in (_counts_one, _counts_chunk, _predict_cached, _sweep_view, _figure_cached):
         f.clear()
 
+
+T = TypeVar("T")
 
 #: Draws per K of a sweep (the band and the unsure budgets); one K's view uses the library's
 #: default (1000). Fewer draws keep a re-priced sweep of every K quick; the band's ends move by
@@ -94,28 +97,80 @@ def predict_at(ds: Dataset, k: int, op: tuple[int, float], estimator: str,
     return df
 
 
-def sweep(ds: Dataset, op: tuple[int, float], estimator: str,
-          candidates: Sequence[str]) -> pd.DataFrame:
-    """Every chosen candidate at every K in ``0..E``, with a progress bar per chunk of K."""
-    chunks = whatif.k_chunks(ds.trace.model.n_experts)
-    bar = st.progress(0.0, text="Sweeping every K …")
+class SweepView(NamedTuple):
+    """A sweep over every K and what the pages derive from it, computed once for every session
+    (it does not depend on the budget): the frame, the winner's regions, the unsure budget
+    ranges, and the warnings of the prediction."""
+
+    frame: pd.DataFrame
+    regions: list[whatif.Region]
+    unsure: list[tuple[float, float, int, int]]
+    warnings: tuple[str, ...]
+
+
+# One object shared by every session (never modified): many sessions on one example pay for
+# the sweep once, and a rerun does not copy it. Bounded, and forgotten after an hour unused.
+@st.cache_resource(show_spinner="Sweeping every K …", max_entries=64, ttl=3600)
+def _sweep_view(key: str, op: tuple[int, float], estimator: str,
+                candidates: tuple[str, ...], _ds: Dataset) -> SweepView:
     parts, msgs = [], set()
-    for i, ks in enumerate(chunks):
-        df, w = _predict_cached(ds.key, ks, (int(op[0]), float(op[1])), estimator,
-                                tuple(candidates), ds)
+    for ks in whatif.k_chunks(_ds.trace.model.n_experts):
+        df, w = _predict_cached(key, ks, op, estimator, candidates, _ds)
         parts.append(df)
         msgs |= set(w)
-        bar.progress((i + 1) / len(chunks),
-                     text=f"Sweeping every K … {ks[-1]} of {chunks[-1][-1]}")
-    bar.empty()
-    _warn(tuple(sorted(msgs)))
     out = pd.concat(parts, ignore_index=True)
     # each chunk's winner confidence per K, merged: the sweep says where the pick is unsure
     unc = dict(parts[0].attrs.get("uncertainty", {}))
     unc["per_k"] = {k: v for p in parts for k, v in p.attrs.get("uncertainty", {})
                     .get("per_k", {}).items()}
     out.attrs = {**parts[0].attrs, "uncertainty": unc}
-    return out
+    g = _ds.trace.model
+    return SweepView(out, whatif.winner_regions(out, g), whatif.uncertain_ranges(out, g),
+                     tuple(sorted(msgs)))
+
+
+def sweep_view(ds: Dataset, op: tuple[int, float], estimator: str,
+               candidates: Sequence[str]) -> SweepView:
+    """Every chosen candidate at every K in ``0..E`` with its regions and unsure budgets
+    (cached for every session; the warnings shown once per run)."""
+    view = _sweep_view(ds.key, (int(op[0]), float(op[1])), estimator, tuple(candidates), ds)
+    _warn(view.warnings)
+    return view
+
+
+def sweep_at(view: SweepView, k: int) -> pd.DataFrame:
+    """The sweep's rows at one K (priced with its :data:`SWEEP_DRAWS` draws), shaped as a
+    :func:`predict_at` frame: a page that shows the sweep anyway shows its K from it, so moving
+    the budget slider prices nothing."""
+    f = whatif.plain(view.frame)
+    rows = f[f["experts_per_layer"].to_numpy() == int(k)].reset_index(drop=True)
+    unc = view.frame.attrs.get("uncertainty", {})
+    per_k = unc.get("per_k", {})
+    rows.attrs = {**{a: v for a, v in view.frame.attrs.items() if a != "uncertainty"},
+                  "uncertainty": {**{a: v for a, v in unc.items() if a != "per_k"},
+                                  "per_k": {int(k): per_k[int(k)]} if int(k) in per_k else {}}}
+    return rows
+
+
+def sweep(ds: Dataset, op: tuple[int, float], estimator: str,
+          candidates: Sequence[str]) -> pd.DataFrame:
+    """Every chosen candidate at every K in ``0..E`` (:func:`sweep_view`'s frame)."""
+    return sweep_view(ds, op, estimator, candidates).frame
+
+
+# Figures for every session: a page passes everything a figure depends on as ``key`` (the
+# dataset's key and the settings), so equal keys draw equal figures. A hit costs no plotly
+# construction, only Streamlit's serialisation. Bounded and aged: a long class does not grow.
+@st.cache_resource(show_spinner=False, max_entries=256, ttl=1800)
+def _figure_cached(name: str, key: tuple, _build: Callable[[], Any]) -> Any:
+    return _build()
+
+
+def figure(name: str, key: tuple, build: Callable[[], T]) -> T:
+    """What ``build()`` draws (a figure, or a figure's ``to_dict()``), made once per
+    ``(name, key)`` for every session and never modified after: Streamlit only serialises it,
+    and :func:`cope_core.app.figures.mark_budget` copies what it changes."""
+    return _figure_cached(name, key, build)
 
 
 def _warn(msgs: tuple[str, ...]) -> None:

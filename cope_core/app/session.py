@@ -6,13 +6,16 @@ Streamlit.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
 from ..errors import CopeInputError
+from . import rerun_log
 from .controls import (
     current_estimator,
     current_op,
@@ -25,6 +28,8 @@ from .controls import (
 )
 from .dataset import Dataset
 from .sources import (
+    MAX_DECODED_MIB,
+    MAX_UPLOAD_MB,
     banner,
     dataset,
     examples,
@@ -40,6 +45,19 @@ from .sources import (
     verify_upload,
 )
 from .url_state import bound, bound_numbers, remember, resolve, settings, sync_url
+
+
+# --- fragments ------------------------------------------------------------------------------------
+def fragment(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``st.fragment`` for a part of a page whose own widgets change only that part: they rerun
+    it alone, not the page. Its lone reruns are timed like whole runs (:mod:`.rerun_log`)."""
+    def wrap(fn: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> None:
+            with rerun_log.measured(name):
+                fn(*args, **kwargs)
+        return st.fragment(timed)
+    return wrap
 
 
 # --- errors ---------------------------------------------------------------------------------------
@@ -94,9 +112,10 @@ def run_through_app() -> None:
         st.rerun()
 
 
-__all__ = ["banner", "bound", "bound_numbers", "current_estimator", "current_op", "current_vram",
-           "dataset", "estimator_widget", "examples", "examples_with_measurements",
-           "forget_uploads", "op_widget", "page", "read", "read_upload", "remember",
-           "require_predictable", "resolve", "run_through_app", "settings", "settings_row",
-           "sidebar", "switch_example", "sync_url", "upload_slot", "user_errors",
-           "verify_record", "verify_upload", "vram_caption", "vram_widget"]
+__all__ = ["MAX_DECODED_MIB", "MAX_UPLOAD_MB", "banner", "bound", "bound_numbers",
+           "current_estimator", "current_op", "current_vram", "dataset", "estimator_widget",
+           "examples", "examples_with_measurements", "forget_uploads", "fragment", "op_widget",
+           "page", "read", "read_upload", "remember", "require_predictable", "resolve",
+           "run_through_app", "settings", "settings_row", "sidebar", "switch_example",
+           "sync_url", "upload_slot", "user_errors", "verify_record", "verify_upload",
+           "vram_caption", "vram_widget"]

@@ -40,6 +40,12 @@ SLOT_KIND = {"trace": "trace", "calibration": "trace", "profile": "profile",
 #: config.json)
 SLOT_TYPES = {"model": ["gguf", "json"]}
 _UPLOADS, _SEEN, _ERRORS = "cope_uploads", "cope_upload_seen", "cope_upload_errors"
+#: An upload's size on the wire (the uploader refuses more, and so does the server) and the
+#: memory its columns may take once read (checked from the Parquet footer before reading): a
+#: session holds at most its own few uploads, so a class of many cannot exhaust the server
+#: (docs/app.md#many-sessions-on-one-server).
+MAX_UPLOAD_MB = 100
+MAX_DECODED_MIB = 512
 _VERIFY_UPLOAD = "cope_verify_upload"
 
 
@@ -52,14 +58,40 @@ def _stamp(path: str | os.PathLike) -> str:
     return f"{s.st_mtime_ns}:{s.st_size}"
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+# One object per file for every session (traces, profiles and measurements are frozen and
+# never modified): a rerun neither copies nor re-reads them.
+@st.cache_resource(show_spinner=False, max_entries=32)
 def _read_cached(kind: str, path: str, stamp: str) -> Any:
+    return _READERS[kind](path)
+
+
+# uploads apart from the examples: fewer, and forgotten after an hour, so that a long class
+# does not keep every file anyone uploaded
+@st.cache_resource(show_spinner=False, max_entries=8, ttl=3600)
+def _read_upload_cached(kind: str, path: str, stamp: str) -> Any:
     return _READERS[kind](path)
 
 
 def read(kind: str, path: str | os.PathLike) -> Any:
     """Read a trace, profile or measurements file (cached by path and modification stamp)."""
-    return _read_cached(kind, str(path), _stamp(path))
+    cached = _read_upload_cached if UPLOAD_DIR in Path(path).parents else _read_cached
+    return cached(kind, str(path), _stamp(path))
+
+
+def check_upload_size(name: str, nbytes: int, path: str | os.PathLike | None = None,
+                      kind: str = "trace") -> None:
+    """Refuse an upload over :data:`MAX_UPLOAD_MB`, or a Parquet file whose columns would take
+    over :data:`MAX_DECODED_MIB` once read, with a one-line CopeInputError naming it."""
+    if nbytes > MAX_UPLOAD_MB * 1e6:
+        raise CopeInputError(f"{nbytes / 1e6:.1f} MB; the explorer takes files up to "
+                             f"{MAX_UPLOAD_MB} MB (use the CLI for bigger ones)",
+                             source=f"upload {name}")
+    if path is not None and kind != "model":
+        decoded = parquet_io.decoded_bytes(path)
+        if decoded > MAX_DECODED_MIB * 2**20:
+            raise CopeInputError(f"its columns take {decoded / 2**20:.0f} MiB once read; the "
+                                 f"explorer reads files up to {MAX_DECODED_MIB} MiB (use the "
+                                 "CLI for bigger ones)", source=f"upload {name}")
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -76,9 +108,14 @@ def _example_dirs() -> list[Path]:
 
 def examples() -> list[Example]:
     """Shipped examples under :data:`EXAMPLES_DIR` and the grid's folder (rescanned when a
-    file there changes)."""
+    file there changes, looked at no more than every 10 seconds)."""
+    return _examples_listed(tuple(str(d) for d in _example_dirs()))
+
+
+@st.cache_data(show_spinner=False, max_entries=4, ttl=10)
+def _examples_listed(folders: tuple[str, ...]) -> list[Example]:
     out: list[Example] = []
-    for folder in _example_dirs():
+    for folder in map(Path, folders):
         files = (sorted([*folder.glob("*.parquet"), *folder.glob("*.json")])
                  if folder.is_dir() else [])
         out += _scan_cached(str(folder), tuple((p.name, _stamp(p)) for p in files))
@@ -216,11 +253,12 @@ def verify_record(ds: Dataset) -> tuple[VerifyRecord | None, str]:
 def verify_upload() -> None:
     """A file uploader for a ``cope.verify/1`` record; a bad one shows its one-line error."""
     f = st.file_uploader("Verify record (cope.verify/1 JSON)", type=["json"], key="_up_verify",
-                         help="written by `cope verify -o FILE`")
+                         help="written by `cope verify -o FILE`", max_upload_size=MAX_UPLOAD_MB)
     if f is None:
         st.session_state.pop(_VERIFY_UPLOAD, None)
         return
     try:
+        check_upload_size(f.name, f.size)
         st.session_state[_VERIFY_UPLOAD] = (parse_verify(f.getvalue(), f"upload {f.name}"),
                                             f"upload {f.name}")
     except CopeInputError as exc:
@@ -241,6 +279,7 @@ def read_upload(name: str, data: bytes, kind: str) -> tuple[Any, str]:
     """Store uploaded bytes in a temp file and read them with the library's reader.
 
     Returns the object and the temp path; a bad file raises CopeInputError naming the upload."""
+    check_upload_size(name, len(data))
     sha = hashlib.sha256(data).hexdigest()
     try:
         path = _store_upload(name, data, sha)
@@ -248,6 +287,7 @@ def read_upload(name: str, data: bytes, kind: str) -> tuple[Any, str]:
         raise CopeInputError(exc.detail.replace("cannot write", "cannot store it"),
                              source=f"upload {name}") from None
     try:
+        check_upload_size(name, len(data), path, kind)
         return read(kind, path), str(path)
     except CopeInputError as exc:
         raise CopeInputError(exc.detail, source=f"upload {name}", field=exc.field) from None
@@ -259,7 +299,7 @@ def upload_slot(slot: str, label: str, help: str | None = None) -> None:
     # the generation in the key gives fresh, empty uploaders after forget_uploads()
     gen = st.session_state.get("_cope_upload_gen", 0)
     f = st.file_uploader(label, type=SLOT_TYPES.get(slot, ["parquet"]), key=f"_up_{slot}_{gen}",
-                         help=help)
+                         help=help, max_upload_size=MAX_UPLOAD_MB)
     seen = st.session_state.setdefault(_SEEN, {})
     errors = st.session_state.setdefault(_ERRORS, {})
     uploads = st.session_state.setdefault(_UPLOADS, {})

@@ -21,6 +21,13 @@ from ..platforms import GPUS
 BUDGET_STEP = 0.25
 
 
+def plain(df: pd.DataFrame) -> pd.DataFrame:
+    """``df``'s columns without its ``attrs``: pandas deep-copies ``attrs`` into every frame
+    derived from it (a column, a filter, each group), and a sweep's per-K confidences made that
+    most of what drawing its figure cost."""
+    return pd.DataFrame(df, copy=False)
+
+
 def budget_gib(g: ModelGeometry, k: int) -> float:
     """Smallest VRAM budget (GiB) that buys ``K = k`` experts per layer."""
     return g.vram_for_experts_per_layer(int(k)) / GIB
@@ -150,7 +157,7 @@ def uncertain_ranges(sweep: pd.DataFrame, g: ModelGeometry,
     """Budget ranges ``(gib_from, gib_to, k_from, k_to)`` of consecutive K whose winner wins
     fewer than ``threshold`` of the draws (none when the sweep has no draws)."""
     conf = sweep.attrs.get("uncertainty", {}).get("per_k", {})
-    ks = sorted(int(k) for k in sweep["experts_per_layer"].unique())
+    ks = sorted(int(k) for k in plain(sweep)["experts_per_layer"].unique())
     weak = [k for k in ks if k in conf and conf[k]["win_probability"] < threshold]
     out: list[list[int]] = []
     for k in weak:
@@ -182,6 +189,7 @@ class Region:
 
 def winner_regions(sweep: pd.DataFrame, g: ModelGeometry) -> list[Region]:
     """Consecutive-K regions of the sweep's winners, in increasing K."""
+    sweep = plain(sweep)
     wins = (sweep[sweep["winner"]].sort_values("experts_per_layer")
             [["experts_per_layer", "candidate"]].to_numpy())
     regions: list[list] = []
@@ -227,7 +235,7 @@ def break_even_budgets(regions: Sequence[Region]) -> pd.DataFrame:
 
 def sweep_budgets(sweep: pd.DataFrame, g: ModelGeometry) -> np.ndarray:
     """VRAM budget (GiB) of each row's K."""
-    ks = sweep["experts_per_layer"].to_numpy()
+    ks = plain(sweep)["experts_per_layer"].to_numpy()
     per_k = {int(k): budget_gib(g, int(k)) for k in np.unique(ks)}
     return np.array([per_k[int(k)] for k in ks])
 
@@ -235,7 +243,7 @@ def sweep_budgets(sweep: pd.DataFrame, g: ModelGeometry) -> np.ndarray:
 def hit_rates(sweep: pd.DataFrame) -> pd.DataFrame:
     """Hit rate per K for each residency (one execution suffices: hits do not depend on it)
     and for the layer-partition baseline (the share of layers on the GPU)."""
-    first = sweep.drop_duplicates(["experts_per_layer", "residency"])
+    first = plain(sweep).drop_duplicates(["experts_per_layer", "residency"])
     out = first[["experts_per_layer", "residency", "hit_rate"]].copy()
     out.loc[out["residency"] == LAYER_PARTITION, "residency"] = "layer_partition (GPU layers)"
     return out.reset_index(drop=True)

@@ -17,6 +17,7 @@ from ._common import (
                       PROFILE_SCHEMAS,
                       SCHEMAS,
                       TRACE_SCHEMA,
+                      decoded_bytes,
                       detect_schema,
                       read_metadata,
                       schema_family,
@@ -27,6 +28,6 @@ from .trace import TRACE_COLUMNS, read_trace, trace_prompts, write_trace, write_
 
 __all__ = ["CopeInputError", "MEASUREMENTS_SCHEMA", "MEASUREMENT_COLUMNS", "META_KEY",
            "Measurements", "PROFILE_COLUMNS", "PROFILE_SCHEMA", "PROFILE_SCHEMAS", "SCHEMAS",
-           "TRACE_COLUMNS", "TRACE_SCHEMA", "detect_schema", "read_measurements",
+           "TRACE_COLUMNS", "TRACE_SCHEMA", "decoded_bytes", "detect_schema", "read_measurements",
            "read_metadata", "read_profile", "read_trace", "schema_family", "trace_prompts",
            "write_measurements", "write_profile", "write_trace", "write_trace_parts"]

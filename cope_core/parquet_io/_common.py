@@ -126,6 +126,29 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
     return _parse_meta(pf, src, None)
 
 
+_WIDTH = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
+
+
+def decoded_bytes(path: str | os.PathLike) -> int:
+    """What reading the file will hold in memory, from its footer alone (before reading it):
+    every value of every column at its physical width, list offsets, and byte strings at their
+    uncompressed size. Encodings that store repeats in a few bytes (run lengths, dictionaries)
+    do not shrink it: this is what the values take once decoded."""
+    pf, _ = _open(path)
+    md = pf.metadata
+    total = 0
+    for i in range(md.num_row_groups):
+        rg = md.row_group(i)
+        for j in range(rg.num_columns):
+            col = rg.column(j)
+            width = _WIDTH.get(col.physical_type)
+            total += (col.num_values * width if width is not None
+                      else col.total_uncompressed_size)
+            if ".list." in f".{col.path_in_schema}.":
+                total += 4 * rg.num_rows            # a list column's offsets
+    return int(total)
+
+
 def detect_schema(path: str | os.PathLike) -> str:
     """The ``schema`` string of a COPE Parquet file, e.g. ``"cope.trace/1"``."""
     return read_metadata(path)["schema"]
