@@ -201,7 +201,8 @@ def main() -> None:
     ap.add_argument("--sessions", default="1,8,16")
     ap.add_argument("--moves", type=int, default=6)
     ap.add_argument("--pace", type=float, default=3.0, help="seconds between a session's moves")
-    ap.add_argument("--steps", type=int, default=4, help="arrow presses per move (0.25 GiB)")
+    ap.add_argument("--steps", type=int, default=1,
+                    help="arrow presses per move (0.25 GiB each; one press: one change)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     if not Path(CHROMIUM).exists():

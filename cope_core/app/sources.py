@@ -45,7 +45,7 @@ _UPLOADS, _SEEN, _ERRORS = "cope_uploads", "cope_upload_seen", "cope_upload_erro
 #: session holds at most its own few uploads, so a class of many cannot exhaust the server
 #: (docs/app.md#many-sessions-on-one-server).
 MAX_UPLOAD_MB = 100
-MAX_DECODED_MIB = 512
+MAX_DECODED_MIB = 256
 _VERIFY_UPLOAD = "cope_verify_upload"
 
 
@@ -67,7 +67,7 @@ def _read_cached(kind: str, path: str, stamp: str) -> Any:
 
 # uploads apart from the examples: fewer, and forgotten after an hour, so that a long class
 # does not keep every file anyone uploaded
-@st.cache_resource(show_spinner=False, max_entries=8, ttl=3600)
+@st.cache_resource(show_spinner=False, max_entries=4, ttl=3600)
 def _read_upload_cached(kind: str, path: str, stamp: str) -> Any:
     return _READERS[kind](path)
 
