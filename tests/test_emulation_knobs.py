@@ -144,7 +144,10 @@ def test_the_probe_is_stable_and_honours_the_host_speed():
                        ("gpu_bandwidth", 0.30), ("cpu_bandwidth_per_thread", 0.30)):
         v = np.array([getattr(s, field) for s in runs])
         assert np.sum(np.abs(v / np.median(v) - 1) >= tol) <= 1, (field, v)
+    # the slowed host probed three times as well: one probe of it wanders as much as one of the
+    # normal host (a CI run on 2026-12-02 saw a single slowed probe at 0.34 of the median)
     with Accelerator("cpu", cpu_slowdown=2.0) as acc:
-        slow = probe_platform(acc, torch.bfloat16, 2048)
+        slow = np.median([probe_platform(acc, torch.bfloat16, 2048).cpu_flops_per_thread
+                          for _ in range(3)])
     base = np.median([s.cpu_flops_per_thread for s in runs])
-    assert slow.cpu_flops_per_thread / base == pytest.approx(0.5, rel=0.25)
+    assert slow / base == pytest.approx(0.5, rel=0.25)
