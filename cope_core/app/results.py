@@ -67,9 +67,10 @@ def clear_replays() -> None:
 
 T = TypeVar("T")
 
-#: Draws per K of a sweep (the band and the unsure budgets); one K's view uses the library's
-#: default (1000). Fewer draws keep a re-priced sweep of every K quick; the band's ends move by
-#: a few tenths of a percent, not its width.
+#: Draws per K of a sweep (the band, the unsure budgets, and the Landscape's view at the slider's
+#: K, read from the sweep); other pages' one-K views use the library's default (1000). Fewer
+#: draws keep a re-priced sweep of every K quick; the band's ends move by a few tenths of a
+#: percent, not its width.
 SWEEP_DRAWS = 200
 
 
