@@ -1,5 +1,5 @@
 """llama.cpp b11434 as the tests use it: where scripts/runtimes.sh built it, its GGUF converter
-run on a tiny model folder, and its llama-quantize."""
+run on a tiny model folder, its llama-quantize, and the GGUF tensor names of a geometry."""
 from __future__ import annotations
 
 import os
@@ -51,3 +51,42 @@ def quantize(src: Path, out: Path, preset: str) -> None:
                        text=True, timeout=600,
                        env=dict(os.environ, LD_LIBRARY_PATH=str(LLAMA / "bin")))
     assert r.returncode == 0 and out.is_file(), (r.stdout + r.stderr)[-2000:]
+
+
+def gguf_names(g, *, fused=False, biases=False, scales=False) -> list[str]:
+    """Every tensor name of a GGUF of this geometry (llama.cpp naming; ``scales``: the
+    ``.scale``/``.input_scale`` tensors llama-model.cpp loads for quantized experts)."""
+    names = ["token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight"]
+    for b in range(g.dense_layers + g.n_layers):
+        p = f"blk.{b}."
+        names += [p + n for n in (
+            "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+            "attn_output.weight", "attn_q_a.weight", "attn_q_b.weight", "attn_kv_a_mqa.weight",
+            "attn_kv_a_norm.weight", "attn_kv_b.weight", "attn_q_norm.weight",
+            "attn_k_norm.weight", "ffn_norm.weight", "attn_sinks.weight")]
+        if b < g.dense_layers:
+            names += [p + "ffn_gate.weight", p + "ffn_up.weight", p + "ffn_down.weight"]
+            continue
+        names += [p + n for n in (
+            "ffn_gate_inp.weight", "exp_probs_b.bias", "ffn_gate_inp_shexp.weight",
+            "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
+            "ffn_gate_inp.bias")]
+        projs = ("gate_up", "down") if fused else ("gate", "up", "down")
+        for proj in projs:
+            names.append(f"{p}ffn_{proj}_exps.weight")
+            if biases:
+                names.append(f"{p}ffn_{proj}_exps.bias")
+            if scales:
+                names += [f"{p}ffn_{proj}_exps.scale", f"{p}ffn_{proj}_exps.input_scale"]
+        if scales:
+            names += [f"{p}ffn_{proj}_shexp.scale" for proj in ("gate", "up", "down")]
+    return names
+
+
+def expert_tensor(name: str) -> int | None:
+    """The block of a routed-expert tensor name, else None (an independent parse)."""
+    parts = name.split(".")
+    if parts[0] == "blk" and parts[2] in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
+                                          "ffn_gate_up_exps"):
+        return int(parts[1])
+    return None

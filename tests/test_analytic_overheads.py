@@ -7,8 +7,14 @@ import json
 
 import numpy as np
 import pytest
-from test_estimators import SPEC, G, _row, approx
-from tiny import tiny_trace
+from tiny import (
+    ROUND_GEOMETRY,
+    ROUND_OVERHEADS,
+    ROUND_SPEC,
+    exact,
+    row_us,
+    tiny_trace,
+)
 
 from cope_core import parquet_io
 from cope_core.cli.main import main
@@ -19,11 +25,8 @@ from cope_core.profile import analytic as an
 from cope_core.profile.analytic import analytic_profile
 
 # launch 5, sync 10, transfer latency 2, CPU dispatch 20, half the peak on the GPU, the CPU and
-# the link for weights, 4 kernels per expert group, 10 per block
-OVER = dataclasses.replace(SPEC, gpu_launch_us=5.0, gpu_sync_us=10.0, link_latency_us=2.0,
-                           cpu_dispatch_us=20.0, link_efficiency=0.5, gpu_efficiency=0.5,
-                           cpu_efficiency=0.5,
-                           gpu_kernels_per_expert_group=4, gpu_kernels_per_block=10)
+# the link for weights, 4 kernels per expert group, 10 per block (tests/tiny.py)
+G, SPEC, OVER = ROUND_GEOMETRY, ROUND_SPEC, ROUND_OVERHEADS
 # at 4 threads: GPU expert 30 / 0.5 = 60 us, a group of n: 60 n + 4 * 5
 #   CPU expert: FLOP 3e6 / (4 * 5e9 * 0.5) = 300, bytes 3e6 / (1.5e10 * 0.5) = 400 -> 400 us,
 #   n experts: 400 n + 20; copy: 3e6 / (1e10 * 0.5) = 600 + 2 per expert; activation (the raw
@@ -37,39 +40,39 @@ def over():
 
 def test_atomic_rows_pay_their_latency(over):
     t = over.table[over.table["gpu_share"] == 100]
-    assert _row(t, 4, "atomic", "gpu_expert", count=0) == 0.0
-    assert _row(t, 4, "atomic", "gpu_expert", count=1) == approx(80.0)
-    assert _row(t, 4, "atomic", "gpu_expert", count=2) == approx(140.0)
-    assert _row(t, 4, "atomic", "cpu_expert", count=2) == approx(820.0)
-    assert _row(t, 4, "atomic", "stage", count=2) == approx(1204.0)
-    assert _row(t, 4, "atomic", "act_copy", count=1) == approx(4.4)
-    assert _row(t, 4, "atomic", "sync", count=1) == approx(10.0)
-    assert _row(t, 4, "atomic", "merge", count=1) == approx(5.0)
+    assert row_us(t, 4, "atomic", "gpu_expert", count=0) == 0.0
+    assert row_us(t, 4, "atomic", "gpu_expert", count=1) == exact(80.0)
+    assert row_us(t, 4, "atomic", "gpu_expert", count=2) == exact(140.0)
+    assert row_us(t, 4, "atomic", "cpu_expert", count=2) == exact(820.0)
+    assert row_us(t, 4, "atomic", "stage", count=2) == exact(1204.0)
+    assert row_us(t, 4, "atomic", "act_copy", count=1) == exact(4.4)
+    assert row_us(t, 4, "atomic", "sync", count=1) == exact(10.0)
+    assert row_us(t, 4, "atomic", "merge", count=1) == exact(5.0)
     # an insertion: the slot index update (a transfer: 2) and the weights' copy
-    assert _row(t, 4, "atomic", "prefetch", count=1) == approx(604.0)
+    assert row_us(t, 4, "atomic", "prefetch", count=1) == exact(604.0)
 
 
 def test_schedule_rows_by_hand(over):
     t = over.table[over.table["gpu_share"] == 100]
     # parallel 1 hit + 1 CPU: max(80, 400 + 20 + 4.4) + sync 10 + merge 5
-    assert _row(t, 4, "schedule", "parallel", hits=1, cpu=1) == approx(439.4)
+    assert row_us(t, 4, "schedule", "parallel", hits=1, cpu=1) == exact(439.4)
     # every expert resident: one launch group, nothing to join
-    assert _row(t, 4, "schedule", "parallel", hits=2, cpu=0) == approx(140.0)
+    assert row_us(t, 4, "schedule", "parallel", hits=2, cpu=0) == exact(140.0)
     # wait-then-GPU 1 + 1: copy 602, sync 10, then both on the GPU in one group 140
-    assert _row(t, 4, "schedule", "wait_then_gpu", hits=1, cpu=0) == approx(752.0)
+    assert row_us(t, 4, "schedule", "wait_then_gpu", hits=1, cpu=0) == exact(752.0)
     # ready-first 1 + 1: max(resident 80, copy 602) + staged group 80 + sync 10
-    assert _row(t, 4, "schedule", "ready_first", hits=1, cpu=0) == approx(692.0)
+    assert row_us(t, 4, "schedule", "ready_first", hits=1, cpu=0) == exact(692.0)
     # cost-selected 0 hits, 1 CPU, 1 staged: max(424.4, 602) + 80 + 10 + 5
-    assert _row(t, 4, "schedule", "cost_selected", hits=0, cpu=1) == approx(697.0)
+    assert row_us(t, 4, "schedule", "cost_selected", hits=0, cpu=1) == exact(697.0)
     # layer partition: whole layer on the CPU with its joins, or on the GPU
-    assert _row(t, 4, "layer", "cpu_layer") == approx(820.0 + 4.4 + 10 + 5)
-    assert _row(t, 4, "layer", "gpu_layer") == approx(140.0)
+    assert row_us(t, 4, "layer", "cpu_layer") == exact(820.0 + 4.4 + 10 + 5)
+    assert row_us(t, 4, "layer", "gpu_layer") == exact(140.0)
     # the predictor's two launches at every layer; a prefetched expert adds what its index
     # update and copy (2 + 602) outlast the resident layer (140) and the next block's shared
     # work at context 4096 (2 * 28.464 + 10 * 5 = 106.928), and the wait (10)
-    assert _row(t, 4, "prefetch", "mutable_per_layer", count=0) == approx(10.0)
-    assert _row(t, 4, "prefetch", "mutable_per_layer", count=1) == \
-        approx(10.0 + 604.0 - 140.0 - 106.928 + 10.0)
+    assert row_us(t, 4, "prefetch", "mutable_per_layer", count=0) == exact(10.0)
+    assert row_us(t, 4, "prefetch", "mutable_per_layer", count=1) == \
+        exact(10.0 + 604.0 - 140.0 - 106.928 + 10.0)
 
 
 def test_prefetch_beside_cpu_misses_by_hand():
@@ -85,10 +88,10 @@ def test_prefetch_beside_cpu_misses_by_hand():
     # memory at 2.5 GB/s; with the copy's 5 GB/s that is the host's 7.5 GB/s, so nothing slows.
     # The lane (1200 + 20 + 4.4) outlasts the insertion (2 + 600 + 2): only the predictor (10)
     # and the wait (10) are left
-    assert _row(t, 1, "prefetch", "mutable_per_layer", cpu=1, count=1) == approx(20.0)
+    assert row_us(t, 1, "prefetch", "mutable_per_layer", cpu=1, count=1) == exact(20.0)
     # beside a fully resident layer the same copy is mostly exposed
-    assert _row(t, 1, "prefetch", "mutable_per_layer", count=1) == \
-        approx(10.0 + 604.0 - 140.0 - 106.928 + 10.0)
+    assert row_us(t, 1, "prefetch", "mutable_per_layer", count=1) == \
+        exact(10.0 + 604.0 - 140.0 - 106.928 + 10.0)
     # 4 threads, 1 CPU miss: bytes-bound (400 us, 7.5 GB/s) + the copy's 5 GB/s = 12.5 GB/s on a
     # 7.5 GB/s host: both run at 0.6 until the CPU's 400 us of work end at 666.67; the copy's
     # remaining 200 us then run alone (end 870.67 with the two latencies). The lane grows by
@@ -96,15 +99,15 @@ def test_prefetch_beside_cpu_misses_by_hand():
     # and the next block (106.928) by 57.67
     lane = 424.4 + 400 / 0.6 - 400
     exposed = 400 / 0.6 + 200 + 4 - (lane + 10 + 5 + 106.928)
-    assert _row(t, 4, "prefetch", "mutable_per_layer", cpu=1, count=1) == \
-        approx(10.0 + 10.0 + (lane - 424.4) + exposed)
+    assert row_us(t, 4, "prefetch", "mutable_per_layer", cpu=1, count=1) == \
+        exact(10.0 + 10.0 + (lane - 424.4) + exposed)
     # 4 threads, 2 CPU misses: 800 us of CPU work at the same 12.5 GB/s demand; the copy's 600
     # us of work end first, at 600 / 0.6 = 1000 (hidden: the lane is longer), and the CPU's last
     # 200 us run alone, ending at 1200: the lane grows by 400
-    assert _row(t, 4, "prefetch", "mutable_per_layer", cpu=2, count=1) == \
-        approx(10.0 + 10.0 + 400.0)
-    assert _row(t, 4, "prefetch", "mutable_cross_layer", cpu=2, count=1) == \
-        _row(t, 4, "prefetch", "mutable_per_layer", cpu=2, count=1)
+    assert row_us(t, 4, "prefetch", "mutable_per_layer", cpu=2, count=1) == \
+        exact(10.0 + 10.0 + 400.0)
+    assert row_us(t, 4, "prefetch", "mutable_cross_layer", cpu=2, count=1) == \
+        row_us(t, 4, "prefetch", "mutable_per_layer", cpu=2, count=1)
 
 
 def test_the_estimator_prices_a_prefetch_beside_its_cpu_misses():
@@ -114,32 +117,32 @@ def test_the_estimator_prices_a_prefetch_beside_its_cpu_misses():
     lc = cope_costs(prof.resolve(1, 100.0))
     ins = lc.pf_insert["mutable_per_layer"]
     # pf_insert = beside row - the predictor (charged at every layer as pf_step)
-    assert lc.pf_step["mutable_per_layer"] == approx(10.0)
-    assert ins[0, 1] == approx(20.0 - 10.0)                    # parallel, 1 hit, 1 CPU miss
-    assert ins[0, 2] == approx(604.0 - 140.0 - 106.928 + 10.0)  # parallel, all hits
+    assert lc.pf_step["mutable_per_layer"] == exact(10.0)
+    assert ins[0, 1] == exact(20.0 - 10.0)                    # parallel, 1 hit, 1 CPU miss
+    assert ins[0, 2] == exact(604.0 - 140.0 - 106.928 + 10.0)  # parallel, all hits
     assert ins[1, 1] == ins[0, 2]                               # wait-then-GPU: no CPU misses
 
 
 def test_shared_rows_pay_their_launches(over):
     t = over.table[over.table["gpu_share"] == 100]
     # the roofline's 12.08 at half efficiency, plus 10 launches of 5
-    assert _row(t, 4, "shared", "moe_block", context=0) == approx(2 * 12.08 + 50.0)
-    assert _row(t, 4, "shared", "dense_block", context=0) == approx(2 * 72.0 + 50.0)
+    assert row_us(t, 4, "shared", "moe_block", context=0) == exact(2 * 12.08 + 50.0)
+    assert row_us(t, 4, "shared", "dense_block", context=0) == exact(2 * 72.0 + 50.0)
     # head: 2 * 10 of work, norm and LM head launches, the token's read-back synchronisation
-    assert _row(t, 4, "shared", "head") == approx(20.0 + 10.0 + 10.0)
+    assert row_us(t, 4, "shared", "head") == exact(20.0 + 10.0 + 10.0)
 
 
 def test_gpu_share_scales_throughput_not_latency(over):
     half = over.table[over.table["gpu_share"] == 50]
     full = over.table[over.table["gpu_share"] == 100]
     assert over.operating_points() == [(4, 50.0), (4, 100.0)]
-    assert _row(half, 4, "atomic", "gpu_expert", count=2) == approx(2 * 120.0 + 20.0)
-    assert _row(half, 4, "shared", "moe_block", context=0) == approx(4 * 12.08 + 50.0)
-    assert _row(half, 4, "shared", "head") == approx(40.0 + 10.0 + 10.0)
+    assert row_us(half, 4, "atomic", "gpu_expert", count=2) == exact(2 * 120.0 + 20.0)
+    assert row_us(half, 4, "shared", "moe_block", context=0) == exact(4 * 12.08 + 50.0)
+    assert row_us(half, 4, "shared", "head") == exact(40.0 + 10.0 + 10.0)
     for name in ("cpu_expert", "stage"):          # the CPU and the link keep their speed
-        assert _row(half, 4, "atomic", name, count=2) == _row(full, 4, "atomic", name, count=2)
+        assert row_us(half, 4, "atomic", name, count=2) == row_us(full, 4, "atomic", name, count=2)
     for name in ("sync", "merge", "act_copy"):
-        assert _row(half, 4, "atomic", name, count=1) == _row(full, 4, "atomic", name, count=1)
+        assert row_us(half, 4, "atomic", name, count=1) == row_us(full, 4, "atomic", name, count=1)
     spec = OVER.at_share(50)
     assert spec.gpu_flops == OVER.gpu_flops / 2 and spec.gpu_bandwidth == OVER.gpu_bandwidth / 2
     assert spec.gpu_launch_us == OVER.gpu_launch_us and spec.link_bandwidth == OVER.link_bandwidth

@@ -47,3 +47,17 @@ def test_the_check_sees_relative_imports():
     assert ("cope_core.profile.bench", "cope_core.mechanisms.execution") in found
     found = {(m, s) for m, s, _ in _imports(PKG / "trace" / "__init__.py")}
     assert ("cope_core.trace", "cope_core.trace.data") in found
+
+
+def test_no_test_module_imports_another():
+    """Shared test helpers live in helper modules (tests/tiny.py, llama_tools.py, naive.py, ...),
+    not in test modules: a test file never depends on another's internals."""
+    tests = Path(__file__).resolve().parent
+    bad = []
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += [f"{path.name} imports {n}" for n in names
+                    if n.split(".")[0].startswith("test_")]
+    assert bad == []

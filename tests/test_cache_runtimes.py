@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from llama_tools import CACHE, SETUP
-from test_export import make_policy
+from tiny import make_policy
 
 from cope_core.export import render
 from cope_core.export.ik_llamacpp import last_layers_for_budget

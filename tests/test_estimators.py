@@ -7,7 +7,15 @@ import json
 
 import numpy as np
 import pytest
-from tiny import hand_atomic, tiny_profile, tiny_trace
+from tiny import (
+    ROUND_GEOMETRY,
+    ROUND_SPEC,
+    exact,
+    hand_atomic,
+    row_us,
+    tiny_profile,
+    tiny_trace,
+)
 
 from cope_core import parquet_io
 from cope_core.cli.main import main
@@ -32,17 +40,10 @@ from cope_core.trace.data import Trace
 
 P, W, R, C = (EXECUTIONS.index(e) for e in (Execution.PARALLEL, Execution.WAIT_THEN_GPU,
                                             Execution.READY_FIRST, Execution.COST_SELECTED))
-approx = lambda v: pytest.approx(v, rel=1e-12, abs=1e-12)  # noqa: E731
 
-# --- a geometry and a platform with round numbers ---------------------------------------------
+# --- a geometry and a platform with round numbers (tests/tiny.py) -----------------------------
 # expert_bytes = 3 * 1000 * 500 * 2 = 3e6 B, expert_flops = 2 * 3 * 1000 * 500 = 3e6 FLOP.
-G = ModelGeometry(name="round", n_layers=2, n_experts=4, top_k=2, hidden=1000,
-                  expert_intermediate=500, dtype_bytes=2, n_shared_experts=0, dense_layers=1,
-                  n_heads=4, n_kv_heads=2, head_dim=50, vocab=500, non_expert_bytes=11_000_000)
-SPEC = PlatformSpec(name="round", gpu_name="gpu", gpu_flops=1e12, gpu_bandwidth=1e11,
-                    link_name="link", link_bandwidth=1e10, cpu_name="cpu", cpu_cores=4,
-                    cpu_flops_per_thread=5e9, cpu_bandwidth=1.5e10,
-                    cpu_bandwidth_per_thread=1e10, source="test")
+G, SPEC = ROUND_GEOMETRY, ROUND_SPEC
 # its pure roofline (no overheads, full efficiency): the analytic profile's work terms alone
 BARE = roofline_only(SPEC)
 # GPU expert: max(3e6/1e12 s, 3e6/1e11 s) = max(3, 30) us = 30 us
@@ -60,24 +61,24 @@ def test_expert_size():
 
 @pytest.mark.parametrize("n", [0, 1, 2, 5])
 def test_gpu_and_copy_per_expert(n):
-    assert rl.gpu_experts_us(G, SPEC, n) == approx(GPU_US * n)
-    assert rl.copy_experts_us(G, SPEC, n) == approx(COPY_US * n)
+    assert rl.gpu_experts_us(G, SPEC, n) == exact(GPU_US * n)
+    assert rl.copy_experts_us(G, SPEC, n) == exact(COPY_US * n)
 
 
 def test_gpu_compute_bound():
     slow = PlatformSpec(**(SPEC.to_dict() | {"gpu_flops": 1e9}))
-    assert rl.gpu_experts_us(G, slow, 2) == approx(2 * 3000.0)  # 3e6 FLOP / 1e9 FLOP/s
+    assert rl.gpu_experts_us(G, slow, 2) == exact(2 * 3000.0)  # 3e6 FLOP / 1e9 FLOP/s
 
 
 @pytest.mark.parametrize("threads", [1, 2, 4, 16])
 def test_cpu_per_expert(threads):
-    assert rl.cpu_experts_us(G, SPEC, 1, threads) == approx(CPU_US[threads])
-    assert rl.cpu_experts_us(G, SPEC, 3, threads) == approx(3 * CPU_US[threads])
+    assert rl.cpu_experts_us(G, SPEC, 1, threads) == exact(CPU_US[threads])
+    assert rl.cpu_experts_us(G, SPEC, 3, threads) == exact(3 * CPU_US[threads])
     assert rl.cpu_experts_us(G, SPEC, 0, threads) == 0.0
 
 
 def test_act_copy():
-    assert rl.act_copy_us(G, SPEC) == approx(ACT_US)
+    assert rl.act_copy_us(G, SPEC) == exact(ACT_US)
 
 
 @pytest.mark.parametrize("threads,h,c,u,pf,expected", [
@@ -95,7 +96,7 @@ def test_act_copy():
     (1, 0, 0, 0, 0, 0.0),
 ])
 def test_layer_us(threads, h, c, u, pf, expected):
-    assert rl.layer_us(G, SPEC, threads, h, c, u, prefetched=pf) == approx(expected)
+    assert rl.layer_us(G, SPEC, threads, h, c, u, prefetched=pf) == exact(expected)
 
 
 def test_shared_work_per_part():
@@ -107,16 +108,16 @@ def test_shared_work_per_part():
     # dense block: 600,000 + 3 * 1000 * (500 * 2) = 3.6e6 weights = 7.2e6 B -> 72 us, 76 at 1000
     np.testing.assert_allclose(rl.dense_block_us(G, SPEC, np.array([0, 1000])), [72.0, 76.0],
                                rtol=1e-12)
-    assert rl.head_us(G, SPEC) == approx(10.0)          # 500 * 1000 weights = 1e6 B
+    assert rl.head_us(G, SPEC) == exact(10.0)          # 500 * 1000 weights = 1e6 B
     # a token: 2 MoE blocks + 1 dense block + the head
     got = rl.shared_decode_us(G, SPEC, np.array([0, 1000, 1_000_000]))
     np.testing.assert_allclose(got, [106.16, 118.16, 2 * 4012.08 + 4072.0 + 10.0], rtol=1e-12)
     # the same parts for any layer count: 5 MoE blocks and no dense block
     five = dataclasses.replace(G, n_layers=5, dense_layers=0)
-    assert float(rl.shared_decode_us(five, SPEC, 0)) == approx(5 * 12.08 + 10.0)
+    assert float(rl.shared_decode_us(five, SPEC, 0)) == exact(5 * 12.08 + 10.0)
     slow = PlatformSpec(**(SPEC.to_dict() | {"gpu_flops": 1e9}))
     # compute bound: 2 * 1.208e6 / 1e9 s + 7.2e6 / 1e9 + 1e6 / 1e9 = 10616 us
-    assert float(rl.shared_decode_us(G, slow, 0)) == approx(10616.0)
+    assert float(rl.shared_decode_us(G, slow, 0)) == exact(10616.0)
 
 
 def test_execution_split():
@@ -185,53 +186,45 @@ def test_analytic_schedule_rows_compose_the_roofline_work(analytic):
         copy = rl.copy_experts_us(G, BARE, r.staged)
         want = (copy + gpu(r.hits + r.staged) if r.name == "wait_then_gpu"
                 else max(gpu(r.hits), cpu, copy) + gpu(r.staged))
-        assert r.median_us == approx(want), r
-
-
-def _row(t, threads, kind, name, count=-1, context=-1, hits=-1, cpu=-1):
-    sel = t[(t["cpu_threads"] == threads) & (t["kind"] == kind) & (t["name"] == name)
-            & (t["count"] == count) & (t["context"] == context) & (t["hits"] == hits)
-            & (t["cpu"] == cpu)]
-    assert len(sel) == 1
-    return float(sel["median_us"].iloc[0])
+        assert r.median_us == exact(want), r
 
 
 def test_analytic_hand_values(analytic):
     t = analytic.table
     # schedule at 1 thread: parallel h=0 runs both experts on one CPU thread after the
     # activation's copy: 1200 + 0.4
-    assert _row(t, 1, "schedule", "parallel", hits=0, cpu=2) == approx(1200.4)
-    assert _row(t, 4, "schedule", "parallel", hits=0, cpu=2) == approx(400.4)
+    assert row_us(t, 1, "schedule", "parallel", hits=0, cpu=2) == exact(1200.4)
+    assert row_us(t, 4, "schedule", "parallel", hits=0, cpu=2) == exact(400.4)
     # wait-then-GPU copies both (600), then runs them (60); cost-selected 1 + 1: the copy
     # (300) outlasts the CPU lane (200.4), then the staged expert runs (30)
-    assert _row(t, 4, "schedule", "wait_then_gpu", hits=0, cpu=0) == approx(660.0)
-    assert _row(t, 4, "schedule", "cost_selected", hits=0, cpu=1) == approx(330.0)
-    assert _row(t, 4, "shared", "moe_block", context=0) == approx(12.08)
-    assert _row(t, 4, "shared", "moe_block", context=1000) == approx(16.08)
-    assert _row(t, 4, "shared", "dense_block", context=1000) == approx(76.0)
-    assert _row(t, 4, "shared", "head") == approx(10.0)
+    assert row_us(t, 4, "schedule", "wait_then_gpu", hits=0, cpu=0) == exact(660.0)
+    assert row_us(t, 4, "schedule", "cost_selected", hits=0, cpu=1) == exact(330.0)
+    assert row_us(t, 4, "shared", "moe_block", context=0) == exact(12.08)
+    assert row_us(t, 4, "shared", "moe_block", context=1000) == exact(16.08)
+    assert row_us(t, 4, "shared", "dense_block", context=1000) == exact(76.0)
+    assert row_us(t, 4, "shared", "head") == exact(10.0)
     # composed for the profiled geometry (2 MoE + 1 dense block) and for another layer count
     np.testing.assert_allclose(analytic.resolve(4).shared_us, [106.16, 118.16], rtol=1e-12)
     np.testing.assert_allclose(analytic.resolve(4, model=G.with_layers(6)).shared_us,
                                [6 * 12.08 + 82.0, 6 * 16.08 + 86.0], rtol=1e-12)
-    assert _row(t, 1, "layer", "cpu_layer") == approx(1200.4)
-    assert _row(t, 4, "layer", "cpu_layer") == approx(400.4)
-    assert _row(t, 4, "layer", "gpu_layer") == approx(60.0)
+    assert row_us(t, 1, "layer", "cpu_layer") == exact(1200.4)
+    assert row_us(t, 4, "layer", "cpu_layer") == exact(400.4)
+    assert row_us(t, 4, "layer", "gpu_layer") == exact(60.0)
     for name in ("mutable_per_layer", "mutable_cross_layer"):
-        assert _row(t, 4, "prefetch", name, count=0) == 0.0
+        assert row_us(t, 4, "prefetch", name, count=0) == 0.0
         # the copy (300) beyond the resident layer (60) and the next block's shared work at
         # context 4096 (12.08 + 4.096 * 4 = 28.464)
-        assert _row(t, 4, "prefetch", name, count=1) == approx(300.0 - 60.0 - 28.464)
+        assert row_us(t, 4, "prefetch", name, count=1) == exact(300.0 - 60.0 - 28.464)
     for n in range(3):
-        assert _row(t, 4, "atomic", "gpu_expert", count=n) == approx(30.0 * n)
-        assert _row(t, 4, "atomic", "staged_gpu_expert", count=n) == approx(30.0 * n)
-        assert _row(t, 1, "atomic", "cpu_expert", count=n) == approx(600.0 * n)
-        assert _row(t, 4, "atomic", "cpu_expert", count=n) == approx(200.0 * n)
-        assert _row(t, 4, "atomic", "stage", count=n) == approx(300.0 * n)
-    assert _row(t, 4, "atomic", "act_copy", count=1) == approx(0.4)
-    assert _row(t, 4, "atomic", "prefetch", count=1) == approx(300.0)
-    assert _row(t, 4, "atomic", "sync", count=1) == 0.0
-    assert _row(t, 4, "atomic", "merge", count=1) == 0.0
+        assert row_us(t, 4, "atomic", "gpu_expert", count=n) == exact(30.0 * n)
+        assert row_us(t, 4, "atomic", "staged_gpu_expert", count=n) == exact(30.0 * n)
+        assert row_us(t, 1, "atomic", "cpu_expert", count=n) == exact(600.0 * n)
+        assert row_us(t, 4, "atomic", "cpu_expert", count=n) == exact(200.0 * n)
+        assert row_us(t, 4, "atomic", "stage", count=n) == exact(300.0 * n)
+    assert row_us(t, 4, "atomic", "act_copy", count=1) == exact(0.4)
+    assert row_us(t, 4, "atomic", "prefetch", count=1) == exact(300.0)
+    assert row_us(t, 4, "atomic", "sync", count=1) == 0.0
+    assert row_us(t, 4, "atomic", "merge", count=1) == 0.0
 
 
 # --- HRM ----------------------------------------------------------------------------------------
@@ -243,7 +236,7 @@ def test_hrm_costs_by_hand():
     np.testing.assert_allclose(lc.moe[C], [300.4, 200.0, 60.0], rtol=1e-12)
     # the roofline cannot tell waiting from overlapping: both are max(copy, GPU)
     np.testing.assert_array_equal(lc.moe[W], lc.moe[R])
-    assert lc.cpu_layer == approx(400.0) and lc.gpu_layer == approx(60.0)
+    assert lc.cpu_layer == exact(400.0) and lc.gpu_layer == exact(60.0)
     for r in ("mutable_per_layer", "mutable_cross_layer"):
         assert lc.pf_step[r] == 0.0
         # a prefetch adds its copy where the copy lane becomes the longest: h=2 -> 300 - 60;
@@ -489,13 +482,13 @@ def test_cli_predict_hrm_with_user_spec(tmp_path, capsys):
     assert code == 0, err
     got = {(d["experts_per_layer"], d["candidate"]): d["tpot_us"] for d in json.loads(out)}
     # K=0: every layer has h=0 at 4 threads; shared 118.16 us per token
-    assert got[(0, "fixed/parallel")] == approx(118.16 + 2 * 400.0)
-    assert got[(0, "fixed/wait_then_gpu")] == approx(118.16 + 2 * 600.0)
-    assert got[(0, "fixed/ready_first")] == approx(118.16 + 2 * 600.0)
-    assert got[(0, "layer_partition")] == approx(118.16 + 2 * 400.0)
+    assert got[(0, "fixed/parallel")] == exact(118.16 + 2 * 400.0)
+    assert got[(0, "fixed/wait_then_gpu")] == exact(118.16 + 2 * 600.0)
+    assert got[(0, "fixed/ready_first")] == exact(118.16 + 2 * 600.0)
+    assert got[(0, "layer_partition")] == exact(118.16 + 2 * 400.0)
     # K=E: everything resident, 2 layers of 2 GPU experts
     for cid in ("fixed/parallel", "mutable_per_layer/cost_selected", "layer_partition"):
-        assert got[(4, cid)] == approx(118.16 + 2 * 60.0)
+        assert got[(4, cid)] == exact(118.16 + 2 * 60.0)
     # and it is what the library computes with the loaded spec
     lib = predict(_round_trace(), parquet_io.read_profile(prof), [0, 4], fill_by_id=True,
                   estimator="hrm", spec=load_spec(spec))

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 from llama_tools import CACHE, SETUP
-from test_export import make_policy
+from tiny import make_policy
 
 from cope_core.cli.main import main
 from cope_core.errors import UnsupportedByRuntime

@@ -16,13 +16,13 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tiny import tiny_geometry, tiny_profile, tiny_trace
+from llama_tools import expert_tensor, gguf_names
+from tiny import make_policy, tiny_geometry, tiny_profile, tiny_trace
 
 from cope_core import parquet_io
 from cope_core.cli.main import main
@@ -30,7 +30,6 @@ from cope_core.errors import CopeInputError, UnsupportedByRuntime
 from cope_core.estimate.predict import predict
 from cope_core.export import (
     FORMATS,
-    Policy,
     build_policy,
     policy_json,
     read_policy,
@@ -70,60 +69,6 @@ def one_line_error(code, out, err, *needles):
 def with_dense(trace: Trace, dense: int) -> Trace:
     g = dataclasses.replace(trace.model, dense_layers=dense)
     return dataclasses.replace(trace, model=g)
-
-
-def make_policy(g, K, candidate="fixed/parallel", seed=0) -> Policy:
-    """A policy record for a catalog-sized model without replaying a trace: distinct TPOTs per
-    candidate (candidate index + 1 ms), a shuffled fill."""
-    rng = np.random.default_rng(seed)
-    resident = tuple(tuple(int(e) for e in rng.permutation(g.n_experts)[:K])
-                     for _ in range(g.n_layers))
-    table = {c: 1000.0 * (i + 1) for i, c in enumerate(CANDIDATE_IDS)}
-    return Policy(model=g, candidate=candidate, experts_per_layer=K, resident_experts=resident,
-                  predictions_us={"cope": table, "atomic": dict(table), "hrm": None},
-                  platform={"gpu": "test", "spec": {"link_bandwidth": 25e9}}, cpu_threads=8,
-                  gpu_share=100.0, vram={"budget_gib": None, "needed_gib": 1.0, "context": 4096,
-                                         "workspace_gib": 0.5},
-                  estimator_notes={"hrm": "skipped"})
-
-
-def gguf_names(g, *, fused=False, biases=False, scales=False) -> list[str]:
-    """Every tensor name of a GGUF of this geometry (llama.cpp naming; ``scales``: the
-    ``.scale``/``.input_scale`` tensors llama-model.cpp loads for quantized experts)."""
-    names = ["token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight"]
-    for b in range(g.dense_layers + g.n_layers):
-        p = f"blk.{b}."
-        names += [p + n for n in (
-            "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-            "attn_output.weight", "attn_q_a.weight", "attn_q_b.weight", "attn_kv_a_mqa.weight",
-            "attn_kv_a_norm.weight", "attn_kv_b.weight", "attn_q_norm.weight",
-            "attn_k_norm.weight", "ffn_norm.weight", "attn_sinks.weight")]
-        if b < g.dense_layers:
-            names += [p + "ffn_gate.weight", p + "ffn_up.weight", p + "ffn_down.weight"]
-            continue
-        names += [p + n for n in (
-            "ffn_gate_inp.weight", "exp_probs_b.bias", "ffn_gate_inp_shexp.weight",
-            "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
-            "ffn_gate_inp.bias")]
-        projs = ("gate_up", "down") if fused else ("gate", "up", "down")
-        for proj in projs:
-            names.append(f"{p}ffn_{proj}_exps.weight")
-            if biases:
-                names.append(f"{p}ffn_{proj}_exps.bias")
-            if scales:
-                names += [f"{p}ffn_{proj}_exps.scale", f"{p}ffn_{proj}_exps.input_scale"]
-        if scales:
-            names += [f"{p}ffn_{proj}_shexp.scale" for proj in ("gate", "up", "down")]
-    return names
-
-
-def expert_tensor(name: str) -> int | None:
-    """The block of a routed-expert tensor name, else None (an independent parse)."""
-    parts = name.split(".")
-    if parts[0] == "blk" and parts[2] in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
-                                          "ffn_gate_up_exps"):
-        return int(parts[1])
-    return None
 
 
 def llama_flags(text: str) -> tuple[int, str | None]:

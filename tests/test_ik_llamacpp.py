@@ -11,7 +11,8 @@ import re
 import shlex
 
 import pytest
-from test_export import expert_tensor, gguf_names, make_policy
+from llama_tools import expert_tensor, gguf_names
+from tiny import make_policy
 
 from cope_core import parquet_io
 from cope_core.export import render

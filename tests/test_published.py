@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_analytic_overheads import OVER
-from test_estimators import G, _row, approx
+from tiny import ROUND_GEOMETRY as G
+from tiny import ROUND_OVERHEADS as OVER
+from tiny import exact, row_us
 
 from cope_core.errors import CopeInputError
 from cope_core.estimate.llamacpp_cache import placement_tpot
@@ -25,13 +26,13 @@ import published_sweeps as ps  # noqa: E402
 def test_a_plain_placement_is_its_layers_placed_whole():
     prof = analytic_profile(G, OVER, cpu_threads=[4], contexts=(0,), gpu_shares=(100,))
     t = prof.table
-    gpu, cpu = _row(t, 4, "layer", "gpu_layer"), _row(t, 4, "layer", "cpu_layer")
+    gpu, cpu = row_us(t, 4, "layer", "gpu_layer"), row_us(t, 4, "layer", "cpu_layer")
     # the shared work per token at context 0: one dense block, two MoE blocks and the head
-    shared = (_row(t, 4, "shared", "dense_block", context=0)
-              + 2 * _row(t, 4, "shared", "moe_block", context=0) + _row(t, 4, "shared", "head"))
+    shared = (row_us(t, 4, "shared", "dense_block", context=0)
+              + 2 * row_us(t, 4, "shared", "moe_block", context=0) + row_us(t, 4, "shared", "head"))
     got = placement_tpot(prof, G, [0, 1, 2], 0.0, cpu_threads=4)
     np.testing.assert_allclose(got, [shared + 2 * gpu, shared + gpu + cpu, shared + 2 * cpu])
-    assert gpu == approx(140.0) and cpu == approx(839.4)     # test_schedule_rows_by_hand
+    assert gpu == exact(140.0) and cpu == exact(839.4)     # test_schedule_rows_by_hand
     with pytest.raises(CopeInputError, match=r"\[0, 2\]"):
         placement_tpot(prof, G, [3], 0.0, cpu_threads=4)
 
@@ -50,9 +51,9 @@ def test_the_ratio_is_to_the_sweeps_first_point():
     pts = ps.predict(s)
     assert pts[0].published_ratio == pts[0].predicted_ratio == 1.0
     p = pts[1]
-    assert p.published_ratio == approx(p.published_tps / pts[0].published_tps)
-    assert p.predicted_ratio == approx(p.predicted_tps / pts[0].predicted_tps)
-    assert p.ratio_error == approx(p.predicted_ratio / p.published_ratio - 1)
+    assert p.published_ratio == exact(p.published_tps / pts[0].published_tps)
+    assert p.predicted_ratio == exact(p.predicted_tps / pts[0].predicted_tps)
+    assert p.ratio_error == exact(p.predicted_ratio / p.published_ratio - 1)
     # fewer layers on the CPU is faster, in the prediction as in the sweep
     assert all(a.predicted_tps < b.predicted_tps for a, b in zip(pts, pts[1:]))
 

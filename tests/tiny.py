@@ -2,6 +2,7 @@
 that tests call with arguments; ``conftest.py`` wraps the same data as fixtures."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -11,9 +12,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
+from cope_core.export import Policy
 from cope_core.geometry import ModelGeometry
 from cope_core.matrix import CANDIDATE_IDS
+from cope_core.platforms import PlatformSpec
 from cope_core.profile.data import COLUMNS, Profile, ProfileKey, beside_keys, required_keys
 from cope_core.trace.data import Trace
 
@@ -190,3 +194,52 @@ def put(path: Path, table: pa.Table, meta: dict | None) -> Path:
     md = None if meta is None else {b"cope": json.dumps(meta).encode()}
     pq.write_table(table.replace_schema_metadata(md), path)
     return path
+
+
+# --- a geometry and a platform with round numbers, for estimator values worked out by hand ------
+#: ``pytest.approx`` to the last few bits: the hand-worked values are exact in binary or nearly.
+exact = lambda v: pytest.approx(v, rel=1e-12, abs=1e-12)  # noqa: E731
+
+#: expert_bytes = 3 * 1000 * 500 * 2 = 3e6 B, expert_flops = 2 * 3 * 1000 * 500 = 3e6 FLOP.
+ROUND_GEOMETRY = ModelGeometry(name="round", n_layers=2, n_experts=4, top_k=2, hidden=1000,
+                               expert_intermediate=500, dtype_bytes=2, n_shared_experts=0,
+                               dense_layers=1, n_heads=4, n_kv_heads=2, head_dim=50, vocab=500,
+                               non_expert_bytes=11_000_000)
+ROUND_SPEC = PlatformSpec(name="round", gpu_name="gpu", gpu_flops=1e12, gpu_bandwidth=1e11,
+                          link_name="link", link_bandwidth=1e10, cpu_name="cpu", cpu_cores=4,
+                          cpu_flops_per_thread=5e9, cpu_bandwidth=1.5e10,
+                          cpu_bandwidth_per_thread=1e10, source="test")
+#: :data:`ROUND_SPEC` with overheads: launch 5, sync 10, transfer latency 2, CPU dispatch 20,
+#: half the peak on the GPU, the CPU and the link for weights, 4 kernels per expert group, 10 per
+#: block (tests/test_analytic_overheads.py works its costs out by hand)
+ROUND_OVERHEADS = dataclasses.replace(
+    ROUND_SPEC, gpu_launch_us=5.0, gpu_sync_us=10.0, link_latency_us=2.0, cpu_dispatch_us=20.0,
+    link_efficiency=0.5, gpu_efficiency=0.5, cpu_efficiency=0.5, gpu_kernels_per_expert_group=4,
+    gpu_kernels_per_block=10)
+
+
+def row_us(t: pd.DataFrame, threads, kind, name, count=-1, context=-1, hits=-1,
+              cpu=-1) -> float:
+    """``median_us`` of the one row of profile table ``t`` with these key columns."""
+    sel = t[(t["cpu_threads"] == threads) & (t["kind"] == kind) & (t["name"] == name)
+            & (t["count"] == count) & (t["context"] == context) & (t["hits"] == hits)
+            & (t["cpu"] == cpu)]
+    assert len(sel) == 1
+    return float(sel["median_us"].iloc[0])
+
+
+# --- a policy record, for the export formats ---------------------------------------------------
+def make_policy(g: ModelGeometry, K: int, candidate: str = "fixed/parallel",
+                seed: int = 0) -> Policy:
+    """A policy record for a catalog-sized model without replaying a trace: distinct TPOTs per
+    candidate (candidate index + 1 ms), a shuffled fill."""
+    rng = np.random.default_rng(seed)
+    resident = tuple(tuple(int(e) for e in rng.permutation(g.n_experts)[:K])
+                     for _ in range(g.n_layers))
+    table = {c: 1000.0 * (i + 1) for i, c in enumerate(CANDIDATE_IDS)}
+    return Policy(model=g, candidate=candidate, experts_per_layer=K, resident_experts=resident,
+                  predictions_us={"cope": table, "atomic": dict(table), "hrm": None},
+                  platform={"gpu": "test", "spec": {"link_bandwidth": 25e9}}, cpu_threads=8,
+                  gpu_share=100.0, vram={"budget_gib": None, "needed_gib": 1.0, "context": 4096,
+                                         "workspace_gib": 0.5},
+                  estimator_notes={"hrm": "skipped"})
