@@ -20,8 +20,10 @@
 # Prints one line per runtime; what the tools printed goes to $CACHE/logs/. Each runtime is made
 # in a staging folder of its own and renamed into place only once it works, so a failed or
 # interrupted run never leaves half a runtime where the tests look (nor removes a live one in
-# place). A runtime that cannot be set up is reported and skipped (its tests then skip with that
-# reason); the script itself always exits 0 so that the rest of the suite runs.
+# place). Every runtime is attempted; one that cannot be set up is named with its log, and the
+# script then exits 1 (the test command stops before pytest, and the runtime's tests would fail,
+# not skip), unless COPE_ALLOW_MISSING_RUNTIMES=1: then it exits 0 and those tests skip, each
+# saying which runtime is missing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${COPE_RUNTIMES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cope-explorer}"
@@ -30,6 +32,11 @@ mkdir -p "$CACHE" "$LOGS"
 PY=${PYTHON:-python3}
 JOBS=$(nproc 2>/dev/null || echo 2)
 PIP=(--quiet --disable-pip-version-check --no-input)
+MISSING=()     # the runtimes that could not be set up
+missing() {    # name, what went wrong, log
+  MISSING+=("$1")
+  echo "runtimes: $1 $2 (log: $3)" >&2
+}
 
 # Move a folder out of the way and delete it without a word: a rename is atomic, and whatever
 # cannot be deleted (a file still held open) stays in a *.stale-* folder the next run retries.
@@ -74,7 +81,8 @@ else
     rm -rf "$tmp"
   else
     discard "$stage"
-    echo "runtimes: llama.cpp b11434 could not be built (log: $log); its tests will skip" >&2
+    rm -rf "$tmp"
+    missing "llama.cpp b11434" "could not be built" "$log"
   fi
 fi
 
@@ -102,7 +110,7 @@ else
   else
     discard "$stage"
     discard "$VLLM"
-    echo "runtimes: vLLM 0.33.0 could not be set up (log: $log); its tests will skip" >&2
+    missing "vLLM 0.33.0" "could not be set up" "$log"
   fi
 fi
 # --- exllamav3 ------------------------------------------------------------------------------------
@@ -123,7 +131,7 @@ else
     echo "runtimes: exllamav3 1.6.5 unpacked ($EXL3)"
   else
     discard "$stage"
-    echo "runtimes: exllamav3 1.6.5 could not be fetched (log: $log); its tests will skip" >&2
+    missing "exllamav3 1.6.5" "could not be fetched" "$log"
   fi
   rm -rf "$tmp"
 fi
@@ -146,10 +154,21 @@ setup_parser() {  # name, folder, module, packages...
     echo "runtimes: $name parser installed ($dir)"
   else
     discard "$stage"
-    echo "runtimes: $name could not be set up (log: $log); its tests will skip" >&2
+    missing "$name" "could not be set up" "$log"
   fi
 }
 setup_parser freetoken-0.2.1 "$CACHE/freetoken-0.2.1" freetoken.server.args \
   "freetoken==0.2.1" "msgpack>=1.1,<2" "flashlib==0.4.0" "triton>=3.6,<3.9"
 setup_parser ftllm-1.9.0 "$CACHE/ftllm-1.9.0" ftllm.cli "ftllm==1.9.0"
-exit 0
+
+[ "${#MISSING[@]}" -eq 0 ] && exit 0
+list=$(printf '%s, ' "${MISSING[@]}")
+list=${list%, }
+if [ "${COPE_ALLOW_MISSING_RUNTIMES:-}" = 1 ]; then
+  echo "runtimes: not set up: $list; COPE_ALLOW_MISSING_RUNTIMES=1, so their tests will skip" >&2
+  exit 0
+fi
+echo "runtimes: error: not set up: $list (the reasons are in the logs named above); the tests" \
+     "that feed these runtimes COPE's output cannot run. Fix the cause and run this again, or set" \
+     "COPE_ALLOW_MISSING_RUNTIMES=1 to let those tests skip" >&2
+exit 1

@@ -1,11 +1,14 @@
-"""llama.cpp b11434 as the tests use it: where scripts/runtimes.sh built it, its GGUF converter
-run on a tiny model folder, its llama-quantize, and the GGUF tensor names of a geometry."""
+"""The runtimes the tests feed COPE's output to, as the tests find them: the folder
+scripts/runtimes.sh sets them up in, what a test does when one is missing (fails, unless
+``COPE_ALLOW_MISSING_RUNTIMES=1``), and llama.cpp b11434: its GGUF converter run on a tiny model
+folder, its llama-quantize, and the GGUF tensor names of a geometry."""
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -13,11 +16,27 @@ CACHE = Path(os.environ.get("COPE_RUNTIMES_DIR")
              or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cope-explorer")
 LLAMA = CACHE / "llama.cpp-b11434"
 SETUP = "bash scripts/runtimes.sh (the README's test command runs it)"
+#: The opt-out: set to 1, a runtime that is not set up makes its tests skip instead of fail.
+ALLOW_MISSING = "COPE_ALLOW_MISSING_RUNTIMES"
+
+
+def missing_runtime(what: str, setup: str = SETUP) -> NoReturn:
+    """Stop a test whose runtime is not there: a failure naming ``what`` and how to set it up
+    (``setup``), or a skip saying the same when ``COPE_ALLOW_MISSING_RUNTIMES=1``, the explicit
+    opt-out of a machine that cannot have the runtime."""
+    if os.environ.get(ALLOW_MISSING) == "1":
+        pytest.skip(f"{what} ({ALLOW_MISSING}=1; set it up with {setup})")
+    pytest.fail(f"{what}: set it up with {setup}, or set {ALLOW_MISSING}=1 to let the tests of "
+                "runtimes that are not set up skip", pytrace=False)
 
 
 def sentencepiece_tokenizer(folder: Path) -> None:
     """A BPE sentencepiece tokenizer over the tiny models' words (the converter reads it)."""
-    spm = pytest.importorskip("sentencepiece", reason=f"sentencepiece is missing: {SETUP}")
+    try:
+        import sentencepiece as spm
+    except ImportError:
+        missing_runtime("sentencepiece (llama.cpp's GGUF converter reads its tokenizer) is not "
+                        "installed", "bash scripts/install.sh (the test extra)")
     from cope_core.trace.sources.tiny_models import WORDS
     corpus = folder / "corpus.txt"
     corpus.write_text("\n".join([" ".join(WORDS)] * 50) + "\n")
@@ -46,7 +65,7 @@ def quantize(src: Path, out: Path, preset: str) -> None:
     """llama.cpp's llama-quantize ``src`` -> ``out`` in ``preset`` (Q8_0, Q4_K_M, ...)."""
     exe = LLAMA / "bin" / "llama-quantize"
     if not exe.is_file():
-        pytest.skip(f"llama.cpp b11434's llama-quantize is not built: {SETUP}")
+        missing_runtime("llama.cpp b11434's llama-quantize is not built")
     r = subprocess.run([str(exe), str(src), str(out), preset, "2"], capture_output=True,
                        text=True, timeout=600,
                        env=dict(os.environ, LD_LIBRARY_PATH=str(LLAMA / "bin")))

@@ -2,9 +2,9 @@
 chromium through Playwright. Visits every page, moves the VRAM slider on Landscape and checks
 that the charts changed, and saves the screenshots used in docs/app.md.
 
-Needs ``/usr/bin/chromium`` (``apt-get install chromium``) and the ``playwright`` package (no
-``playwright install``: the system browser is used). Skipped with the reason when either is
-missing.
+Needs ``/usr/bin/chromium`` (``apt-get install chromium``; .ci/run installs it) and the
+``playwright`` package (no ``playwright install``: the system browser is used). Either missing
+fails the tests with the reason, unless ``COPE_ALLOW_MISSING_RUNTIMES=1`` (then they skip).
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from llama_tools import missing_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -35,13 +36,15 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                       reason=f"{CHROMIUM} is missing (apt-get install -y chromium)"),
-    pytest.mark.skipif(importlib.util.find_spec("playwright") is None,
-                       reason="the playwright package is missing (pip install playwright)"),
-]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _browser_installed():
+    if not Path(CHROMIUM).exists():
+        missing_runtime(f"{CHROMIUM} is missing", "apt-get install -y chromium")
+    if importlib.util.find_spec("playwright") is None:
+        missing_runtime("the playwright package is missing", "bash scripts/install.sh")
 
 
 def _free_port() -> int:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from llama_tools import CACHE, SETUP
+from llama_tools import CACHE, missing_runtime
 from tiny import make_policy
 
 from cope_core.export import render
@@ -42,7 +42,7 @@ print(json.dumps({k: getattr(a, k) for k in ("command", "model", "device", "thre
 def parsed(fmt: str, line: str, model_dir) -> dict:
     folder = FREETOKEN if fmt == "freetoken" else FTLLM
     if not folder.is_dir():
-        pytest.skip(f"the {fmt} parser is not set up: {SETUP}")
+        missing_runtime(f"the {fmt} parser is not set up")
     argv = shlex.split(line)[2:] if fmt == "freetoken" else shlex.split(line)[1:]
     argv = [str(model_dir) if a == "MODEL" else a for a in argv]
     r = subprocess.run([sys.executable, "-c", PROBE[fmt], *argv], capture_output=True,

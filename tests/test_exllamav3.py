@@ -12,7 +12,7 @@ from argparse import ArgumentParser
 from types import SimpleNamespace
 
 import pytest
-from llama_tools import CACHE, SETUP
+from llama_tools import CACHE, missing_runtime
 from tiny import make_policy
 
 from cope_core.cli.main import main
@@ -30,7 +30,7 @@ PLACEMENT = ("counts = json.load(open(stats_path)).get(self.key)",
 @pytest.fixture(scope="module")
 def exl3():
     if not (EXL3 / "model_init.py").is_file():
-        pytest.skip(f"exllamav3 1.6.5 is not unpacked: {SETUP}")
+        missing_runtime("exllamav3 1.6.5 is not unpacked")
     src = (EXL3 / "model_init.py").read_text()
     fn = next(n for n in ast.parse(src).body
               if isinstance(n, ast.FunctionDef) and n.name == "add_args")

@@ -231,9 +231,9 @@ def test_the_torch_path_refuses_quantised_experts():
 # --- real GGUF files: llama.cpp b11434's converter and llama-quantize -----------------------------
 @pytest.fixture(scope="module")
 def quantised(tmp_path_factory):
-    from llama_tools import LLAMA, SETUP, convert, quantize, sentencepiece_tokenizer
+    from llama_tools import LLAMA, convert, missing_runtime, quantize, sentencepiece_tokenizer
     if not (LLAMA / "bin" / "llama-quantize").is_file():
-        pytest.skip(f"llama.cpp b11434 is not built: {SETUP}")
+        missing_runtime("llama.cpp b11434 is not built")
     pytest.importorskip("torch")
     from cope_core.trace.sources.tiny_models import build_tiny_model
     root = tmp_path_factory.mktemp("gguf")
@@ -284,9 +284,9 @@ def test_real_quantised_ggufs_read_exactly(quantised):
 
 @pytest.mark.slow
 def test_a_real_dense_gguf_is_refused(tmp_path):
-    from llama_tools import LLAMA, SETUP, convert, sentencepiece_tokenizer
+    from llama_tools import LLAMA, convert, missing_runtime, sentencepiece_tokenizer
     if not (LLAMA / "src" / "convert_hf_to_gguf.py").is_file():
-        pytest.skip(f"llama.cpp b11434 is not built: {SETUP}")
+        missing_runtime("llama.cpp b11434 is not built")
     torch = pytest.importorskip("torch")
     import transformers as tf
     folder = tmp_path / "dense"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from llama_tools import CACHE, LLAMA, SETUP, convert, sentencepiece_tokenizer
+from llama_tools import CACHE, LLAMA, convert, missing_runtime, sentencepiece_tokenizer
 
 from cope_core.export import Policy, render
 from cope_core.matrix import CANDIDATE_IDS
@@ -82,7 +82,7 @@ def _gguf_tensors(path: Path) -> list[str]:
 @pytest.fixture(scope="module", params=sorted(LLAMA_FAMILIES))
 def gguf_model(request, tmp_path_factory):
     if not (LLAMA / "bin" / "llama-completion").is_file():
-        pytest.skip(f"llama.cpp b11434 is not built: {SETUP}")
+        missing_runtime("llama.cpp b11434 is not built")
     family = request.param
     folder = tmp_path_factory.mktemp("llama") / f"tiny-{family}"
     g = _tiny(family, folder, vocab_size=320, **LLAMA_FAMILIES[family])
@@ -168,7 +168,7 @@ print(json.dumps({"offload_backend": ea.offload_backend, "cpu_offload_gb": ea.cp
 
 def test_vllm_parses_the_exported_flags(tmp_path):
     if not VLLM_PY.is_file():
-        pytest.skip(f"vLLM 0.33.0 is not set up: {SETUP}")
+        missing_runtime("vLLM 0.33.0 is not set up")
     from cope_core.export.vllm import vllm_offload
     from cope_core.geometry import CATALOG
     for name, K in (("qwen3-30b-a3b", 29), ("deepseek-v2-lite", 19)):
@@ -274,7 +274,7 @@ def test_vllm_writes_the_import_fixtures(tmp_path):
     """scripts/make_import_fixtures.py run with vLLM's Python gives exactly the committed
     tests/data/import files (RequestOutput/CompletionOutput, CompletionResponse, numpy2base64)."""
     if not VLLM_PY.is_file():
-        pytest.skip(f"vLLM 0.33.0 is not set up: {SETUP}")
+        missing_runtime("vLLM 0.33.0 is not set up")
     root = Path(__file__).resolve().parents[1]
     r = subprocess.run([str(VLLM_PY), str(root / "scripts" / "make_import_fixtures.py"), "vllm",
                         "--out", str(tmp_path)], capture_output=True, text=True, timeout=600,
