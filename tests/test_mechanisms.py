@@ -329,18 +329,26 @@ def test_round_robin_interleaves_and_stops_each_by_its_rule():
     assert order[:6] == [0, 1, 0, 1, 0, 1]          # in turns while both run
 
 
-def test_round_robin_min_seconds_and_budget():
+def test_round_robin_min_seconds_and_budget(sleepless_clock):
+    clock = sleepless_clock("cope_core.mechanisms.timing")    # a sample takes 10 ms, exactly
+
     def slow():
-        time.sleep(0.01)
+        clock.advance(0.01)
         return 1.0
     rule = StopRule(warmup=0, min_samples=3, max_samples=1000, batch=2)
     t, = round_robin([slow], [rule], budget_seconds=60, min_seconds=0.15)
-    assert len(t.samples_us) >= 10                  # a settled median waits for min_seconds
+    # a settled median waits for min_seconds: the 16th sample starts at 0.15 s, and the median
+    # is checked every 2 samples from the 3rd: the 17th ends it
+    assert len(t.samples_us) == 17
     capped = StopRule(warmup=0, min_samples=3, max_samples=6, batch=2)
     t, = round_robin([slow], [capped], budget_seconds=60, min_seconds=10)
     assert len(t.samples_us) == 6                   # max_samples always ends it
     noisy = iter(range(1, 10_000))
-    t, = round_robin([lambda: float(next(noisy)) ** 2], [rule], budget_seconds=0.0)
+
+    def unsettled():
+        clock.advance(0.001)
+        return float(next(noisy)) ** 2
+    t, = round_robin([unsettled], [rule], budget_seconds=0.0)
     assert len(t.samples_us) == 3                   # over budget: stop at 3 samples
 
 
