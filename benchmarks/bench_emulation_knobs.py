@@ -16,9 +16,10 @@ ratio against a baseline taken in the same run:
   FLOP/s per thread with ``--cpu-slowdown 2`` over those without it (0.5 = exact), each the
   median of ``--probes`` probes after a warm-up one.
 
-The "band" column is the bound the test suite used to assert on these ratios (before issue 37
-moved them here: on shared 2-core VMs they strayed past it now and then). How much the probe's
-numbers move from one probe to the next is benchmarks/probe_stability.py.
+The "band" column is the bound the test suite asserted on each ratio until issue 37 moved them
+here (the probe's bounds had been loosened five times in two days, as CI runs on shared 2-core VMs
+strayed past them). How much the probe's numbers move from one probe to the next is
+benchmarks/probe_stability.py.
 
 Run: ``python benchmarks/bench_emulation_knobs.py [--repeats 3] [--probes 3] [--json OUT]``
 """
