@@ -1,26 +1,13 @@
 """Export: the chosen or best candidate as a cope.policy/1 JSON file and in the form each runtime
-takes (llama.cpp, ik_llama.cpp, exllamav3, KTransformers, SGLang-KT, vLLM, FreeToken, fastllm),
-by the same functions as `cope export`."""
+takes (one tab per record of `cope_core.export.EXPORT_FORMATS`), by the same functions as
+`cope export`."""
 import streamlit as st
 
 from cope_core.app import dataset as dsm
 from cope_core.app import results, session
 from cope_core.errors import CopeInputError, UnsupportedByRuntime
-from cope_core.export import FORMATS, render
+from cope_core.export import EXPORT_FORMATS, render
 from cope_core.matrix import CANDIDATE_IDS
-
-#: Per format: tab label, file-name suffix, st.code language, MIME type of the download.
-VIEWS = {
-    "json": ("JSON (cope.policy/1)", ".policy.json", "json", "application/json"),
-    "llama.cpp": ("llama.cpp", ".llama.cpp.sh", "bash", "text/x-shellscript"),
-    "ik_llama.cpp": ("ik_llama.cpp", ".ik_llama.cpp.sh", "bash", "text/x-shellscript"),
-    "exllamav3": ("exllamav3", ".exllamav3.sh", "bash", "text/x-shellscript"),
-    "ktransformers": ("KTransformers", ".ktransformers.yaml", "yaml", "application/yaml"),
-    "sglang-kt": ("SGLang-KT", ".sglang-kt.sh", "bash", "text/x-shellscript"),
-    "vllm": ("vLLM", ".vllm.sh", "bash", "text/x-shellscript"),
-    "freetoken": ("FreeToken", ".freetoken.sh", "bash", "text/x-shellscript"),
-    "fastllm": ("fastllm", ".fastllm.sh", "bash", "text/x-shellscript"),
-}
 
 ds = session.page("Export a policy", predictable=True)
 c1, c2, c3, c4 = st.columns([3, 2, 2, 1])
@@ -49,8 +36,8 @@ st.markdown(f"**{chosen}** at K = {k} ({gib:g} GiB): predicted {row.tpot_us / 1e
             f"by COPE, rank {int(row['rank'])} of {len(df)} · {dsm.provenance(ds)}")
 
 stem = f"{policy.model.name}-{chosen.replace('/', '-')}-K{policy.experts_per_layer}"
-for fmt, tab in zip(FORMATS, st.tabs([VIEWS[f][0] for f in FORMATS])):
-    label, suffix, language, mime = VIEWS[fmt]
+for spec, tab in zip(EXPORT_FORMATS, st.tabs([f.label for f in EXPORT_FORMATS])):
+    fmt, label, suffix, language = spec.name, spec.label, spec.file_suffix, spec.language
     with tab:
         try:
             out = render(policy, fmt, strict=strict, pt_path=stem + ".pt",
@@ -69,7 +56,7 @@ for fmt, tab in zip(FORMATS, st.tabs([VIEWS[f][0] for f in FORMATS])):
         else:
             st.warning(out.summary)
         st.download_button(f"Download {stem + suffix}", data=out.text, file_name=stem + suffix,
-                           mime=mime, key=f"download_{fmt}")
+                           mime=spec.mime, key=f"download_{fmt}")
         for path, data in out.files:
             st.download_button(f"Download {path} (the file the flags name)", data=data,
                                file_name=path, mime="application/octet-stream",

@@ -4,10 +4,12 @@ Every fenced ``console`` block of the page is a list of ``$ command`` lines (con
 trailing backslash) and their output; the commands run again, in order, in a scratch folder where
 ``data/`` is the repository's, and their output (stdout and stderr as they come) replaces the old.
 The ``json`` block after "(excerpt" is rebuilt from the policy file the examples wrote, with long
-parts shortened the same way every time. ``--check`` changes nothing and exits 1 when the page is
-not current (tests/test_export_doc.py runs it).
+parts shortened the same way every time. The table of formats between its two marker comments is
+written from the format records (``cope_core.export.formats.markdown_table``). ``--check``
+changes nothing and exits 1 when the page is not current (tests/test_export_doc.py runs it);
+``--table-only`` rewrites the table alone, without running the examples (seconds, not minutes).
 
-    python3 scripts/export_examples.py [--check]
+    python3 scripts/export_examples.py [--check] [--table-only]
 """
 from __future__ import annotations
 
@@ -20,11 +22,24 @@ import sys
 import tempfile
 from pathlib import Path
 
+from cope_core.export.formats import markdown_table
 from cope_core.files import write_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "export.md"
 FENCE = re.compile(r"```(console|json)\n(.*?)```", re.S)
+TABLE_BEGIN = ("<!-- the formats' table: written from cope_core/export/formats.py by "
+               "scripts/export_examples.py -->\n")
+TABLE_END = "\n<!-- end of the formats' table -->\n"
+
+
+def with_format_table(text: str) -> str:
+    """``text`` with the table between the two markers written from the format records."""
+    if text.count(TABLE_BEGIN) != 1 or text.count(TABLE_END) != 1:
+        raise SystemExit("export_examples: docs/export.md needs exactly one pair of the "
+                         "formats' table markers")
+    head, rest = text.split(TABLE_BEGIN)
+    return head + TABLE_BEGIN + markdown_table() + TABLE_END + rest.split(TABLE_END)[1]
 
 
 def _commands(block: str) -> list[str]:
@@ -120,10 +135,14 @@ def regenerate(text: str, work: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if the page is not current")
+    ap.add_argument("--table-only", action="store_true",
+                    help="rewrite the table of formats only, not the worked examples")
     args = ap.parse_args(argv)
     old = DOC.read_text(encoding="utf-8")
-    with tempfile.TemporaryDirectory() as tmp:
-        new = regenerate(old, Path(tmp))
+    new = with_format_table(old)
+    if not args.table_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            new = regenerate(new, Path(tmp))
     if new == old:
         print("docs/export.md is current")
         return 0

@@ -20,7 +20,7 @@ from cope_core.app import whatif
 from cope_core.app.apptest import open_app_test
 from cope_core.app.timeline import execution_timeline
 from cope_core.errors import CopeInputError
-from cope_core.export import FORMATS, build_policy, policy_json, render
+from cope_core.export import EXPORT_FORMATS, FORMATS, build_policy, policy_json, render
 from cope_core.geometry import get_model
 from cope_core.matrix import CANDIDATE_IDS
 from cope_core.parquet_io import Measurements
@@ -577,9 +577,7 @@ def _policy(tr, cal, prof, k, candidate):
 def _shown(at) -> dict[str, str]:
     """The rendered text of each format whose tab shows one (a strict error shows none)."""
     tabs = {t.label: t for t in at.tabs}
-    labels = dict(zip(FORMATS, ("JSON (cope.policy/1)", "llama.cpp", "ik_llama.cpp",
-                                "exllamav3", "KTransformers", "SGLang-KT", "vLLM", "FreeToken",
-                                "fastllm")))
+    labels = {f.name: f.label for f in EXPORT_FORMATS}
     return {f: tabs[labels[f]].code[0].value for f in FORMATS if len(tabs[labels[f]].code)}
 
 
@@ -619,9 +617,7 @@ def test_export_page_renders_every_runtime_format(qwen, downloads):
     # exact or not, as the renderer says, with its summary (nearest policy and the TPOT gap)
     assert not at.error and [x.value for x in at.info] == [refusal.value.detail]
     assert [x.value for x in at.warning] == [r.summary for r in lib.values() if not r.exact]
-    labels = {"llama.cpp": "llama.cpp", "ik_llama.cpp": "ik_llama.cpp", "vllm": "vLLM",
-              "sglang-kt": "SGLang-KT", "exllamav3": "exllamav3", "freetoken": "FreeToken",
-              "fastllm": "fastllm"}
+    labels = {f.name: f.label for f in EXPORT_FORMATS}
     assert [x.value for x in at.success] == [f"{labels[f]} runs exactly {w.candidate}."
                                              for f, r in lib.items() if r.exact]
     assert any("layer_partition is predicted at" in x.value for x in at.warning)
@@ -657,8 +653,7 @@ def test_export_page_strict_makes_an_inexpressible_candidate_an_error(qwen):
     k = whatif.k_for_budget(tr.model, 20.0)
     pol = _policy(tr, cal, prof, k, "fixed/ready_first")
     messages = []
-    for fmt in ("llama.cpp", "ik_llama.cpp", "exllamav3", "sglang-kt", "vllm", "freetoken",
-                "fastllm"):
+    for fmt in [f for f in FORMATS if f not in ("json", "ktransformers")]:   # the page's order
         with pytest.raises(CopeInputError) as exc:
             render(pol, fmt, strict=True)
         messages.append(str(exc.value))
@@ -691,6 +686,8 @@ def test_export_page_policy_follows_the_chosen_gpu_share(tmp_path):
            parquet_bytes(tmp_path, parquet_io.write_profile, prof, "p.parquet"))
     at.switch_page("pages/export.py")
     rerun(at)
+    # one tab per format record, in the records' order
+    assert [t.label for t in at.tabs] == [f.label for f in EXPORT_FORMATS]
     policy = json.loads(at.code[0].value)
     assert policy["operating_point"]["gpu_share"] == 100.0
     at.selectbox(key="_w_op").set_value("4@50")

@@ -2,10 +2,12 @@
 
     cope export --trace T --calibration C --profile P (-K K | --vram-gib G) [--cpu-threads N]
                 [--candidate ID|best]
-                --format json|llama.cpp|ik_llama.cpp|exllamav3|ktransformers|sglang-kt|vllm
-                [-o OUT [--force]] [--strict]
+                --format FORMAT [-o OUT [--force]] [--strict]
     cope export --from-policy FILE --format ... [-o OUT [--force]] [--strict]
     cope export --from-verify FILE [-K K] [--cpu-threads N] --format ... [-o OUT [--force]]
+
+FORMAT is one of ``cope_core.export.FORMATS``; the choices, the command's help and its list of
+formats all come from the records of ``cope_core.export.EXPORT_FORMATS``.
 """
 from __future__ import annotations
 
@@ -20,12 +22,14 @@ from ..errors import CopeInputError
 from ..export import (
     DEFAULT_PT,
     DEFAULT_STATS,
-    FILE_SUFFIX,
+    EXPORT_FORMATS,
     FORMATS,
     build_policy,
+    get_format,
     read_policy,
     render,
 )
+from ..export.formats import epilog
 from ..files import check_writable, sha256_file, write_atomic
 from ..platforms import resolve_platform
 from ..verify import read_verify
@@ -41,10 +45,10 @@ _BUILD_OPTIONS = (("--trace", "trace"), ("--profile", "profile"), ("--calibratio
 
 def register(subparsers) -> None:
     s = subparsers.add_parser(
-        "export", help="export a chosen policy: json, llama.cpp, ik_llama.cpp, exllamav3, "
-                       "ktransformers, sglang-kt, vllm",
+        "export", help="export a chosen policy: " + ", ".join(FORMATS),
         description="Render the chosen policy in the form a runtime takes, and say what that "
-                    "runtime cannot express.")
+                    "runtime cannot express.",
+        epilog=epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--trace", help="evaluated routing trace (cope.trace/1)")
     s.add_argument("--profile", help="profile of the target (cope.profile/1)")
     s.add_argument("--calibration", help="trace whose popularity fills the resident experts")
@@ -66,10 +70,11 @@ def register(subparsers) -> None:
                           "-K and --cpu-threads choose the cell when it has several, and the "
                           "record's trace, calibration and profile are used unless given")
     s.add_argument("--format", required=True, choices=FORMATS,
-                   help="output format: the cope.policy/1 JSON or a runtime's settings")
-    s.add_argument("-o", "--output", help="write here instead of stdout (sglang-kt: the .pt goes "
-                                          "next to it, exllamav3: the stats .json; the flags are "
-                                          "printed)")
+                   help="output format: the cope.policy/1 JSON or a runtime's settings (the "
+                        "list below)")
+    s.add_argument("-o", "--output", help="write here instead of stdout (" + "; ".join(
+        f"{f.name}: the {f.side_file.suffix} goes next to it" for f in EXPORT_FORMATS
+        if f.side_file) + ", and the flags are printed)")
     s.add_argument("--exl3-bits", type=float, metavar="BPW",
                    help="exllamav3: the model's bits per weight (config.json "
                         "quantization_config.bits), to size its experts in VRAM and RAM")
@@ -145,20 +150,20 @@ def _policy(args: argparse.Namespace):
 
 def cmd_export(args: argparse.Namespace) -> int:
     out = args.output
-    suffix = FILE_SUFFIX.get(args.format)
-    side = DEFAULT_PT if args.format == "sglang-kt" else DEFAULT_STATS
-    if suffix:
-        what = "tensor" if args.format == "sglang-kt" else "expert-statistics"
+    side_file = get_format(args.format).side_file
+    suffix = side_file.suffix if side_file else None
+    side = None
+    if side_file and suffix is not None:
         if not out:
-            raise CopeInputError(f"the {args.format} format writes a {what} file: give -o OUT "
-                                 f"(the {suffix} goes next to it)", field="--output")
+            raise CopeInputError(f"the {args.format} format writes a {side_file.what} file: give "
+                                 f"-o OUT (the {suffix} goes next to it)", field="--output")
         side = out if out.endswith(suffix) else str(Path(out).with_suffix(suffix))
     if args.exl3_bits is not None and not 1.0 <= args.exl3_bits <= 16.0:
         raise CopeInputError(f"expected bits per weight in [1, 16], got {args.exl3_bits:g}",
                              field="--exl3-bits")
     policy = _policy(args)
-    r = render(policy, args.format, strict=args.strict, pt_path=side, stats_path=side,
-               exl3_bits=args.exl3_bits)
+    r = render(policy, args.format, strict=args.strict, pt_path=side or DEFAULT_PT,
+               stats_path=side or DEFAULT_STATS, exl3_bits=args.exl3_bits)
     if not r.exact:
         warnings.warn(r.summary, stacklevel=2)
     if out is None:

@@ -14,11 +14,12 @@ class Rendered:
     Attributes
     ----------
     format : str
-        ``json``, ``llama.cpp``, ``ktransformers``, ``sglang-kt`` or ``vllm``.
+        The format's name, one of ``cope_core.export.FORMATS``.
     text : str
         What goes to stdout or the output file: JSON, YAML, or shell flags with ``#`` comments.
     files : tuple of (str, bytes)
-        Further files the text refers to, by path (the SGLang-KT expert-location tensor).
+        Further files the text refers to, by path (a format with a ``side_file``: the SGLang-KT
+        expert-location tensor, exllamav3's expert statistics).
     exact : bool
         True when the runtime runs exactly the chosen candidate.
     deployed : str or None
