@@ -201,6 +201,7 @@ def matrix_table() -> dict:
         "baseline": {"id": LAYER_PARTITION,
                      "description": "whole MoE layers on one side: the first N_cpu layers run all "
                                     "experts on the CPU, the rest on the GPU fully resident; "
-                                    "N_gpu = floor(K*L/E)"},
+                                    "N_gpu = the most last layers whose stored experts fit "
+                                    "the bytes of K experts in every layer"},
         "out_of_scope": list(OUT_OF_SCOPE),
     }

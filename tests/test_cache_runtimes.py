@@ -14,8 +14,8 @@ from llama_tools import CACHE, missing_runtime
 from tiny import make_policy
 
 from cope_core.export import render
-from cope_core.export.ik_llamacpp import last_layers_for_budget
 from cope_core.geometry import get_model
+from cope_core.placement import CpuSide, layer_plan
 
 pytestmark = pytest.mark.slow       # a subprocess per parse, the runtimes' imports included
 
@@ -97,7 +97,7 @@ def test_fastllm_parses_what_is_exported(model_dir, candidate, K):
     assert got["command"] == "server" and got["model"] == str(model_dir)
     assert got["device"] == "cuda" and got["threads"] == 8
     if candidate == "layer_partition":
-        n = last_layers_for_budget(G, policy.layer_plan.n_cpu)
+        n = layer_plan(G, K, CpuSide.LAST).n_cpu
         assert r.exact and (got["moe_device"], got["moe_device_layers"]) == (
             ("cpu", n) if n else ("", -1))
     elif K == 128:

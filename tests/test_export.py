@@ -36,10 +36,11 @@ from cope_core.export import (
     render,
     write_policy,
 )
-from cope_core.export.layers import int_set_regex, layer_plan
+from cope_core.export.layers import int_set_regex
 from cope_core.export.vllm import vllm_offload
 from cope_core.geometry import CATALOG, GIB, MIB
 from cope_core.matrix import CANDIDATE_IDS
+from cope_core.placement import layer_plan
 from cope_core.platforms import platform_spec
 from cope_core.trace.data import Trace
 

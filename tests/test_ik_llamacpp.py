@@ -16,8 +16,8 @@ from tiny import make_policy
 
 from cope_core import parquet_io
 from cope_core.export import render
-from cope_core.export.ik_llamacpp import last_layers_for_budget
 from cope_core.geometry import get_model
+from cope_core.placement import CpuSide, layer_plan
 
 
 class UnknownArgument(Exception):
@@ -109,16 +109,17 @@ def test_a_cannot_express_candidate_falls_back_to_the_layer_partition():
     assert "ik_llama.cpp CANNOT express mutable_per_layer/ready_first" in r.text
 
 
-def test_ncmoe_fits_the_same_vram_when_layers_store_their_experts_differently():
+def test_ncmoe_fits_k_bytes_when_layers_store_their_experts_differently():
     g = parquet_io.read_trace("data/examples/gguf-qwen3-30b-a3b-q4_k_m-trace.parquet").model
-    b = g.layer_expert_bytes
-    for n_cpu in range(g.n_layers + 1):
-        n = last_layers_for_budget(g, n_cpu)
-        assert sum(b[:g.n_layers - n]) <= sum(b[n_cpu:])           # fits the same VRAM
-        assert n == n_cpu or sum(b[:g.n_layers - n + 1]) > sum(b[n_cpu:])  # and is the least
+    b, E = g.layer_expert_bytes, g.n_experts
+    for K in range(E + 1):
+        n = layer_plan(g, K, CpuSide.LAST).n_cpu
+        assert E * sum(b[:g.n_layers - n]) <= K * g.per_k_bytes         # fits K's bytes
+        assert n == 0 or E * sum(b[:g.n_layers - n + 1]) > K * g.per_k_bytes  # the least
     # a file whose first layers store more bytes: the last-N rule needs one more host layer
     big = dataclasses.replace(g.expert_layers[0], down_type="Q8_0",
                               down_bytes=2 * g.expert_layers[0].down_bytes)
     g2 = dataclasses.replace(g, expert_layers=(big, big) + g.expert_layers[2:])
-    assert last_layers_for_budget(g2, 0) == 0          # everything on the GPU either way
-    assert last_layers_for_budget(g2, 2) == 3 and last_layers_for_budget(g2, 10) == 11
+    assert layer_plan(g2, E, CpuSide.LAST).n_cpu == 0     # everything on the GPU either way
+    K = 20
+    assert layer_plan(g2, K, CpuSide.LAST).n_cpu == layer_plan(g, K, CpuSide.LAST).n_cpu + 1

@@ -17,7 +17,7 @@ import streamlit as st
 from ..estimate.compare import Comparison, compare
 from ..estimate.costs import estimators_for
 from ..estimate.evaluate import Evaluation, evaluate
-from ..estimate.llamacpp_cache import cache_record, gpu_layer_bytes
+from ..estimate.llamacpp_cache import cache_record
 from ..estimate.llamacpp_cache import compare as cache_compare
 from ..estimate.llamacpp_cache import search as cache_search
 from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
@@ -26,6 +26,7 @@ from ..estimate.uncertainty import DEFAULT_DRAWS
 from ..export import Policy, build_policy
 from ..geometry import GIB, ModelGeometry
 from ..matrix import Residency, residencies_of
+from ..placement import gpu_expert_bytes
 from ..profile.data import Profile
 from ..replay.moe_cache import cache_mib_for_bytes
 from ..trace.stats import TraceStats, trace_stats
@@ -274,7 +275,7 @@ def _cache_sizes_cached(key: str, gib: float, op: tuple[int, float], n_cpu: int,
                         _ds: Dataset) -> pd.DataFrame:
     g = _ds.trace.model
     budget = g.expert_budget_bytes(gib * GIB)
-    top = cache_mib_for_bytes(g, n_cpu, budget - gpu_layer_bytes(g, n_cpu))
+    top = cache_mib_for_bytes(g, n_cpu, budget - gpu_expert_bytes(g, n_cpu))
     sizes = sorted({max(top * i // 12, 1) for i in range(1, 13)}) if top else []
     found = cache_search(_ds.trace, _ds.profile, budget, cpu_threads=op[0], gpu_share=op[1],
                          n_cpu=[n_cpu], cache_mib=sizes)

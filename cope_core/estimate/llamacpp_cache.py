@@ -24,6 +24,7 @@ import pandas as pd
 from ..errors import CopeInputError
 from ..geometry import GIB, ModelGeometry
 from ..matrix import EXECUTIONS, Execution, Residency, get_candidate, residencies_of
+from ..placement import gpu_expert_bytes, layer_plan
 from ..profile.data import Profile
 from ..profile.layout import OperatingPoint
 from ..replay.engine import ReplayCounts
@@ -119,11 +120,6 @@ def placement_tpot(profile: Profile, model: ModelGeometry, n_cpu: Sequence[int],
     return shared + _placed(cache_costs(op), model.n_layers - n, n)
 
 
-def gpu_layer_bytes(g: ModelGeometry, n_cpu: int) -> int:
-    """VRAM of the routed experts of the MoE layers ``n_cpu .. L-1`` (on the GPU)."""
-    return g.n_experts * sum(g.layer_expert_bytes[n_cpu:])
-
-
 def search_space(g: ModelGeometry, budget_bytes: float, *,
                  versions: Sequence[CacheVersion] = tuple(CacheVersion),
                  shares: Sequence[float] = TUNER_SHARES, n_cpu: Sequence[int] | None = None,
@@ -142,7 +138,7 @@ def search_space(g: ModelGeometry, budget_bytes: float, *,
         if not 0 <= n <= L:
             raise CopeInputError(f"--n-cpu-moe layers must be in [0, {L}], got {n}",
                                  field="n_cpu_moe")
-        free = budget_bytes - gpu_layer_bytes(g, n)
+        free = budget_bytes - gpu_expert_bytes(g, n)
         if free < 0:
             continue
         out.append(CacheConfig(n, 0, 0.0, CacheVersion.LRU))
@@ -274,11 +270,9 @@ def compare(search_result: CacheSearch, trace: Trace, profile: Profile,
     point_t: list[np.ndarray] = []
     drawn_t: list[np.ndarray] = []
     i_best = int(search_result.best().index[0])
-    L, E = trace.model.n_layers, trace.model.n_experts
     lp = df[(df["cache_mib"] == 0)]
-    if experts_per_layer is not None:
-        lp = lp[lp["n_cpu"] == L - min(experts_per_layer * L // E, L)]
-    lp = lp[lp.index != i_best]
+    if experts_per_layer is not None:     # the plain placement at K's bytes (placement.py)
+        lp = lp[lp["n_cpu"] == layer_plan(trace.model, experts_per_layer).n_cpu]
     rows = [i_best] + ([int(lp["tpot_us"].idxmin())] if len(lp) else [])
     sub = CacheCounts(tuple(search_result.counts.configs[i] for i in rows),
                       tuple(search_result.counts.layouts[i] for i in rows),
@@ -314,7 +308,9 @@ def compare(search_result: CacheSearch, trace: Trace, profile: Profile,
     lo, hi = np.percentile(means, [50 * (1 - LEVEL), 50 * (1 + LEVEL)], axis=1)
     out = []
     for j, name in enumerate(names):
-        faster = None if j == 0 else float((means[0] < means[j]).mean())
+        # the placement at K may be the best configuration itself: then no "faster in" share
+        same = j < len(rows) and rows[j] == i_best
+        faster = None if same else float((means[0] < means[j]).mean())
         out.append(Contender(name, float(point_t[j].mean()), float(lo[j]), float(hi[j]), faster))
     return out
 

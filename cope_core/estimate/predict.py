@@ -20,6 +20,7 @@ from ..matrix import (
     residencies_of,
     select_candidates,
 )
+from ..placement import layer_plan
 from ..platforms import PlatformSpec
 from ..profile.analytic import LATENCY_SPREAD, THROUGHPUT_SPREAD
 from ..profile.data import Profile
@@ -69,11 +70,11 @@ def candidate_tpot(trace: Trace, counts: dict[Residency, ReplayCounts], costs: L
     (``K`` itself); TPOT is these plus the shared part, which every candidate pays alike
     (:meth:`LayerCosts.shared_per_prompt`). Costs with draw dimensions give parts with them."""
     g = trace.model
-    L, E, k = g.n_layers, g.n_experts, g.top_k
+    L, k = g.n_layers, g.top_k
     tokens = trace.tokens_per_prompt.astype(np.float64)
     P = trace.n_prompts
     if cand.is_layer_partition:
-        n_gpu = min(K * L // E, L)
+        n_gpu = layer_plan(g, K).n_gpu      # docs/design.md#layer-placement
         per_token = (L - n_gpu) * np.asarray(costs.cpu_layer) + n_gpu * np.asarray(costs.gpu_layer)
         experts = np.broadcast_to(per_token[..., None], np.shape(per_token) + (P,)).copy()
         hist = None

@@ -19,6 +19,7 @@ from ..matrix import Candidate
 from ..mechanisms.execution import run_cpu_layer, run_execution, run_gpu_layer
 from ..mechanisms.residency import ResidencyState, make_state, prefetch_step
 from ..mechanisms.rig import Rig
+from ..placement import layer_plan
 from ..trace.data import Trace
 
 
@@ -76,7 +77,7 @@ class CandidateDecoder:
         if rig.pool.n_slots < self.K * g.n_layers:
             raise ValueError(f"pool has {rig.pool.n_slots} slots, K*L = {self.K * g.n_layers}")
         if candidate.is_layer_partition:
-            self.n_gpu = min(self.K * g.n_layers // g.n_experts, g.n_layers)
+            self.n_gpu = layer_plan(g, self.K).n_gpu   # docs/design.md#layer-placement
             self.n_cpu = g.n_layers - self.n_gpu
             self.state: ResidencyState | None = None
         else:

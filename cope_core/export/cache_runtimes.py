@@ -19,14 +19,15 @@ Read in the PyPI wheels ``freetoken`` 0.2.1 and ``ftllm`` 1.9.0 (fastllm's packa
 Neither keeps a fixed set of experts per layer, nor prefetches by prediction: of COPE's
 candidates, each runs exactly every expert on the GPU (fixed residency at K = E) and every
 expert on the CPU (``fixed/parallel`` at K = 0); fastllm also ``layer_partition`` (its last N
-layers, at the N that fits the same VRAM). Any other candidate renders the runtime's cache at the
-same VRAM, a policy outside the Policy Matrix (demand-filled or heat-driven), and says so.
+layers, at the N that fits the same VRAM: :class:`cope_core.placement.LayerFlag` ``FASTLLM``).
+Any other candidate renders the runtime's cache at the same VRAM, a policy outside the Policy
+Matrix (demand-filled or heat-driven), and says so.
 """
 from __future__ import annotations
 
 from ..matrix import LAYER_PARTITION, Execution, Residency, get_candidate
+from ..placement import LayerFlag, layer_plan
 from .common import Rendered, header, host_ram_line
-from .ik_llamacpp import last_layers_for_budget
 from .policy import Policy
 
 
@@ -109,9 +110,9 @@ def render_fastllm(policy: Policy) -> Rendered:
                   f"{base} --moe_device cpu"]
     elif kind == "layers":
         plan = policy.layer_plan
-        n = last_layers_for_budget(g, plan.n_cpu)
+        n = layer_plan(g, K, LayerFlag.FASTLLM.side).flag_value(LayerFlag.FASTLLM)
         same = ("the same number, priced alike" if n == plan.n_cpu else
-                f"{n - plan.n_cpu} more: the first layers store their experts in more bytes")
+                f"{n - plan.n_cpu:+d}: the layers store their experts in other bytes")
         lines.append(f"# {LAYER_PARTITION}: fastllm puts the LAST N MoE layers' experts on the "
                      f"CPU (--moe_device_layers): N = {n} ({same})")
         lines.append(host_ram_line(policy, n * g.n_experts, "the host layers' experts"))

@@ -17,7 +17,8 @@ v1.4.1, which has no ``-mcs``):
 * ``exllamav3/architecture/*.py``: the block-sparse module keys of each architecture.
 
 So ``fixed/parallel`` at K is exact: ``-mcs E-K`` with a stats file whose counts rank each
-layer's K resident experts first; ``layer_partition`` is exact as ``-mcl N_cpu``.
+layer's K resident experts first; ``layer_partition`` is exact as ``-mcl N_cpu`` (the first
+layers: :class:`cope_core.placement.LayerFlag` ``EXLLAMAV3``).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import json
 from ..errors import UnsupportedByRuntime
 from ..geometry import GIB, ModelGeometry
 from ..matrix import LAYER_PARTITION, Execution, Residency, candidate_id, get_candidate
+from ..placement import LayerFlag
 from .common import Rendered, gap_line, gap_summary, header, host_ram_line
 from .policy import Policy
 
@@ -117,9 +119,8 @@ def render_exllamav3(policy: Policy, stats_path: str = DEFAULT_STATS,
                   gap_line(policy, DEPLOYED)]
     base = f"python examples/chat.py -m MODEL_DIR -mct {policy.cpu_threads}"
     if lp:
-        plan = policy.layer_plan
         if cand.is_layer_partition:
-            n_cpu = plan.n_cpu
+            n_cpu = policy.layer_plan.flag_value(LayerFlag.EXLLAMAV3)
         else:
             n_cpu = g.n_layers                    # fixed/parallel at K = 0: every layer's experts
         lines.append(f"# the routed experts of the first {n_cpu} of {g.n_layers} MoE layers on "

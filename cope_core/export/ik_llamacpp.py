@@ -14,12 +14,13 @@ Read in ikawrakow/ik_llama.cpp at 8337e4cd3861406fc04e0854b1409cd1b027fbc9 (2026
 
 COPE's layer partition keeps the *first* MoE layers on the CPU, so the exact line is an ``-ot``
 override of those blocks (ik_llama.cpp's own pattern, ``\.(weight|scale)``); the ``-ncmoe`` line
-is ik_llama.cpp's own placement, the last layers, at the number that fits the same VRAM.
+is ik_llama.cpp's own placement, the last layers, at the number that fits the same VRAM
+(:class:`cope_core.placement.LayerFlag` ``IK_LLAMACPP``, docs/design.md#layer-placement).
 """
 from __future__ import annotations
 
-from ..geometry import ModelGeometry
 from ..matrix import LAYER_PARTITION
+from ..placement import LayerFlag, layer_plan
 from .common import (
     Rendered,
     gap_line,
@@ -40,18 +41,6 @@ def ik_override(blocks: tuple[int, ...]) -> str:
     return rf"blk\.{int_set_regex(blocks)}\.{IK_EXPERTS}"
 
 
-def last_layers_for_budget(g: ModelGeometry, n_cpu: int) -> int:
-    """The ``-ncmoe`` whose GPU layers (the first ones) take no more VRAM than the layer
-    partition's GPU layers (the last ``L - n_cpu``): the same count unless layers store their
-    experts differently."""
-    L = g.n_layers
-    budget = sum(g.layer_expert_bytes[n_cpu:])
-    n = n_cpu
-    while n < L and sum(g.layer_expert_bytes[:L - n]) > budget:
-        n += 1
-    return n
-
-
 def render_ik_llamacpp(policy: Policy) -> Rendered:
     plan = policy.layer_plan
     g = policy.model
@@ -65,7 +54,8 @@ def render_ik_llamacpp(policy: Policy) -> Rendered:
                     "single experts")
         lines += [f"# ik_llama.cpp CANNOT express {policy.candidate}: GGUF keeps all experts of a "
                   "layer in one tensor per projection; below, the nearest expressible policy,",
-                  f"# {LAYER_PARTITION} at the same VRAM (N_gpu = floor(K*L/E) = {plan.n_gpu}).",
+                  f"# {LAYER_PARTITION} at the same VRAM ({plan.n_gpu} GPU layers: the most whose "
+                  f"experts fit K's bytes).",
                   gap_line(policy, LAYER_PARTITION)]
     lines += [f"# MoE layers on the CPU: {plan.n_cpu} of {L}, the first ones "
               f"({describe_blocks(plan.cpu_blocks)}); on the GPU: {plan.n_gpu} "
@@ -79,13 +69,13 @@ def render_ik_llamacpp(policy: Policy) -> Rendered:
     if plan.n_cpu:
         exact_ot = ik_override(plan.cpu_blocks)
         lines.append(f"llama-server -m MODEL.gguf {common} -ot '{exact_ot}=CPU'")
-        n = last_layers_for_budget(g, plan.n_cpu)
-        last = tuple(range(g.dense_layers + L - n, g.dense_layers + L))
+        own = layer_plan(g, policy.experts_per_layer, LayerFlag.IK_LLAMACPP.side)
+        n = own.flag_value(LayerFlag.IK_LLAMACPP)
         same = ("the same number of layers, priced alike" if n == plan.n_cpu else
-                f"{n - plan.n_cpu} more than the exact line: those layers store their experts "
-                "in more bytes")
+                f"{n - plan.n_cpu:+d} against the exact line: those layers store their experts "
+                "in other bytes")
         lines += [f"# or ik_llama.cpp's own placement at the same VRAM: the last {n} MoE layers "
-                  f"({describe_blocks(last)}) on the CPU, {same}",
+                  f"({describe_blocks(own.cpu_blocks)}) on the CPU, {same}",
                   f"llama-server -m MODEL.gguf {common} -ncmoe {n}"]
     else:
         lines.append(f"llama-server -m MODEL.gguf {common}")

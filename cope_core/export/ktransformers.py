@@ -136,7 +136,7 @@ def render_ktransformers(policy: Policy) -> Rendered:
             f"model.layers.N.{fam.module} module,",
             "# so all experts of a layer run on one side, never single experts.",
             f"# Below: the nearest expressible policy, {LAYER_PARTITION} at the same VRAM "
-            f"(N_gpu = floor(K*L/E) = {plan.n_gpu}).",
+            f"({plan.n_gpu} GPU layers: the most whose experts fit K's bytes).",
             gap_line(policy, LAYER_PARTITION),
         ]
     lines += [

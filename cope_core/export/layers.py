@@ -1,62 +1,8 @@
-"""Whole-layer placement shared by the layer-granular runtimes (llama.cpp, KTransformers, vLLM).
-
-Runtimes name transformer *blocks* (``blk.N`` in GGUF, ``model.layers.N`` in Hugging Face modules),
-and N counts a dense prefix too, while COPE counts MoE layers ``0 .. L-1``; MoE layer ``l`` is block
-``dense_layers + l``. The layer partition (docs/design.md#the-policy-matrix) runs the *first*
-``N_cpu`` MoE layers on the CPU; ``N_gpu = floor(K * L / E)`` layers fit the same VRAM as ``K``
-slots per layer.
+"""Whole-layer placement shared by the layer-granular runtimes (llama.cpp, ik_llama.cpp, fastllm,
+exllamav3, KTransformers, vLLM): the one placement rule and its record live in
+:mod:`cope_core.placement` (docs/design.md#layer-placement); here, how blocks are written.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
-
-from ..geometry import ModelGeometry
-
-
-@dataclass(frozen=True)
-class LayerPlan:
-    """Which MoE layers, and which blocks, sit on each side of a layer partition.
-
-    Attributes
-    ----------
-    n_cpu, n_gpu : int
-        MoE layers on the CPU (the first ones) and on the GPU (the rest).
-    dense_layers : int
-        Leading dense blocks (always on the GPU; they hold no routed experts).
-    """
-
-    n_cpu: int
-    n_gpu: int
-    dense_layers: int
-
-    @property
-    def n_layers(self) -> int:
-        return self.n_cpu + self.n_gpu
-
-    @property
-    def n_blocks(self) -> int:
-        """Transformer blocks of the whole model (dense prefix included)."""
-        return self.dense_layers + self.n_layers
-
-    @property
-    def cpu_blocks(self) -> tuple[int, ...]:
-        return tuple(range(self.dense_layers, self.dense_layers + self.n_cpu))
-
-    @property
-    def gpu_blocks(self) -> tuple[int, ...]:
-        return tuple(range(self.dense_layers + self.n_cpu, self.n_blocks))
-
-    @property
-    def n_cpu_moe(self) -> int:
-        """llama.cpp's ``--n-cpu-moe``: it counts blocks from the first, dense ones included."""
-        return self.dense_layers + self.n_cpu if self.n_cpu else 0
-
-
-def layer_plan(geometry: ModelGeometry, experts_per_layer: int) -> LayerPlan:
-    """The layer partition that fits the VRAM of ``experts_per_layer`` slots per MoE layer."""
-    L, E = geometry.n_layers, geometry.n_experts
-    n_gpu = min(experts_per_layer * L // E, L)
-    return LayerPlan(n_cpu=L - n_gpu, n_gpu=n_gpu, dense_layers=geometry.dense_layers)
 
 
 def describe_blocks(blocks: tuple[int, ...]) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from ..geometry import ModelGeometry
 from ..matrix import LAYER_PARTITION, get_candidate
+from ..placement import LayerPlan
 from .common import (
     Rendered,
     gap_line,
@@ -34,7 +35,7 @@ from .common import (
     layer_partition_summary,
     whole_layer_equivalent,
 )
-from .layers import LayerPlan, describe_blocks, int_set_regex
+from .layers import describe_blocks, int_set_regex
 from .policy import Policy
 
 #: The routed-expert tensor names llama.cpp's own ``--n-cpu-moe`` matches (LLM_FFN_EXPS_REGEX).
@@ -129,7 +130,7 @@ def render_llamacpp(policy: Policy) -> Rendered:
             "# (blk.N.ffn_{gate,up,down}_exps or ffn_gate_up_exps); -ot places tensors, so a "
             "layer's projections can be split, never its experts.",
             f"# Below: the nearest expressible policy, {LAYER_PARTITION} at the same VRAM "
-            f"(N_gpu = floor(K*L/E) = {plan.n_gpu}).",
+            f"({plan.n_gpu} GPU layers: the most whose experts fit K's bytes).",
             gap_line(policy, LAYER_PARTITION),
         ]
     lines += [

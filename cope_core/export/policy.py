@@ -20,8 +20,8 @@ from ..estimate.ranking import fastest_first, runner_up
 from ..files import write_atomic
 from ..geometry import ModelGeometry
 from ..matrix import CANDIDATE_IDS, get_candidate
+from ..placement import LayerPlan, layer_plan
 from .cache_record import check_cache_record
-from .layers import LayerPlan, layer_plan
 
 SCHEMA = "cope.policy/1"
 ESTIMATORS = ("cope", "atomic", "hrm")
@@ -121,7 +121,8 @@ class Policy:
 
     @property
     def layer_plan(self) -> LayerPlan:
-        """The layer partition at the same VRAM (``N_gpu = floor(K * L / E)``)."""
+        """The layer partition at the same VRAM: the most last MoE layers on the GPU whose
+        stored experts fit K's bytes (:func:`cope_core.placement.layer_plan`)."""
         return layer_plan(self.model, self.experts_per_layer)
 
     def tpot_us(self, candidate: str | None = None, estimator: str = "cope") -> float | None:
