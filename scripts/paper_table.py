@@ -18,7 +18,7 @@ VRAM cells are held out and only reported.
 
     python scripts/paper_table.py [--fit] [--write | --check] [--json OUT]
 
-``--write`` puts the table into docs/design.md and its summary into docs/results.md and README.md,
+``--write`` puts the table into docs/design.md and its summary into docs/results.md,
 between their paper-table markers; ``--check`` exits 1 when any is not current
 (tests/test_paper_table.py).
 """
@@ -306,8 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = summary_table(runs)
     print(full)
     stale = []
-    for doc, text in ((ROOT / "docs" / "design.md", full), (ROOT / "docs" / "results.md", summary),
-                      (ROOT / "README.md", summary)):
+    for doc, text in ((ROOT / "docs" / "design.md", full),
+                      (ROOT / "docs" / "results.md", summary)):
         old = doc.read_text()
         a, b = old.index(START) + len(START), old.index(END)
         new = old[:a] + "\n" + text + "\n" + old[b:]

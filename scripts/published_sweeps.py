@@ -12,7 +12,7 @@ at the sweep's first N, which cancel most machine constants; absolute tokens/s a
 
     python scripts/published_sweeps.py [--write | --check] [--json OUT]
 
-``--write`` puts the table into docs/design.md and its summary into README.md between their
+``--write`` puts the table into docs/design.md and its summary into docs/results.md between their
 published-sweeps markers; ``--check`` exits 1 when either is not current
 (tests/test_paper_table.py).
 """
@@ -155,7 +155,8 @@ def _first(points: list[Point], p: Point) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", help="write every point here")
-    ap.add_argument("--write", action="store_true", help="update docs/design.md and README.md")
+    ap.add_argument("--write", action="store_true",
+                    help="update docs/design.md and docs/results.md")
     ap.add_argument("--check", action="store_true", help="exit 1 if they are not current")
     args = ap.parse_args(argv)
     try:
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     print(full + "\n\n" + short)
     stale = []
     for doc, text in ((ROOT / "docs" / "design.md", full + "\n\n" + short),
-                      (ROOT / "README.md", short)):
+                      (ROOT / "docs" / "results.md", short)):
         old = doc.read_text()
         a, b = old.index(START) + len(START), old.index(END)
         new = old[:a] + "\n" + text + "\n" + old[b:]
