@@ -516,3 +516,26 @@ def test_cli_profile_from_user_spec(tmp_path, capsys):
     assert prof.platform["spec"]["gpu_bandwidth"] == 1e11
     assert prof.operating_points() == [(t, share) for t in (1, 4)
                                        for share in (20.0, 50.0, 80.0, 100.0)]
+
+
+def test_no_prefetch_cost_when_every_expert_is_resident(atomic_profile):
+    """At K = E nothing can be prefetched: the mutable residencies pay no per-layer step and
+    equal the fixed residency; one expert fewer, they pay the step (2 at each of L - 1 = 2
+    layers) and 3 per inserted prefetch (the profile's default 2 + 3q)."""
+    trace = tiny_trace()
+    E, L = trace.model.n_experts, trace.model.n_layers
+    full = predict(trace, atomic_profile, E, estimator="cope", fill_by_id=True
+                   ).set_index("candidate")
+    for r in ("mutable_per_layer", "mutable_cross_layer"):
+        for e in ("parallel", "cost_selected"):
+            row = full.loc[f"{r}/{e}"]
+            assert row.prefetch_us == 0.0 and row.prefetches == 0
+            assert row.tpot_us == full.loc[f"fixed/{e}", "tpot_us"]
+    short = predict(trace, atomic_profile, E - 1, estimator="cope", fill_by_id=True
+                    ).set_index("candidate")
+    tokens = trace.tokens_per_prompt
+    for r in ("mutable_per_layer", "mutable_cross_layer"):
+        row = short.loc[f"{r}/parallel"]
+        expected = np.mean((L - 1) * 2.0 + 3.0 * row.prompt_prefetches / tokens)
+        assert row.prefetch_us == pytest.approx(expected, rel=1e-12)
+        assert row.prefetch_us >= (L - 1) * 2.0

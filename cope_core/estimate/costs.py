@@ -2,7 +2,7 @@
 
 All three replay the same cache states; they differ only here. A table gives, for each execution
 ``e`` and hit count ``h``, the expert cost of one MoE layer, plus what a mutable residency adds
-per layer (``pf_step``, charged at every layer but the last) and per inserted prefetch
+per layer (``pf_step``, charged at every layer but the last while K < E) and per inserted prefetch
 (``pf_insert[e, h]``, charged at layers that inserted one).
 """
 from __future__ import annotations

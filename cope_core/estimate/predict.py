@@ -90,7 +90,8 @@ def candidate_tpot(trace: Trace, counts: dict[Residency, ReplayCounts], costs: L
     hk, ik = rc.hist[ki], rc.ins[ki]                    # (P, L, k+1)
     hsum = hk.sum(axis=1)                               # (P, k+1): tokens x layers by hits
     experts = (costs.moe[..., e, :] @ hsum.T) / tokens
-    if cand.residency.mutable:
+    if cand.residency.mutable and K < g.n_experts:
+        # with every expert resident (K = E) nothing can be prefetched: no per-layer step
         r = cand.residency.value
         pref = ((L - 1) * np.asarray(costs.pf_step[r])[..., None]
                 + (costs.pf_insert[r][..., e, :] @ ik.sum(axis=1).T) / tokens)
