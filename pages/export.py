@@ -29,7 +29,7 @@ with c4:
                                 "--strict`).")
 with session.user_errors():
     df = results.predict_at(ds, k, op, "cope", CANDIDATE_IDS)
-    policy = results.policy_for(ds, k, op, cand)
+    policy = results.policy_for(ds, gib, op, cand)
 chosen = policy.candidate
 row = df[df["candidate"] == chosen].iloc[0]
 st.markdown(f"**{chosen}** at K = {k} ({gib:g} GiB): predicted {row.tpot_us / 1e3:.3f} ms/token "

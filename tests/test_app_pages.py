@@ -230,21 +230,33 @@ def test_matrix_cells_and_timeline(qwen):
 
 
 def test_matrix_page_shows_llamacpps_own_cache_as_the_library_searches_it(qwen):
-    from cope_core.estimate.llamacpp_cache import LABEL, cache_record, compare, search
-    from cope_core.geometry import GIB
+    from cope_core.estimate.llamacpp_cache import LABEL
+    from cope_core.estimate.llamacpp_record import llamacpp_record
     tr, cal, prof = qwen
     at = open_app("matrix", vram="20")
     k = whatif.k_for_budget(tr.model, 20.0)
     w = whatif.winner_of(expected(tr, cal, prof, k)).candidate
-    found = search(tr, prof, tr.model.expert_budget_bytes(20 * GIB), cpu_threads=32,
-                   gpu_share=100.0)
-    rec = cache_record(found, compare(found, tr, prof, w, calibration=cal, experts_per_layer=k))
-    assert any(h.value == LABEL for h in at.subheader)
+    rec = llamacpp_record(tr, prof, cal, experts_per_layer=k, vram_gib=20.0, matrix_winner=w,
+                          cpu_threads=32, gpu_share=100.0)
+    assert rec is not None and any(h.value == LABEL for h in at.subheader)
     table = at.dataframe[0].value
-    assert list(table["TPOT ms"]) == [round(b["tpot_us"] / 1e3, 3) for b in rec["best"]]
-    assert f"--moe-cache-mib {rec['best'][0]['cache_mib']}" in table["llama-server flags"][0] \
-        or rec["best"][0]["cache_mib"] == 0
+    assert list(table["TPOT ms"]) == [round(b.tpot_us / 1e3, 3) for b in rec.best]
+    assert f"--moe-cache-mib {rec.best[0].cache_mib}" in table["llama-server flags"][0] \
+        or rec.best[0].cache_mib == 0
     assert any(m.value.startswith("llama.cpp's best here") for m in at.markdown)
+
+
+def test_matrix_and_export_pages_show_the_same_llamacpp_numbers(qwen):
+    """One record at one budget (issue 37: the pages said 8.241 ms with 1059 MiB and 8.255 ms
+    with 1039 MiB, the Export page searching at K's bytes instead of the budget)."""
+    matrix = open_app("matrix", vram="20")
+    verdict = next(m.value for m in matrix.markdown if m.value.startswith("llama.cpp's best"))
+    ms = verdict.split(" at ")[1].split(" ms/token")[0]
+    flags = matrix.dataframe[0].value["llama-server flags"][0]
+    export = open_app("export", vram="20")
+    text = _shown(export)["llama.cpp"]
+    assert f"# predicted this configuration: {ms} ms/token" in text
+    assert f"llama-server -m MODEL.gguf {flags}" in text
 
 
 # --- Landscape ------------------------------------------------------------------------------------
@@ -567,11 +579,11 @@ def downloads(monkeypatch) -> dict[str, bytes]:
     return seen
 
 
-def _policy(tr, cal, prof, k, candidate):
+def _policy(tr, cal, prof, gib, candidate):
+    """The Export page's policy: at the page's VRAM budget (K follows), as the Policy Matrix's."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return build_policy(tr, prof, cal, experts_per_layer=k, cpu_threads=32,
-                            candidate=candidate)
+        return build_policy(tr, prof, cal, vram_gib=gib, cpu_threads=32, candidate=candidate)
 
 
 def _shown(at) -> dict[str, str]:
@@ -594,7 +606,7 @@ def test_export_page_renders_every_runtime_format(qwen, downloads):
     k = whatif.k_for_budget(tr.model, 20.0)
     w = whatif.winner_of(expected(tr, cal, prof, k))
     assert any(m.value.startswith(f"**{w.candidate}** at K = {k}") for m in at.markdown)
-    pol = _policy(tr, cal, prof, k, "best")
+    pol = _policy(tr, cal, prof, 20.0, "best")
     assert pol.candidate == w.candidate
     stem = f"qwen3-30b-a3b-{w.candidate.replace('/', '-')}-K{k}"
     shown = _shown(at)
@@ -635,7 +647,7 @@ def test_export_page_renders_every_runtime_format(qwen, downloads):
     at.selectbox(key="_w_cand").set_value("fixed/ready_first")
     rerun(at)
     assert at.query_params["cand"] == "fixed/ready_first"
-    pol = _policy(tr, cal, prof, k, "fixed/ready_first")
+    pol = _policy(tr, cal, prof, 20.0, "fixed/ready_first")
     shown = _shown(at)
     assert _without_time(shown["json"]) == _without_time(policy_json(pol))
     for fmt in ("llama.cpp", "vllm"):
@@ -650,8 +662,7 @@ def test_export_page_strict_makes_an_inexpressible_candidate_an_error(qwen):
     tr, cal, prof = qwen
     at = open_app("export", vram="20", cand="fixed/ready_first", strict="1")
     assert at.toggle(key="_w_strict").value is True
-    k = whatif.k_for_budget(tr.model, 20.0)
-    pol = _policy(tr, cal, prof, k, "fixed/ready_first")
+    pol = _policy(tr, cal, prof, 20.0, "fixed/ready_first")
     messages = []
     for fmt in [f for f in FORMATS if f not in ("json", "ktransformers")]:   # the page's order
         with pytest.raises(CopeInputError) as exc:

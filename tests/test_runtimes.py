@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 from llama_tools import CACHE, LLAMA, convert, missing_runtime, sentencepiece_tokenizer
 
+from cope_core.estimate.llamacpp_record import CacheRecord
 from cope_core.export import Policy, render
 from cope_core.matrix import CANDIDATE_IDS
 
@@ -127,7 +128,8 @@ def test_llamacpp_cache_line_places_the_host_layers_of_its_n_cpu_moe(gguf_model)
     rec = {"expert_budget_gib": 1.0, "configurations": 7, "cache_start": "server",
            "best": [best], "versus": [{"name": "llamacpp_cache/classlru", "tpot_us": 900.0,
                                        "tpot_ci_us": None, "cache_faster": None}]}
-    text = render(dataclasses.replace(_policy(g, 2), llamacpp_cache=rec), "llama.cpp").text
+    text = render(dataclasses.replace(_policy(g, 2), llamacpp_cache=CacheRecord.from_dict(rec)),
+                  "llama.cpp").text
     lead = [line for line in text.splitlines() if line.startswith("llama-server ")][0]
     assert "--moe-cache-mib 64 --moe-cache-cpu-share 0.5" in lead
     cpu_blocks = {g.dense_layers, g.dense_layers + 1}

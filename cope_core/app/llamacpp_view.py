@@ -6,38 +6,39 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..estimate.llamacpp_cache import LABEL
+from ..estimate.llamacpp_record import CacheRecord
 from ..export.llamacpp import cache_flags
 from ..geometry import ModelGeometry
 
 
-def best_table(rec: dict, g: ModelGeometry, cpu_threads: int) -> pd.DataFrame:
+def best_table(rec: CacheRecord, g: ModelGeometry, cpu_threads: int) -> pd.DataFrame:
     """One row per kind (each eviction rule's fastest configuration, and no cache)."""
     rows = []
-    for b in rec["best"]:
+    for b in rec.best:
         rows.append({
-            "kind": LABEL + (" · " + b["candidate"].split("/")[1] if b["cache_mib"]
+            "kind": LABEL + (" · " + b.candidate.split("/")[1] if b.cache_mib
                              else " · off (--n-cpu-moe only)"),
-            "TPOT ms": round(b["tpot_us"] / 1e3, 3),
-            "llama-server flags": cache_flags(g.dense_layers + g.n_layers, b["n_cpu_moe"],
-                                              b["cache_mib"], b["cpu_share"], cpu_threads),
-            "build": b["build"] or "any", "slots": b["slots"],
-            "hits/token": round(b["hits"], 1), "uploads/token": round(b["uploads"], 1),
-            "CPU misses/token": round(b["cpu_misses"], 1)})
+            "TPOT ms": round(b.tpot_us / 1e3, 3),
+            "llama-server flags": cache_flags(g.dense_layers + g.n_layers, b.n_cpu_moe,
+                                              b.cache_mib, b.cpu_share, cpu_threads),
+            "build": b.build or "any", "slots": b.slots,
+            "hits/token": round(b.hits, 1), "uploads/token": round(b.uploads, 1),
+            "CPU misses/token": round(b.cpu_misses, 1)})
     return pd.DataFrame(rows)
 
 
-def verdict(rec: dict) -> str:
+def verdict(rec: CacheRecord) -> str:
     """The best configuration against layer_partition and the Policy Matrix's winner."""
-    v = rec["versus"]
-    best = rec["best"][0]
-    head = (f"llama.cpp's best here: {best['candidate']} at {best['tpot_us'] / 1e3:.3f} ms/token"
-            + ("" if v[0]["tpot_ci_us"] is None else
-               f" [{v[0]['tpot_ci_us'][0] / 1e3:.3f}, {v[0]['tpot_ci_us'][1] / 1e3:.3f}]"))
-    parts = [f"{x['name']} {x['tpot_us'] / 1e3:.3f} ms (the cache faster in "
-             f"{100 * x['cache_faster']:.0f} % of draws)" if x["cache_faster"] is not None
-             else f"{x['name']} {x['tpot_us'] / 1e3:.3f} ms" for x in v[1:]]
+    v = rec.versus
+    best = rec.best[0]
+    ci = v[0].tpot_ci_us
+    head = (f"llama.cpp's best here: {best.candidate} at {best.tpot_us / 1e3:.3f} ms/token"
+            + ("" if ci is None else f" [{ci[0] / 1e3:.3f}, {ci[1] / 1e3:.3f}]"))
+    parts = [f"{x.name} {x.tpot_us / 1e3:.3f} ms (the cache faster in "
+             f"{100 * x.cache_faster:.0f} % of draws)" if x.cache_faster is not None
+             else f"{x.name} {x.tpot_us / 1e3:.3f} ms" for x in v[1:]]
     return head + ("; against " + ", ".join(parts) if parts else "") + \
-        f" · {rec['configurations']} configurations searched"
+        f" · {rec.configurations} configurations searched"
 
 
 def cache_size_figure(frame: pd.DataFrame, title: str = "") -> go.Figure:

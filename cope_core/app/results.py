@@ -17,9 +17,8 @@ import streamlit as st
 from ..estimate.compare import Comparison, compare
 from ..estimate.costs import estimators_for
 from ..estimate.evaluate import Evaluation, evaluate
-from ..estimate.llamacpp_cache import cache_record
-from ..estimate.llamacpp_cache import compare as cache_compare
 from ..estimate.llamacpp_cache import search as cache_search
+from ..estimate.llamacpp_record import CacheRecord, llamacpp_record
 from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from ..estimate.quality import measurement_checks
 from ..estimate.uncertainty import DEFAULT_DRAWS
@@ -235,38 +234,35 @@ def analytic_what_if(model: dict, gpu: str) -> Profile:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _policy_cached(key: str, k: int, op: tuple[int, float], candidate: str,
+def _policy_cached(key: str, gib: float, op: tuple[int, float], candidate: str,
                    _ds: Dataset) -> Policy:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # the fill warning is already shown on every page
-        return build_policy(_ds.trace, _ds.profile, _ds.calibration, experts_per_layer=int(k),
+        return build_policy(_ds.trace, _ds.profile, _ds.calibration, vram_gib=float(gib),
                             cpu_threads=int(op[0]), gpu_share=float(op[1]), candidate=candidate)
 
 
-def policy_for(ds: Dataset, k: int, op: tuple[int, float], candidate: str) -> Policy:
-    """The export package's policy of ``candidate`` (an id or ``"best"``) at ``K = k`` and the
-    operating point ``op``, cached per dataset, K, operating point and candidate."""
-    return _policy_cached(ds.key, int(k), (int(op[0]), float(op[1])), candidate, ds)
+def policy_for(ds: Dataset, gib: float, op: tuple[int, float], candidate: str) -> Policy:
+    """The export package's policy of ``candidate`` (an id or ``"best"``) at the VRAM budget
+    ``gib`` (K follows, as on every page) and the operating point ``op``, cached per dataset,
+    budget, operating point and candidate. Its llama.cpp record is :func:`llamacpp_at`'s."""
+    return _policy_cached(ds.key, float(gib), (int(op[0]), float(op[1])), candidate, ds)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _llamacpp_cached(key: str, gib: float, op: tuple[int, float], matrix_winner: str,
-                     _ds: Dataset) -> dict | None:
-    g = _ds.trace.model
-    budget = g.expert_budget_bytes(gib * GIB)
-    if budget < 0:
-        return None
-    found = cache_search(_ds.trace, _ds.profile, budget, cpu_threads=op[0], gpu_share=op[1])
-    k = g.experts_per_layer_for_vram(gib * GIB)
-    versus = cache_compare(found, _ds.trace, _ds.profile, matrix_winner,
-                           calibration=_ds.calibration, experts_per_layer=k)
-    return cache_record(found, versus)
+                     _ds: Dataset) -> CacheRecord | None:
+    k = whatif.k_for_budget(_ds.trace.model, gib)
+    return llamacpp_record(_ds.trace, _ds.profile, _ds.calibration, experts_per_layer=k,
+                           vram_gib=gib, matrix_winner=matrix_winner, cpu_threads=op[0],
+                           gpu_share=op[1])
 
 
 def llamacpp_at(ds: Dataset, gib: float, op: tuple[int, float], matrix_winner: str
-                ) -> dict | None:
-    """llama.cpp's own MoE cache searched at the budget (cached): the ``llamacpp_cache`` record
-    of :func:`cope_core.estimate.llamacpp_cache.cache_record`; None when nothing fits."""
+                ) -> CacheRecord | None:
+    """llama.cpp's own MoE cache searched at the budget (cached): the record of
+    :func:`cope_core.estimate.llamacpp_record.llamacpp_record`, the same function and settings
+    as ``cope predict`` and ``cope export``; None when nothing fits."""
     return _llamacpp_cached(ds.key, float(gib), (int(op[0]), float(op[1])), matrix_winner, ds)
 
 

@@ -197,7 +197,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                  gpu_share=args.gpu_share, estimator=args.estimator, candidates=args.candidates,
                  fill_by_id=args.fill_by_id, spec=spec,
                  draws=check_draws(args.draws), seed=args.seed, raw_samples=raw)
-    rec = cache_report.cache_search(args, trace, profile, cal, df, ks)
+    rec = cache_report.cache_search(args, trace, profile, cal, df, ks, raw)
     threads = int(df.attrs["cpu_threads"])
     if args.json:
         print_json(prediction_json(df) + cache_report.json_rows(rec, trace, ks[0], threads))

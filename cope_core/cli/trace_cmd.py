@@ -7,6 +7,7 @@ from .. import parquet_io
 from ..errors import CopeInputError
 from ..files import print_json
 from ..geometry import get_model
+from ..replay.moe_cache import CacheVersion
 from ..trace.sources.importers import FORMATS
 from .args import add_model_options, check_output, layers, priced_as_model
 
@@ -81,8 +82,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--moe-cache-mib", type=int, help="the server's --moe-cache-mib")
     s.add_argument("--moe-cache-cpu-share", type=float, default=0.0,
                    help="the server's --moe-cache-cpu-share (default 0)")
-    s.add_argument("--moe-cache-rule", choices=("lru", "classlru"), default="classlru",
-                   help="the build's eviction: lru (b11480-b12169) or classlru (b12170+)")
+    s.add_argument("--moe-cache-rule", choices=[v.value for v in CacheVersion],
+                   default=CacheVersion.CLASS_LRU.value,
+                   help="the build's eviction: " + " or ".join(
+                       f"{v.value} ({v.builds})" for v in CacheVersion))
     add_model_options(s, what="price the trace's routing as the model the server ran (its bytes "
                               "as stored size the cache's slots)")
     s.set_defaults(func=cmd_stats)
@@ -206,7 +209,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cache_log(args: argparse.Namespace, tr) -> int:
-    from ..replay.moe_cache import CacheConfig, CacheVersion
+    from ..replay.moe_cache import CacheConfig
     from ..verify.llamacpp_log import check_cache_log, read_cache_log
     if args.n_cpu_moe is None or args.moe_cache_mib is None:
         raise CopeInputError("give the server's --n-cpu-moe and --moe-cache-mib",

@@ -40,7 +40,7 @@ from ..replay.moe_cache import (
 from ..trace.data import Trace
 from .costs import cope_costs
 from .predict import candidate_tpot, counts_at, replay_counts
-from .uncertainty import LEVEL, drawn_point
+from .uncertainty import drawn_point, percentile_interval, prompt_bootstrap
 
 #: the label of these rows wherever the Policy Matrix is shown
 LABEL = "llama.cpp MoE cache"
@@ -150,7 +150,7 @@ def search_space(g: ModelGeometry, budget_bytes: float, *,
             if not cache_layout(g, n, mib).cached_layers:
                 continue            # every group below top_k slots: the cache holds nothing
             for v in versions:
-                for f in (shares if v is CacheVersion.CLASS_LRU else (0.0,)):
+                for f in (shares if v.share_build else (0.0,)):
                     out.append(CacheConfig(n, mib, float(f), v))
     if not out:
         raise CopeInputError(
@@ -228,7 +228,7 @@ def search(trace: Trace, profile: Profile, budget_bytes: float, *,
 def _build(cfg: CacheConfig) -> str:
     if not cfg.cache_mib:
         return ""
-    return "b12191" if cfg.cpu_share else cfg.version.build
+    return cfg.version.share_build or "" if cfg.cpu_share else cfg.version.build
 
 
 @dataclass(frozen=True)
@@ -300,34 +300,13 @@ def compare(search_result: CacheSearch, trace: Trace, profile: Profile,
     if not draws:
         return [Contender(n, float(t.mean()), float("nan"), float("nan"), None)
                 for n, t in zip(names, point_t)]
-    full = drawn_t if drawn_t else point_t
-    P = trace.n_prompts
-    idx = rng.integers(0, P, (draws, P))
-    means = np.stack([np.take_along_axis(np.broadcast_to(f, (idx.shape[0], P)), idx, axis=1)
-                      .mean(axis=1) for f in full])
-    lo, hi = np.percentile(means, [50 * (1 - LEVEL), 50 * (1 + LEVEL)], axis=1)
+    means, _ = prompt_bootstrap(drawn_t if drawn_t else point_t, draws, rng)  # (draws, n)
+    lo, hi = percentile_interval(means, np.array([t.mean() for t in point_t]), "cope")
     out = []
     for j, name in enumerate(names):
         # the placement at K may be the best configuration itself: then no "faster in" share
         same = j < len(rows) and rows[j] == i_best
-        faster = None if same else float((means[0] < means[j]).mean())
+        faster = None if same else float((means[:, 0] < means[:, j]).mean())
         out.append(Contender(name, float(point_t[j].mean()), float(lo[j]), float(hi[j]), faster))
     return out
 
-
-def cache_record(result: CacheSearch, versus: Sequence[Contender]) -> dict:
-    """The JSON-ready summary a policy record keeps (``llamacpp_cache`` of cope.policy/1): the
-    fastest configuration of each candidate, fastest first, and the comparisons."""
-    df = result.frame
-    best = []
-    for r in result.best().itertuples(index=False):
-        best.append({"candidate": r.candidate, "build": r.build, "cpu_layers": int(r.n_cpu),
-                     "n_cpu_moe": int(r.n_cpu_moe), "cache_mib": int(r.cache_mib),
-                     "cpu_share": float(r.cpu_share), "slots": int(r.slots),
-                     "tpot_us": float(r.tpot_us), "hits": float(r.hits),
-                     "uploads": float(r.uploads), "cpu_misses": float(r.cpu_misses)})
-    return {"expert_budget_gib": df.attrs["budget_bytes"] / GIB, "configurations": len(df),
-            "cache_start": "server" if df.attrs["persist"] else "prompt", "best": best,
-            "versus": [{"name": c.name, "tpot_us": c.tpot_us,
-                        "tpot_ci_us": None if not np.isfinite(c.lo_us) else [c.lo_us, c.hi_us],
-                        "cache_faster": c.cache_faster} for c in versus]}

@@ -178,6 +178,26 @@ def _resampled_means(t: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.take_along_axis(t, idx, axis=1).mean(axis=1)
 
 
+def prompt_bootstrap(per_prompt: Sequence[np.ndarray], draws: int, rng: np.random.Generator
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """The one bootstrap of the prompts: each series' mean over ``draws`` resamples of its ``P``
+    prompts with replacement, the same resample for every series (paired), shape
+    ``(draws, n)``, and the resampled indices ``(draws, P)``. A series is ``(P,)`` or, under the
+    profile draws, ``(draws, P)`` (draw ``b`` takes resample ``b``)."""
+    P = per_prompt[0].shape[-1]
+    idx = rng.integers(0, P, (draws, P))
+    return np.stack([_resampled_means(t, idx) for t in per_prompt], axis=1), idx
+
+
+def percentile_interval(means: np.ndarray, point: np.ndarray, estimator: str | None = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """The :data:`LEVEL` interval of each column of :func:`prompt_bootstrap`'s means (``point``,
+    the columns' point estimates, and ``estimator`` are for the interval around the point that
+    issue 37 item 6 brings; here the plain percentiles)."""
+    lo, hi = np.percentile(means, [50 * (1 - LEVEL), 50 * (1 + LEVEL)], axis=0)
+    return lo, hi
+
+
 def intervals(point: list[np.ndarray],
               drawn: list[np.ndarray] | None, candidates: Sequence[Candidate], draws: int,
               rng: np.random.Generator) -> tuple[pd.DataFrame, KConfidence]:
@@ -197,12 +217,10 @@ def intervals(point: list[np.ndarray],
         winner's confidence.
     """
     P = point[0].shape[-1]
-    idx = rng.integers(0, P, (draws, P))
-    lo_q, hi_q = 50 * (1 - LEVEL), 50 * (1 + LEVEL)
     full = drawn if drawn is not None else point
+    means, idx = prompt_bootstrap(full[:len(candidates)], draws, rng)
     equivalent = equivalences(point, full, candidates)
-    means = np.stack([_resampled_means(full[i], idx) for i in range(len(candidates))], axis=1)
-    lo, hi = np.percentile(means, [lo_q, hi_q], axis=0)
+    lo, hi = percentile_interval(means, np.array([p.mean() for p in point[:len(candidates)]]))
     rivals = [i for i, e in enumerate(equivalent) if e is None]
     wins = np.bincount(np.argmin(means[:, rivals], axis=1), minlength=len(rivals)) / draws
     prob = np.full(len(candidates), np.nan)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from ..errors import CopeInputError
 from ..estimate.costs import ESTIMATORS, hrm_spec
-from ..estimate.llamacpp_cache import cache_record, compare, search
+from ..estimate.llamacpp_record import llamacpp_record
 from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from ..estimate.ranking import fastest_first
 from ..files import describe_input
@@ -117,14 +117,13 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
         assert cope is not None                   # COPE always runs
         chosen = fastest_first(cope)[0]
 
-    cache: dict = {}
-    budget = g.expert_budget_bytes(vram_gib * GIB) if vram_gib is not None else K * g.per_k_bytes
-    if llamacpp and budget >= 0:          # below 0 not even the non-expert weights fit
-        found = search(trace, profile, budget, cpu_threads=attrs["cpu_threads"],
-                       gpu_share=attrs["gpu_share"])
-        versus = compare(found, trace, profile, fastest_first(tables["cope"] or {})[0],
-                         calibration=calibration, experts_per_layer=K, counts=counts)
-        cache = cache_record(found, versus)
+    cache = None
+    if llamacpp:
+        matrix_winner = fastest_first(tables["cope"] or {})[0]
+        cache = llamacpp_record(trace, profile, calibration, experts_per_layer=K,
+                                vram_gib=vram_gib, matrix_winner=matrix_winner,
+                                cpu_threads=attrs["cpu_threads"], gpu_share=attrs["gpu_share"],
+                                counts=counts)
     order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
     resident = tuple(tuple(int(e) for e in row[:K]) for row in order)
     vram = {"budget_gib": None if vram_gib is None else float(vram_gib),

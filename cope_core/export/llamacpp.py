@@ -24,9 +24,11 @@ a model's dense blocks sit between MoE ones, since the block numbers here would 
 """
 from __future__ import annotations
 
+from ..estimate.llamacpp_record import CacheRecord
 from ..geometry import ModelGeometry
 from ..matrix import LAYER_PARTITION, get_candidate
 from ..placement import LayerPlan
+from ..replay.moe_cache import CacheVersion
 from .common import (
     Rendered,
     gap_line,
@@ -71,45 +73,43 @@ def cache_flags(n_blocks: int, n_cpu_moe: int, cache_mib: int, cpu_share: float,
     return out
 
 
-def cache_lines(rec: dict, g: ModelGeometry, cpu_threads: int) -> list[str]:
+def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int) -> list[str]:
     """The lines that lead the llama.cpp export (and close ``cope predict``): the fastest
     configuration llama.cpp can run at this VRAM, its build, prediction and margins, from a
-    ``llamacpp_cache`` record (none when it is empty)."""
+    ``llamacpp_cache`` record (none without one)."""
     if not rec:
         return []
-    best = rec["best"][0]
-    flags = cache_flags(g.dense_layers + g.n_layers, best["n_cpu_moe"], best["cache_mib"],
-                        best["cpu_share"], cpu_threads)
-    what = ("its own MoE expert cache" if best["cache_mib"] else
+    best = rec.best[0]
+    flags = cache_flags(g.dense_layers + g.n_layers, best.n_cpu_moe, best.cache_mib,
+                        best.cpu_share, cpu_threads)
+    what = ("its own MoE expert cache" if best.cache_mib else
             "no cache: the plain --n-cpu-moe placement is fastest")
     lines = [f"# Best configuration llama.cpp can run at this VRAM ({what}); searched "
-             f"{rec['configurations']} configurations (--n-cpu-moe x --moe-cache-mib x "
+             f"{rec.configurations} configurations (--n-cpu-moe x --moe-cache-mib x "
              "--moe-cache-cpu-share; cache empty at server start, kept across prompts)"
-             if rec["cache_start"] == "server" else
+             if rec.cache_start == "server" else
              f"# Best configuration llama.cpp can run at this VRAM ({what}); searched "
-             f"{rec['configurations']} configurations (cache emptied at every prompt)"]
-    if best["cache_mib"]:
-        why = ("--moe-cache-cpu-share" if best["cpu_share"] else
-               "the class-LRU eviction" if best["candidate"].endswith("classlru") else
-               "--moe-cache-mib with LRU eviction")
-        lines.append(f"# needs llama.cpp {best['build']} or newer ({why}); "
-                     f"{best['slots']} slots over {best['cpu_layers']} host layers; per token "
-                     f"{best['hits']:.1f} hits, {best['uploads']:.1f} uploads, "
-                     f"{best['cpu_misses']:.1f} CPU misses")
-    for v in rec["versus"]:
-        ci = "" if v["tpot_ci_us"] is None else \
-            f" [{v['tpot_ci_us'][0] / 1e3:.3f}, {v['tpot_ci_us'][1] / 1e3:.3f}]"
-        tail = "" if v["cache_faster"] is None else \
-            f"; the configuration above is faster in {100 * v['cache_faster']:.0f} % of draws"
-        label = "this configuration" if v is rec["versus"][0] else v["name"]
-        lines.append(f"# predicted {label}: {v['tpot_us'] / 1e3:.3f} ms/token{ci}{tail}")
+             f"{rec.configurations} configurations (cache emptied at every prompt)"]
+    if best.cache_mib:
+        why = ("--moe-cache-cpu-share" if best.cpu_share else
+               CacheVersion.of_candidate(best.candidate).needs)
+        lines.append(f"# needs llama.cpp {best.build} or newer ({why}); "
+                     f"{best.slots} slots over {best.cpu_layers} host layers; per token "
+                     f"{best.hits:.1f} hits, {best.uploads:.1f} uploads, "
+                     f"{best.cpu_misses:.1f} CPU misses")
+    for v in rec.versus:
+        ci = "" if v.tpot_ci_us is None else \
+            f" [{v.tpot_ci_us[0] / 1e3:.3f}, {v.tpot_ci_us[1] / 1e3:.3f}]"
+        tail = "" if v.cache_faster is None else \
+            f"; the configuration above is faster in {100 * v.cache_faster:.0f} % of draws"
+        label = "this configuration" if v is rec.versus[0] else v.name
+        lines.append(f"# predicted {label}: {v.tpot_us / 1e3:.3f} ms/token{ci}{tail}")
     lines.append(f"llama-server -m MODEL.gguf {flags}")
-    others = [b for b in rec["best"][1:]]
-    if others:
+    if others := rec.best[1:]:
         lines.append("# the fastest of each other kind: " + "; ".join(
-            f"{b['candidate']} {b['tpot_us'] / 1e3:.3f} ms (--n-cpu-moe {b['n_cpu_moe']}"
-            + (f", {b['cache_mib']} MiB" if b["cache_mib"] else "")
-            + (f", share {b['cpu_share']:g}" if b["cpu_share"] else "") + ")" for b in others))
+            f"{b.candidate} {b.tpot_us / 1e3:.3f} ms (--n-cpu-moe {b.n_cpu_moe}"
+            + (f", {b.cache_mib} MiB" if b.cache_mib else "")
+            + (f", share {b.cpu_share:g}" if b.cpu_share else "") + ")" for b in others))
     return lines + ["#"]
 
 

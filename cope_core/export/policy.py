@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CopeInputError
+from ..estimate.llamacpp_record import CacheRecord
 from ..estimate.ranking import fastest_first, runner_up
 from ..files import write_atomic
 from ..geometry import ModelGeometry
 from ..matrix import CANDIDATE_IDS, get_candidate
 from ..placement import LayerPlan, layer_plan
-from .cache_record import check_cache_record
 
 SCHEMA = "cope.policy/1"
 ESTIMATORS = ("cope", "atomic", "hrm")
@@ -78,9 +78,9 @@ class Policy:
         runner-up is never the chosen candidate's policy
         (:func:`cope_core.estimate.ranking.runner_up`). Empty (every candidate a policy of its
         own) for records written before it existed.
-    llamacpp_cache : dict
-        llama.cpp's own MoE cache searched at this VRAM (:mod:`.cache_record`); empty when not
-        searched.
+    llamacpp_cache : CacheRecord or None
+        llama.cpp's own MoE cache searched at this VRAM
+        (:class:`cope_core.estimate.llamacpp_record.CacheRecord`); None when not searched.
     path : str or None
         File it was read from, for messages.
     """
@@ -102,7 +102,7 @@ class Policy:
     provenance: dict[str, Any] = field(default_factory=dict)
     confidence: dict[str, Any] = field(default_factory=dict)
     equivalent_to: dict[str, str | None] = field(default_factory=dict)
-    llamacpp_cache: dict[str, Any] = field(default_factory=dict)
+    llamacpp_cache: CacheRecord | None = None
     path: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -204,7 +204,8 @@ class Policy:
             "provenance": self.provenance,
             "confidence": self.confidence,
             "equivalent_to": self.equivalent_to,
-            **({"llamacpp_cache": self.llamacpp_cache} if self.llamacpp_cache else {}),
+            **({"llamacpp_cache": self.llamacpp_cache.to_dict()} if self.llamacpp_cache
+               else {}),
         }
 
     @classmethod
@@ -237,7 +238,7 @@ class Policy:
             provenance=dict(get("provenance", Mapping)),
             confidence=dict(data.get("confidence") or {}),
             equivalent_to=dict(data.get("equivalent_to") or {}),
-            llamacpp_cache=data.get("llamacpp_cache") or {},
+            llamacpp_cache=CacheRecord.from_dict(data.get("llamacpp_cache") or {}, source),
             path=source,
         )
         derived = policy.to_dict()
@@ -362,7 +363,9 @@ def _check(p: Policy, src: str | None) -> None:
         raise CopeInputError(f"got {p.chosen_by!r}, expected one of {list(CHOSEN_BY)}",
                              source=src, field="candidate.chosen_by")
     _check_confidence(p.confidence, src)
-    check_cache_record(p.llamacpp_cache, src)
+    if not (p.llamacpp_cache is None or isinstance(p.llamacpp_cache, CacheRecord)):
+        raise CopeInputError(f"expected a CacheRecord or None, got {type(p.llamacpp_cache)}",
+                             source=src, field="llamacpp_cache")
     for cid, eq in p.equivalent_to.items():
         if cid not in CANDIDATE_IDS or not (eq is None or (eq in CANDIDATE_IDS and eq != cid)):
             raise CopeInputError(f"{cid}: expected another candidate id or null, got {eq!r}",

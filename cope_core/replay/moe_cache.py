@@ -38,16 +38,53 @@ INFERRED = (
 
 
 class CacheVersion(str, enum.Enum):
-    """The eviction rule of a llama.cpp build."""
+    """The eviction rule of a llama.cpp build: the one record of each rule (the search, the
+    replay kernel, the policy record, the exports and the CLI read it from here).
 
-    LRU = "lru"
-    CLASS_LRU = "classlru"
+    Attributes
+    ----------
+    build : str
+        The first llama.cpp release with this rule (b11480: PR #29887, the cache and
+        ``--moe-cache-mib``; b12170: PR #31233).
+    share_build : str or None
+        The first release with ``--moe-cache-cpu-share`` under this rule (b12191), None when
+        the rule has none.
+    kernel : int
+        The rule's number in the replay kernels (``_cache_kernels._cache_sweep``).
+    label : str
+        Its name in prose.
+    needs : str
+        What a configuration under it needs of a build, as the exports say it.
+    builds : str
+        The releases that run it, for the CLI's help.
+    """
 
-    @property
-    def build(self) -> str:
-        """The first llama.cpp release with this rule (b11480: PR #29887, the cache and
-        ``--moe-cache-mib``; b12170: PR #31233; the CPU share needs b12191)."""
-        return "b11480" if self is CacheVersion.LRU else "b12170"
+    build: str
+    share_build: str | None
+    kernel: int
+    label: str
+    needs: str
+    builds: str
+
+    LRU = ("lru", "b11480", None, 0, "LRU", "--moe-cache-mib with LRU eviction",
+           "b11480-b12169")
+    CLASS_LRU = ("classlru", "b12170", "b12191", 1, "class-LRU", "the class-LRU eviction",
+                 "b12170+")
+
+    # the defaults only let ``CacheVersion("lru")`` (a lookup by value) type-check
+    def __new__(cls, value: str, build: str = "", share_build: str | None = None,
+                kernel: int = 0, label: str = "", needs: str = "",
+                builds: str = "") -> CacheVersion:
+        obj = str.__new__(cls, value)
+        obj._value_ = value
+        obj.build, obj.share_build, obj.kernel = build, share_build, kernel
+        obj.label, obj.needs, obj.builds = label, needs, builds
+        return obj
+
+    @classmethod
+    def of_candidate(cls, candidate: str) -> CacheVersion:
+        """The rule of a candidate id ``llamacpp_cache/<rule>``."""
+        return cls(candidate.rpartition("/")[2])
 
 
 @dataclass(frozen=True)
@@ -206,9 +243,11 @@ class CacheConfig:
         if not 0.0 <= self.cpu_share < 1.0:
             raise CopeInputError(f"expected a share in [0, 1), got {self.cpu_share!r}",
                                  field="moe_cache_cpu_share")
-        if self.cpu_share and self.version is not CacheVersion.CLASS_LRU:
-            raise CopeInputError("--moe-cache-cpu-share exists only with the class-LRU cache "
-                                 "(b12191)", field="moe_cache_cpu_share")
+        if self.cpu_share and self.version.share_build is None:
+            with_share = " or ".join(f"{v.label} cache ({v.share_build})"
+                                     for v in CacheVersion if v.share_build)
+            raise CopeInputError(f"--moe-cache-cpu-share exists only with the {with_share}",
+                                 field="moe_cache_cpu_share")
 
 
 @dataclass(frozen=True, eq=False)
@@ -273,7 +312,7 @@ def replay_cache(trace: Trace, configs: Sequence[CacheConfig], *,
         offs.extend(np.concatenate([[0], np.cumsum([gr.n_slots for gr in live])]).tolist())
         off_of.append(len(offs))
     cnt = np.zeros((n, trace.n_prompts, k + 1, k + 1), np.int64)
-    version = np.array([0 if c.version is CacheVersion.LRU else 1 for c in configs], np.int64)
+    version = np.array([c.version.kernel for c in configs], np.int64)
     share = np.array([c.cpu_share for c in configs], np.float64)
     _cache_kernels._cache_sweep(trace.routed, trace.prompt_start.astype(np.int64), layers,
                                 n_cached, group, np.asarray(offs, np.int64),

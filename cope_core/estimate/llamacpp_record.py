@@ -1,0 +1,236 @@
+"""The record of llama.cpp's own MoE cache at one budget (``llamacpp_cache`` of cope.policy/1,
+docs/formats.md#policy-copepolicy1), and the one function that searches, compares and records it
+(:func:`llamacpp_record`): ``cope predict``, ``cope export`` and the app call it with the same
+settings, so they agree to the digit (docs/design.md#llamacpp-moe-cache)."""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from ..errors import CopeInputError
+from ..geometry import GIB, ModelGeometry
+from ..matrix import LAYER_PARTITION, Residency
+from ..placement import k_budget_bytes
+from ..profile.data import Profile
+from ..replay.engine import ReplayCounts
+from ..trace.data import Trace
+from .llamacpp_cache import CACHE_CANDIDATES, CacheSearch, Contender, compare, search
+from .uncertainty import DEFAULT_DRAWS
+
+#: what ``best[].candidate`` may name: the placement alone, or one eviction rule's cache
+RECORD_CANDIDATES = (LAYER_PARTITION,) + CACHE_CANDIDATES
+CACHE_STARTS = ("server", "prompt")
+
+
+def _check(ok: bool, field: str, value: Any, want: str) -> None:
+    if not ok:
+        raise CopeInputError(f"expected {want}, got {value!r}", field=field)
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _amount(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+@dataclass(frozen=True)
+class BestConfig:
+    """The fastest configuration of one candidate: its flags' values, build, slots, predicted
+    TPOT (microseconds) and per-token hits, uploads and CPU misses (summed over layers)."""
+
+    candidate: str
+    build: str
+    cpu_layers: int
+    n_cpu_moe: int
+    cache_mib: int
+    cpu_share: float
+    slots: int
+    tpot_us: float
+    hits: float
+    uploads: float
+    cpu_misses: float
+
+    def __post_init__(self) -> None:
+        _check(self.candidate in RECORD_CANDIDATES, "candidate", self.candidate,
+               f"one of {list(RECORD_CANDIDATES)}")
+        _check(isinstance(self.build, str), "build", self.build, "a string")
+        for f in fields(self)[2:]:
+            v = getattr(self, f.name)
+            if f.type == "int":
+                _check(_count(v), f.name, v, "a whole number >= 0")
+            else:
+                _check(_amount(v), f.name, v, "a finite number >= 0")
+                object.__setattr__(self, f.name, float(v))    # JSON's 0 reads back as 0.0
+
+
+@dataclass(frozen=True)
+class Versus:
+    """One contender under the same draws: its TPOT, 95 % interval (None without draws) and how
+    often the best configuration beats it (None for the best itself, or the same row)."""
+
+    name: str
+    tpot_us: float
+    tpot_ci_us: tuple[float, float] | None
+    cache_faster: float | None
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.name, str) and bool(self.name), "name", self.name, "a name")
+        _check(_amount(self.tpot_us), "tpot_us", self.tpot_us, "a finite number >= 0")
+        ci = self.tpot_ci_us
+        _check(ci is None or (isinstance(ci, tuple) and len(ci) == 2
+                              and all(_amount(x) for x in ci) and ci[0] <= ci[1]),
+               "tpot_ci_us", ci, "null or [lo, hi] with 0 <= lo <= hi")
+        f = self.cache_faster
+        _check(f is None or (_amount(f) and f <= 1), "cache_faster", f, "null or a share in [0, 1]")
+        object.__setattr__(self, "tpot_us", float(self.tpot_us))
+        if ci is not None:
+            object.__setattr__(self, "tpot_ci_us", (float(ci[0]), float(ci[1])))
+        if f is not None:
+            object.__setattr__(self, "cache_faster", float(f))
+
+
+@dataclass(frozen=True)
+class CacheRecord:
+    """llama.cpp's space searched at one budget: the fastest configuration of each candidate,
+    fastest first, and the best one against the placement at K and the Policy Matrix's winner."""
+
+    expert_budget_gib: float
+    configurations: int
+    cache_start: str
+    best: tuple[BestConfig, ...]
+    versus: tuple[Versus, ...]
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.expert_budget_gib, (int, float))
+               and not isinstance(self.expert_budget_gib, bool)
+               and math.isfinite(self.expert_budget_gib) and self.expert_budget_gib >= 0,
+               "expert_budget_gib", self.expert_budget_gib, "a finite size >= 0")
+        object.__setattr__(self, "expert_budget_gib", float(self.expert_budget_gib))
+        _check(_count(self.configurations) and self.configurations > 0, "configurations",
+               self.configurations, "a whole number > 0")
+        _check(self.cache_start in CACHE_STARTS, "cache_start", self.cache_start,
+               "'server' or 'prompt'")
+        _check(bool(self.best) and all(isinstance(b, BestConfig) for b in self.best), "best",
+               self.best, "a non-empty list of configurations")
+        _check(bool(self.versus) and all(isinstance(v, Versus) for v in self.versus), "versus",
+               self.versus, "a non-empty list of contenders")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object (keys and order as cope.policy/1 has always written them)."""
+        return {"expert_budget_gib": self.expert_budget_gib,
+                "configurations": self.configurations, "cache_start": self.cache_start,
+                "best": [dict(b.__dict__) for b in self.best],
+                "versus": [{"name": v.name, "tpot_us": v.tpot_us,
+                            "tpot_ci_us": None if v.tpot_ci_us is None else list(v.tpot_ci_us),
+                            "cache_faster": v.cache_faster} for v in self.versus]}
+
+    @classmethod
+    def from_dict(cls, d: Any, source: str | None = None) -> CacheRecord | None:
+        """Read the ``llamacpp_cache`` object (``{}``: None, a record written without it);
+        anything malformed is a one-line CopeInputError naming the field."""
+        where = "llamacpp_cache"
+        try:
+            _check(isinstance(d, Mapping), "", d, "an object")
+            if not d:
+                return None
+            _exactly(d, [f.name for f in fields(cls)], "")
+            best, versus = d["best"], d["versus"]
+            _check(isinstance(best, list) and bool(best), "best", best, "a non-empty list")
+            _check(isinstance(versus, list) and bool(versus), "versus", versus,
+                   "a non-empty list")
+            rows = tuple(_item(BestConfig, row, f"best[{i}]") for i, row in enumerate(best))
+            vs = tuple(_item(Versus, {**row, "tpot_ci_us": _pair(row.get("tpot_ci_us"))}
+                             if isinstance(row, Mapping) else row, f"versus[{i}]")
+                       for i, row in enumerate(versus))
+            return cls(d["expert_budget_gib"], d["configurations"], d["cache_start"], rows, vs)
+        except CopeInputError as exc:
+            field = where + ("." + exc.field if exc.field else "")
+            raise CopeInputError(exc.detail, source=source, field=field) from None
+
+
+def _exactly(d: Mapping, keys: list[str], at: str) -> None:
+    if set(d) != set(keys):
+        raise CopeInputError(f"expected exactly the keys {sorted(keys)}, got {sorted(d)}",
+                             field=at)
+
+
+def _item(kind: type, row: Any, at: str) -> Any:
+    if not isinstance(row, Mapping):
+        raise CopeInputError(f"expected an object, got {row!r}", field=at)
+    _exactly(row, [f.name for f in fields(kind)], at)
+    try:
+        return kind(**row)
+    except CopeInputError as exc:
+        raise CopeInputError(exc.detail, field=f"{at}.{exc.field}") from None
+
+
+def _pair(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v
+
+
+def record_of(result: CacheSearch, versus: Sequence[Contender]) -> CacheRecord:
+    """The record of a search and its comparison."""
+    df = result.frame
+    best = tuple(BestConfig(
+        candidate=str(r.candidate), build=str(r.build), cpu_layers=int(r.n_cpu),
+        n_cpu_moe=int(r.n_cpu_moe), cache_mib=int(r.cache_mib), cpu_share=float(r.cpu_share),
+        slots=int(r.slots), tpot_us=float(r.tpot_us), hits=float(r.hits),
+        uploads=float(r.uploads), cpu_misses=float(r.cpu_misses))
+        for r in result.best().itertuples(index=False))
+    return CacheRecord(
+        expert_budget_gib=float(df.attrs["budget_bytes"]) / GIB, configurations=len(df),
+        cache_start="server" if df.attrs["persist"] else "prompt", best=best,
+        versus=tuple(Versus(c.name, c.tpot_us,
+                            None if not np.isfinite(c.lo_us) else (c.lo_us, c.hi_us),
+                            c.cache_faster) for c in versus))
+
+
+def expert_budget(g: ModelGeometry, experts_per_layer: int, vram_gib: float | None) -> float:
+    """Bytes for routed experts the search gets: what the memory model leaves of a VRAM budget
+    (:meth:`ModelGeometry.expert_budget_bytes`), else, K given directly, K's bytes
+    (:func:`cope_core.placement.k_budget_bytes`)."""
+    if vram_gib is None:
+        return k_budget_bytes(g, experts_per_layer)
+    return g.expert_budget_bytes(vram_gib * GIB)
+
+
+def llamacpp_record(trace: Trace, profile: Profile, calibration: Trace | None, *,
+                    experts_per_layer: int, vram_gib: float | None, matrix_winner: str,
+                    cpu_threads: int, gpu_share: float, persist: bool = True,
+                    draws: int = DEFAULT_DRAWS, seed: int = 0,
+                    raw_samples: Mapping[str, Sequence[float]] | None = None,
+                    counts: Mapping[Residency, ReplayCounts] | None = None
+                    ) -> CacheRecord | None:
+    """Search llama.cpp's space at the budget for routed experts (:func:`expert_budget`), compare
+    its best with
+    ``layer_partition`` at ``experts_per_layer`` and ``matrix_winner`` under the same profile
+    draws and prompt bootstrap, and record both; None when the budget is below 0 (not even the
+    non-expert weights fit).
+
+    Parameters
+    ----------
+    experts_per_layer, vram_gib
+        K, and the VRAM budget in GiB it came from (None when K was given directly).
+    persist : bool
+        The cache kept across prompts (a server's, upstream's behaviour), else emptied per prompt.
+    draws, seed, raw_samples
+        As for the prediction (its defaults): the same draws price every contender.
+    counts : mapping, optional
+        The Policy Matrix's replay at ``experts_per_layer`` when the caller has it (it is
+        replayed otherwise; either gives the same numbers).
+    """
+    budget_bytes = expert_budget(trace.model, experts_per_layer, vram_gib)
+    if budget_bytes < 0:
+        return None
+    found = search(trace, profile, budget_bytes, cpu_threads=cpu_threads, gpu_share=gpu_share,
+                   persist=persist)
+    versus = compare(found, trace, profile, matrix_winner, calibration=calibration,
+                     experts_per_layer=experts_per_layer, draws=draws, seed=seed,
+                     raw_samples=raw_samples, counts=counts)
+    return record_of(found, versus)
