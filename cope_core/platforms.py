@@ -1,10 +1,12 @@
 """Published peak numbers of GPUs, host links and CPUs, for the roofline estimator (HRM) and
 for analytic what-if profiles.
 
-GPU FLOP/s are dense FP16/BF16 tensor throughput (no sparsity; GeForce cards with FP32
-accumulation, as PyTorch uses), memory bandwidth is the vendor figure. Links are per direction.
-CPU FLOP/s per thread are cores x clock x FP32 FMA width, i.e. derived from published clocks and
-vector units; memory bandwidth is channels x transfer rate x 8 bytes.
+The numbers live in the parts catalog (:mod:`cope_core.parts`, data files with a source per
+row, docs/parts.md); :func:`spec_from_parts` is the one rule that turns a GPU, a link, a CPU and
+its memory into a :class:`PlatformSpec`. GPU FLOP/s are dense FP16/BF16 tensor throughput (no
+sparsity; GeForce cards with FP32 accumulation, as PyTorch uses), memory bandwidth is the vendor
+figure. Links are per direction. CPU FLOP/s per thread are clock x FP32 FMA width, i.e. derived
+from published clocks and vector units; memory bandwidth is channels x transfer rate x 8 bytes.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import parts
 from .errors import CopeInputError
 
 GB = 1e9
@@ -47,28 +50,26 @@ class CpuSpec:
     bandwidth_per_thread: float  # what one core can stream on its own
 
 
-GPUS: dict[str, GpuSpec] = {g.name: g for g in [
-    GpuSpec("a100-80gb", 312 * TFLOP, 2039 * GB, 80 * GIB, "pcie4"),
-    GpuSpec("h100", 989 * TFLOP, 3350 * GB, 80 * GIB, "pcie5"),
-    GpuSpec("h200", 989 * TFLOP, 4800 * GB, 141 * GB, "pcie5"),
-    GpuSpec("rtx4090", 165.2 * TFLOP, 1008 * GB, 24 * GIB, "pcie4"),
-    GpuSpec("rtx5090", 209.5 * TFLOP, 1792 * GB, 32 * GIB, "pcie5"),
-    GpuSpec("l40s", 362 * TFLOP, 864 * GB, 48 * GIB, "pcie4"),
-]}
+#: The catalog's entries before issue 40, by name: the choices the app's Compare page offers.
+#: Their numbers come from the parts catalog like every other part's (tests/test_parts.py holds
+#: them to the values they always had); :func:`platform_spec` accepts every catalog name.
+SHIPPED_GPUS = ("a100-80gb", "h100", "h200", "rtx4090", "rtx5090", "l40s")
+SHIPPED_LINKS = ("pcie4", "pcie5")
+SHIPPED_CPUS = ("xeon-gold-6430", "ryzen-9-7950x", "epyc-7763")
 
-LINKS: dict[str, LinkSpec] = {k.name: k for k in [
-    LinkSpec("pcie4", 31.5 * GB),   # 16 GT/s x16, 128b/130b
-    LinkSpec("pcie5", 63.0 * GB),   # 32 GT/s x16
-]}
 
-CPUS: dict[str, CpuSpec] = {c.name: c for c in [
-    # 32 cores, 2.1 GHz, 2 AVX-512 FMA units (64 FP32 FLOP/cycle), 8 x DDR5-4400
-    CpuSpec("xeon-gold-6430", 32, 2.1e9 * 64, 8 * 4400e6 * 8, 12 * GB),
-    # 16 cores, 4.5 GHz, AVX-512 on 256-bit units (32 FP32 FLOP/cycle), 2 x DDR5-5200
-    CpuSpec("ryzen-9-7950x", 16, 4.5e9 * 32, 2 * 5200e6 * 8, 20 * GB),
-    # 64 cores, 2.45 GHz, 2 AVX2 FMA units (32 FP32 FLOP/cycle), 8 x DDR4-3200
-    CpuSpec("epyc-7763", 64, 2.45e9 * 32, 8 * 3200e6 * 8, 10 * GB),
-]}
+def _gpu_spec(g: parts.GpuPart) -> GpuSpec:
+    return GpuSpec(g.name, g.flops, g.bandwidth, g.memory_bytes, g.link)
+
+
+def _cpu_spec(c: parts.CpuPart) -> CpuSpec:
+    return CpuSpec(c.name, c.cores, c.flops_per_thread, parts.memory_part(c.memory).bandwidth,
+                   c.per_core_bandwidth)
+
+
+GPUS: dict[str, GpuSpec] = {n: _gpu_spec(parts.gpus()[n]) for n in SHIPPED_GPUS}
+LINKS: dict[str, LinkSpec] = {n: LinkSpec(n, parts.link_part(n).bandwidth) for n in SHIPPED_LINKS}
+CPUS: dict[str, CpuSpec] = {n: _cpu_spec(parts.cpus()[n]) for n in SHIPPED_CPUS}
 DEFAULT_CPU = "xeon-gold-6430"
 
 
@@ -173,24 +174,29 @@ def roofline_only(spec: PlatformSpec) -> PlatformSpec:
                                cpu_efficiency=1.0)
 
 
+def spec_from_parts(gpu: parts.GpuPart, link: parts.LinkPart, cpu: parts.CpuPart,
+                    memory: parts.MemoryPart, *, name: str | None = None) -> PlatformSpec:
+    """The platform of these parts. A measured bandwidth (``measured`` memory, or a CPU whose
+    per-core bandwidth was measured) is what the analytic model should *reach*, so it enters
+    divided by the CPU efficiency the model multiplies every CPU peak by."""
+    eff = PlatformSpec.cpu_efficiency
+    mem_bw = memory.bandwidth / eff if memory.measured else memory.bandwidth
+    core_bw = cpu.per_core_bandwidth / eff if cpu.measured else cpu.per_core_bandwidth
+    return PlatformSpec(name=name or f"{gpu.name}+{link.name}+{cpu.name}", gpu_name=gpu.name,
+                        gpu_flops=gpu.flops, gpu_bandwidth=gpu.bandwidth, link_name=link.name,
+                        link_bandwidth=link.bandwidth, cpu_name=cpu.name, cpu_cores=cpu.cores,
+                        cpu_flops_per_thread=cpu.flops_per_thread, cpu_bandwidth=mem_bw,
+                        cpu_bandwidth_per_thread=core_bw)
+
+
 def platform_spec(gpu: str, *, link: str | None = None, cpu: str = DEFAULT_CPU) -> PlatformSpec:
     """Combine catalog entries: ``platform_spec("rtx4090")`` uses its usual link and the default
-    CPU."""
-    g = GPUS.get(gpu.lower())
-    if g is None:
-        raise CopeInputError(f"unknown GPU {gpu!r}; expected one of {sorted(GPUS)} or a spec file",
-                             field="platform")
-    lk = LINKS.get((link or g.default_link).lower())
-    if lk is None:
-        raise CopeInputError(f"unknown link {link!r}; expected one of {sorted(LINKS)}",
-                             field="link")
-    c = CPUS.get(cpu.lower())
-    if c is None:
-        raise CopeInputError(f"unknown CPU {cpu!r}; expected one of {sorted(CPUS)}", field="cpu")
-    return PlatformSpec(name=f"{g.name}+{lk.name}+{c.name}", gpu_name=g.name, gpu_flops=g.flops,
-                        gpu_bandwidth=g.bandwidth, link_name=lk.name, link_bandwidth=lk.bandwidth,
-                        cpu_name=c.name, cpu_cores=c.cores, cpu_flops_per_thread=c.flops_per_thread,
-                        cpu_bandwidth=c.bandwidth, cpu_bandwidth_per_thread=c.bandwidth_per_thread)
+    CPU with its usual memory. Any catalog GPU and CPU (or part file); the link as named (no
+    negotiation with the card's own interface: :func:`cope_core.machine.compose_machine` does
+    that)."""
+    g = parts.gpu_part(gpu)
+    c = parts.cpu_part(cpu)
+    return spec_from_parts(g, parts.link_part(link or g.link), c, parts.memory_part(c.memory))
 
 
 def load_spec(path: str | Path) -> PlatformSpec:
@@ -206,9 +212,7 @@ def load_spec(path: str | Path) -> PlatformSpec:
 
 
 def resolve_platform(name: str, *, link: str | None = None, cpu: str = DEFAULT_CPU) -> PlatformSpec:
-    """A catalog GPU name, or the path of a JSON spec file."""
-    if name.lower() in GPUS:
-        return platform_spec(name, link=link, cpu=cpu)
+    """A catalog GPU name, or the path of a JSON spec file (:class:`PlatformSpec`'s fields)."""
     if name.endswith(".json") or Path(name).exists():
         return load_spec(name)
-    return platform_spec(name, link=link, cpu=cpu)  # raises with the list of known GPUs
+    return platform_spec(name, link=link, cpu=cpu)  # raises with the nearest catalog names

@@ -17,8 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("profile", help="write a profile: measured on this machine, or "
                                        "--analytic (what-if from published specs)")
     s.add_argument("--analytic", metavar="PLATFORM",
-                   help="GPU name (a100-80gb, h100, h200, rtx4090, rtx5090, l40s) or a JSON spec "
-                        "file; without it the profile is measured on this machine")
+                   help="a catalog GPU (`cope parts gpus`: rtx3090, rtx4090, h100, ...), a GPU "
+                        "part file, or a JSON spec file; without it the profile is measured on "
+                        "this machine")
     src = s.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help="a catalog name, a GGUF file (its header; an analytic "
                                      "profile prices its stored types) or an HF model folder / "
@@ -30,8 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--layers", type=layers,
                    help="profile the model cut to N MoE layers: shared work is profiled per "
                         "block, so the profile still prices the whole model, in less time")
-    s.add_argument("--link", help="analytic: pcie4 or pcie5 (default: the GPU's usual link)")
-    s.add_argument("--cpu", help="analytic: catalog CPU for the host side (default xeon-gold-6430)")
+    s.add_argument("--link", help="analytic: pcie4, pcie5 or GENxLANES such as 4x16 (default: "
+                                  "the GPU's usual link)")
+    s.add_argument("--cpu", help="analytic: catalog CPU for the host side (`cope parts cpus`; "
+                                 "default xeon-gold-6430)")
     s.add_argument("--cpu-threads", type=ints, help="operating points, e.g. 1,4,16")
     s.add_argument("--contexts", type=ints, default=None, help="shared-cost contexts")
     s.add_argument("--gpu-shares", type=shares, default=None,

@@ -1,7 +1,12 @@
 """Measured peak numbers of this machine for the roofline baseline (HRM): accelerator FLOP/s and
 memory bandwidth, host-to-accelerator link bandwidth, CPU FLOP/s per thread and CPU memory
-bandwidth. The result is a :class:`~cope_core.platforms.PlatformSpec` (``source="measured"``)."""
+bandwidth. The result is a :class:`~cope_core.platforms.PlatformSpec` (``source="measured"``).
+:func:`probe_host_memory` measures the host's memory alone, in about a second, for ``this``
+machine's parts (:mod:`cope_core.mechanisms.this_machine`)."""
 from __future__ import annotations
+
+import time
+from dataclasses import dataclass
 
 import torch
 
@@ -94,3 +99,35 @@ def probe_platform(acc, dtype: torch.dtype, hidden: int = 4096) -> PlatformSpec:
         cpu_flops_per_thread=float(cpu_flops_1), cpu_bandwidth=float(max(bw_all, bw_1)),
         cpu_bandwidth_per_thread=float(bw_1), source="measured")
 
+
+
+@dataclass(frozen=True)
+class HostBandwidth:
+    """What :func:`probe_host_memory` measured: bytes/s read by all ``threads`` and by one."""
+
+    all_threads: float
+    one_thread: float
+    threads: int
+    buffer_bytes: int
+    samples: int
+    seconds: float
+
+
+def probe_host_memory(seconds: float = 1.0, buffer_bytes: int = 512 << 20,
+                      threads: int | None = None) -> HostBandwidth:
+    """Host memory read bandwidth, with every thread this process may use and with one: a sum
+    over a buffer larger than any CPU's last-level cache (so memory, not cache, is read), the
+    fastest of a few samples taken in turns over about ``seconds`` (interference only slows a
+    run down). Decode streams its CPU experts' weights the same way: read once, in order."""
+    threads = threads or cpu_cores()
+    host = torch.ones(buffer_bytes // 4, dtype=torch.float32)   # touched, so pages exist
+    rule = StopRule(warmup=1, min_samples=3, max_samples=10, batch=2, rel_tol=0.05,
+                    max_seconds=seconds)
+    t0 = time.perf_counter()
+    timings = round_robin([_on_host(host.sum, threads), _on_host(host.sum, 1)], [rule, rule],
+                          budget_seconds=seconds, min_seconds=seconds / 2)
+    wall = time.perf_counter() - t0
+    all_bw, one_bw = (host.numel() * 4 / (min(t.samples_us) / 1e6) for t in timings)
+    return HostBandwidth(all_threads=float(max(all_bw, one_bw)), one_thread=float(one_bw),
+                         threads=threads, buffer_bytes=host.numel() * 4,
+                         samples=sum(len(t.samples_us) for t in timings), seconds=wall)
