@@ -110,6 +110,9 @@ def compose_machine(*, gpu: str | GpuPart | None, cpu: str | CpuPart,
         m = this.memory
     else:
         m = parts.memory_part(mem_name)
+        if memory is None:
+            facts.append(Fact("memory", "type x speed x channels", m.name, "assumed",
+                              f"{c.name}'s usual memory; --memory says yours"))
         facts.append(Fact("memory", "peak bandwidth", f"{m.bandwidth / GB:g} GB/s",
                           "derived", m.note))
     eff = PlatformSpec.cpu_efficiency

@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="only parts whose name or label contains TEXT (e.g. 4060, ryzen 7)")
     s.add_argument("--sources", action="store_true", help="print each part's source too")
     s.add_argument("--gpu", help="machine: catalog GPU, GPU part file, 'this' or 'none'")
-    s.add_argument("--cpu", help="machine: catalog CPU, CPU part file or 'this'")
+    s.add_argument("--cpu", help="machine: catalog CPU, CPU part file or 'this' (default this)")
     s.add_argument("--memory", help="machine: TYPE-MTSxCHANNELS (ddr4-3200x2) or 'this' "
                                     "(default: the CPU's usual memory)")
     s.add_argument("--pcie", help="machine: the slot, pcieGENxLANES or GENxLANES (default: "
