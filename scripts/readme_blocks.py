@@ -15,8 +15,8 @@ What each NAME holds (``PARTS`` below):
 * ``answer`` — what README command 1 (scripts/quickstart.sh) prints: its ``cope predict``
   command, read from the script itself, run as a user runs it (``python -m cope_core.cli.main``
   = the ``cope`` entry point), its standard output verbatim;
-* ``answer-winner`` — the answer's rank-1 candidate (``cope predict --json``) and what it does,
-  in the Policy Matrix's own words (``cope_core.matrix.matrix_table``);
+* ``answer-winner`` — the answer's rank-1 candidate (the first row of its table) and what it
+  does, in the Policy Matrix's own words (``cope_core.matrix.matrix_table``);
 * ``sure`` — ``cope predict`` on the shipped measured 4-layer example at K = 32, one CPU
   thread: the command and its whole output (docs/cli.md#how-sure-is-the-pick);
 * ``matrix`` — the Policy Matrix as a table (``matrix_table``: prior systems, new candidates);
@@ -27,7 +27,7 @@ What each NAME holds (``PARTS`` below):
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import os
 import re
 import shlex
@@ -76,24 +76,32 @@ def fenced(text: str, lang: str = "") -> str:
     return f"\n```{lang}\n{text.rstrip()}\n```\n"
 
 
+@functools.cache
+def quickstart_output() -> str:
+    return cope(["predict", *quickstart_args()])
+
+
 def answer() -> str:
-    return fenced(cope(["predict", *quickstart_args()]))
+    return fenced(quickstart_output())
 
 
 def answer_winner() -> str:
-    """The quickstart's rank-1 candidate and what it does, in the matrix's own words."""
-    rows = json.loads(cope(["predict", *quickstart_args(), "--json", "--no-llamacpp"]))
-    top = min(rows, key=lambda r: r["rank"])
+    """The answer's rank-1 candidate (the table's first row) and what it does, in the matrix's
+    own words."""
+    out = quickstart_output()
+    top, k = re.search(r"^\s*1\s+(\S+)\s", out, re.M), re.search(r"^K = (\d+) ", out, re.M)
+    if top is None or k is None:
+        raise SystemExit("readme_blocks: the quickstart's output has no rank-1 row or no K line")
     table = matrix_table()
-    k = top["experts_per_layer"]
-    if top["residency"] is None:
-        return f"`{top['candidate']}` at K = {k}: {table['baseline']['description']}"
+    cand = next((c for c in table["candidates"] if c["id"] == top.group(1)), None)
+    if cand is None or cand["residency"] is None:
+        return f"`{top.group(1)}` at K = {k.group(1)}: {table['baseline']['description']}"
     res = {r["id"]: r["description"] for r in table["residencies"]}
     exe = {e["id"]: e["description"] for e in table["executions"]}
-    prior = next(c["prior_systems"] for c in table["candidates"] if c["id"] == top["candidate"])
+    prior = cand["prior_systems"]
     who = f"as in {', '.join(prior)}" if prior else "a cell no published system runs"
-    return (f"`{top['candidate']}` ({who}) at K = {k}. Residency: {res[top['residency']]}. "
-            f"Execution: {exe[top['execution']]}")
+    return (f"`{cand['id']}` ({who}) at K = {k.group(1)}. Residency: {res[cand['residency']]}. "
+            f"Execution: {exe[cand['execution']]}")
 
 
 def sure() -> str:
