@@ -66,6 +66,15 @@ def test_nvidia_smi_gpus_take_catalog_numbers_and_their_own_memory(line, name, g
     assert {f.how for f in facts} >= {"detected", "catalog"}
 
 
+def test_rocm_smi_gpus():
+    text = ('{"card0": {"Card Series": "Radeon RX 7900 XTX", "Card Vendor": "Advanced Micro '
+            'Devices, Inc. [AMD/ATI]", "VRAM Total Memory (B)": "25753026560"}}')
+    found = tm.detect_gpus(lambda cmd: text if cmd[0] == "rocm-smi" else None, torch_probe=False)
+    assert found == [tm.GpuInfo("Radeon RX 7900 XTX", 25753026560.0, None, None, "rocm-smi")]
+    gpu, _ = tm.this_gpu(found)
+    assert gpu.name == "this (rx7900xtx)" and gpu.link == "pcie4x16"   # PCIe from the catalog
+
+
 def test_a_gpu_the_catalog_lacks_is_one_line():
     with pytest.raises(CopeInputError, match="not in the catalog; give --gpu NAME"):
         tm.this_gpu(tm.detect_gpus(_smi("NVIDIA Mystery 9000, 4096, 4, 16\n"),

@@ -14,6 +14,7 @@ Nothing here imports torch until a probe or the torch fallback runs.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -168,16 +169,31 @@ def detect_gpus(run: Runner = run_command, torch_probe: bool = True) -> list[Gpu
                 found.append(GpuInfo(f[0], float(f[1]) * 2**20, _int(f, 2), _int(f, 3),
                                      "nvidia-smi"))
         return found
-    out = run(["rocm-smi", "--showproductname", "--showmeminfo", "vram", "--csv"])
+    out = run(["rocm-smi", "--showproductname", "--showmeminfo", "vram", "--json"])
     if out:
-        names = re.findall(r"Card (?:series|SKU|model)[^,]*,([^\n]+)", out) or []
-        totals = re.findall(r"VRAM Total Memory \(B\)[^,]*,(\d+)", out) or []
-        rows = [line.split(",") for line in out.strip().splitlines()[1:]]
-        if not names and rows:
-            names = [r[1] for r in rows if len(r) > 1]
-        return [GpuInfo(n.strip(), float(t), None, None, "rocm-smi")
-                for n, t in zip(names, totals or ["0"] * len(names))]
+        return read_rocm_smi(out)
     return _torch_gpus() if torch_probe else []
+
+
+def read_rocm_smi(text: str) -> list[GpuInfo]:
+    """``rocm-smi --showproductname --showmeminfo vram --json``: one object per card, its name
+    under "Card Series" (or "Card series", "Card Model" by version), its memory under "VRAM
+    Total Memory (B)"."""
+    try:
+        cards = json.loads(text)
+    except ValueError:
+        return []
+    found = []
+    for card in (cards.values() if isinstance(cards, dict) else []):
+        if not isinstance(card, dict):
+            continue
+        low = {str(k).lower(): str(v) for k, v in card.items()}
+        name = next((low[k] for k in ("card series", "card model", "card sku") if k in low), "")
+        total = low.get("vram total memory (b)", "0")
+        if name:
+            found.append(GpuInfo(name, float(total) if total.isdigit() else 0.0, None, None,
+                                 "rocm-smi"))
+    return found
 
 
 def _int(f: list[str], i: int) -> int | None:
