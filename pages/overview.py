@@ -50,9 +50,10 @@ w = whatif.winner_of(df)
 lp = df[df["candidate"] == LAYER_PARTITION].iloc[0]
 
 c1, c2, c3, c4 = st.columns([3, 2, 2, 2])
-c1.metric("Predicted winner", w.candidate, help=w.sentence())
+c1.metric("Predicted winner", w.named, help=w.sentence())
 c2.metric("TPOT", f"{w.tpot_us / 1e3:.3f} ms",
-          help="95 % interval " + (w.interval_text() + " ms" if w.tpot_lo_us else "n/a"))
+          help="95 % interval with the model's measured error "
+               + (w.interval_text() + " ms" if w.tpot_lo_us else "n/a"))
 c3.metric("Win probability",
           "—" if w.win_probability is None else f"{100 * w.win_probability:.0f} %",
           help="share of the draws (prompts and the profile's spread) in which it is fastest")

@@ -94,7 +94,10 @@ def test_budget_and_k_round_trip():
         if k:
             assert whatif.k_for_budget(g, b - 1e-6) == k - 1
     lo, hi = whatif.budget_range(g)
-    assert lo == 0 and hi >= whatif.budget_gib(g, g.n_experts) + 1
+    assert lo - whatif.BUDGET_STEP < whatif.budget_gib(g, 0) <= lo       # the first step K = 0 fits
+    assert whatif.k_for_budget(g, lo) == 0 and hi >= whatif.budget_gib(g, g.n_experts) + 1
+    with pytest.raises(CopeInputError, match=f"{whatif.budget_gib(g, 0):.2f} GiB that K = 0"):
+        whatif.k_for_budget(g, lo - whatif.BUDGET_STEP)
     assert whatif.k_for_budget(g, hi) == g.n_experts
 
 
@@ -444,9 +447,10 @@ def test_winner_skips_equivalents_and_says_how_sure():
     assert (w.runner_up, w.margin_pct) == ("layer_partition", 50.0)
     assert (w.tpot_lo_us, w.tpot_hi_us, w.win_probability) == (900.0, 1100.0, 0.6)
     assert not w.sure
-    assert w.sentence() == ("fixed/parallel wins at 1.000 ms/token (95 % interval [0.900, 1.100]), "
-                            "50.0% ahead of layer_partition (1.500 ms/token); it is fastest in "
-                            "60 % of draws, layer_partition in 40 % — not a confident pick")
+    assert w.sentence() == ("fixed/parallel wins at 1.000 ms/token (95 % interval [0.900, 1.100] "
+                            "with the model's measured error), 50.0% ahead of layer_partition "
+                            "(1.500 ms/token); it is fastest in 60 % of draws, layer_partition "
+                            "in 40 % — not a confident pick")
     bare = df.drop(columns=["tpot_lo_us", "tpot_hi_us"]).assign(equivalent_to=None)
     bare.attrs = {}                      # a prediction without draws
     plain = whatif.winner_of(bare)

@@ -7,6 +7,7 @@ import re
 import shlex
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given
@@ -16,7 +17,15 @@ from cope_core.app import whatif
 from cope_core.app.dataset import scan_examples
 from cope_core.cli.main import main
 from cope_core.estimate import predict
-from cope_core.estimate.ranking import fastest_first, frame_runner_up, policy_of, runner_up
+from cope_core.estimate.ranking import (
+    Verdict,
+    fastest_first,
+    frame_runner_up,
+    most_likely_fastest,
+    policy_of,
+    runner_up,
+)
+from cope_core.estimate.uncertainty import confidence_lines
 from cope_core.export.build import build_policy
 from cope_core.export.policy import Policy, policy_json
 from cope_core.matrix import CANDIDATE_IDS
@@ -162,3 +171,70 @@ def test_a_policy_record_checks_its_equivalences():
         _record({FC: "fixed/none"})
     with pytest.raises(CopeInputError, match="equivalent_to"):
         _record({FP: FP})
+
+
+# --- the named winner of the paired draws (most_likely_fastest) -----------------------------------
+def test_a_majority_that_the_interval_does_not_separate_is_a_tie():
+    # 4 paired draws of A and B: A is fastest in 3 (75 %), below the 97.5 % a winner needs
+    means = np.array([[1.0, 2.0], [1.0, 2.0], [3.0, 2.0], [1.0, 2.0]])
+    v = most_likely_fastest(means, ["A", "B"], [1.5, 2.0])
+    assert v == Verdict("A", 0.75, "B", 0.75, True)
+    assert v.name == "tied: A or B"
+    assert v.reason == ("A is fastest in 75 % of the paired draws, faster than B in 75 %: below "
+                        "the 97.5 % a winner needs over every rival")
+
+
+def test_a_winner_beats_every_rival_in_at_least_the_clear_share():
+    # 40 draws, A faster than B in 39 of them: 97.5 % exactly, which names A alone
+    means = np.array([[1.0, 2.0]] * 39 + [[3.0, 2.0]])
+    v = most_likely_fastest(means, ["A", "B"], [1.05, 2.0])
+    assert (v.name, v.tied, v.beats_rival) == ("A", False, 0.975)
+    assert v.reason == "A is fastest in 98 % of the paired draws, faster than B in 98 %"
+    # one faster draw fewer (38 of 39) is not enough
+    assert most_likely_fastest(means[1:], ["A", "B"], [1.05, 2.0]).tied
+
+
+def test_the_leader_is_the_most_likely_fastest_not_the_lowest_point():
+    # A has the lower point (a few draws far below) but B is fastest in 3 of 5 draws
+    means = np.array([[0.1, 1.0], [0.1, 1.0], [1.2, 1.0], [1.2, 1.0], [1.2, 1.0]])
+    v = most_likely_fastest(means, ["A", "B"], [0.76, 1.0])
+    assert (v.leader, v.leader_share, v.rival, v.beats_rival) == ("B", 0.6, "A", 0.6)
+    assert v.name == "tied: B or A"
+
+
+def test_the_rival_is_the_one_the_leader_beats_least_often():
+    # A fastest in every draw; it beats B in all 4 but C in only 3 (the 4th an exact tie, which
+    # goes to the earlier id as fastest but is not "faster than")
+    means = np.array([[1.0, 5.0, 2.0], [1.0, 5.0, 2.0], [1.0, 5.0, 2.0], [2.0, 5.0, 2.0]])
+    v = most_likely_fastest(means, ["A", "B", "C"], [1.25, 5.0, 2.0])
+    assert v == Verdict("A", 1.0, "C", 0.75, True)
+
+
+def test_a_single_rival_is_named_alone():
+    v = most_likely_fastest(np.array([[3.0], [4.0]]), ["A"], [3.5])
+    assert v == Verdict("A", 1.0, None, 1.0, False) and v.name == "A"
+    assert v.reason == "A is fastest in 100 % of the paired draws"
+    assert Verdict.from_dict(v.to_dict()) == v
+    with pytest.raises(ValueError):
+        most_likely_fastest(np.zeros((2, 2)), ["A"], [1.0])
+
+
+def test_cli_and_app_name_the_winner_in_the_same_words(trace, profile):
+    df = predict(trace, profile, 3, calibration=trace)
+    v = Verdict.from_dict(df.attrs["uncertainty"]["per_k"][3]["verdict"])
+    line = next(x for x in confidence_lines(df, 3) if x.startswith("winner: "))
+    w = whatif.winner_of(df)
+    assert line.startswith(f"winner: {v.name}") and w.named == v.name
+    assert line.endswith(v.reason) and w.sentence().endswith(v.reason)
+    # a tie, as the app says it and the CLI prints it
+    tied = df.copy()
+    tied.attrs = {"uncertainty": {"per_k": {3: {
+        **df.attrs["uncertainty"]["per_k"][3],
+        "verdict": Verdict(v.leader, 0.6, "layer_partition", 0.6, True).to_dict()}}}}
+    line = next(x for x in confidence_lines(tied, 3) if x.startswith("winner: "))
+    w = whatif.winner_of(tied)
+    assert line.startswith(f"winner: tied: {v.leader} or layer_partition: {v.leader} ")
+    assert w.named == f"tied: {v.leader} or layer_partition" and not w.sure
+    assert w.sentence().startswith(f"tied: {v.leader} or layer_partition: {v.leader} at ")
+    assert line.endswith("below the 97.5 % a winner needs over every rival")
+    assert w.sentence().endswith("below the 97.5 % a winner needs over every rival")

@@ -265,7 +265,12 @@ def test_predict_json_and_table_carry_the_confidence(capsys, files):
     assert main(args) == 0
     out = capsys.readouterr().out
     win = next(line for line in out.splitlines() if line.startswith("winner:"))
-    assert "[" in win and "of draws" in win
+    assert "[" in win and "of the paired draws" in win
+    # the JSON carries the draws' spread alone too, inside the absolute interval
+    for d in data:
+        lo, hi = d["tpot_ci_us"]
+        dlo, dhi = d["tpot_draws_ci_us"]
+        assert lo <= dlo <= d["tpot_us"] <= dhi <= hi
 
 
 @pytest.mark.parametrize("argv,needle", [

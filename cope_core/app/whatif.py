@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..estimate.ranking import frame_runner_up
+from ..estimate.ranking import Verdict, frame_runner_up
 from ..geometry import GIB, ModelGeometry
 from ..matrix import CANDIDATES, LAYER_PARTITION
 from ..platforms import GPUS
@@ -39,9 +39,11 @@ def k_for_budget(g: ModelGeometry, gib: float) -> int:
 
 
 def budget_range(g: ModelGeometry) -> tuple[float, float]:
-    """Slider bounds in GiB: from 0 to a step past the budget that holds every expert."""
+    """Slider bounds in GiB, on its steps: from the first that K = 0 fits (a smaller budget is an
+    error) to a step past the budget that holds every expert."""
     top = budget_gib(g, g.n_experts)
-    return 0.0, math.ceil((top + 1.0) / BUDGET_STEP) * BUDGET_STEP
+    return (math.ceil(budget_gib(g, 0) / BUDGET_STEP) * BUDGET_STEP,
+            math.ceil((top + 1.0) / BUDGET_STEP) * BUDGET_STEP)
 
 
 def snap(gib: float) -> float:
@@ -94,6 +96,13 @@ class Winner:
     win_probability: float | None = None
     contender: str | None = None
     contender_probability: float | None = None
+    verdict: Verdict | None = None
+
+    @property
+    def named(self) -> str:
+        """The winner as the CLI names it: ``A``, or ``tied: A or B`` when the paired draws do
+        not separate them (:func:`cope_core.estimate.ranking.most_likely_fastest`)."""
+        return self.candidate if self.verdict is None else self.verdict.name
 
     @property
     def margin_pct(self) -> float | None:
@@ -103,7 +112,10 @@ class Winner:
 
     @property
     def sure(self) -> bool:
-        """Whether the pick is confident (win probability of at least :data:`SURE`)."""
+        """Whether the pick is confident: not a tie of the paired draws (without them, a win
+        probability of at least :data:`SURE`)."""
+        if self.verdict is not None:
+            return not self.verdict.tied
         return self.win_probability is None or self.win_probability >= SURE
 
     def interval_text(self) -> str:
@@ -112,15 +124,19 @@ class Winner:
         return f"[{self.tpot_lo_us / 1e3:.3f}, {self.tpot_hi_us / 1e3:.3f}]"
 
     def sentence(self) -> str:
-        text = f"{self.candidate} wins at {self.tpot_us / 1e3:.3f} ms/token"
+        text = (f"{self.named}: {self.candidate} at {self.tpot_us / 1e3:.3f} ms/token"
+                if self.verdict is not None and self.verdict.tied
+                else f"{self.candidate} wins at {self.tpot_us / 1e3:.3f} ms/token")
         if self.tpot_lo_us is not None:
-            text += f" (95 % interval {self.interval_text()})"
+            text += f" (95 % interval {self.interval_text()} with the model's measured error)"
         if self.runner_up is not None and self.runner_up_us == self.tpot_us:
             text += f", tied with {self.runner_up} (exact ties go to the earlier candidate id)"
         elif self.runner_up is not None and self.runner_up_us is not None:
             text += (f", {self.margin_pct:.1f}% ahead of {self.runner_up} "
                      f"({self.runner_up_us / 1e3:.3f} ms/token)")
-        if self.win_probability is not None:
+        if self.verdict is not None:
+            text += f"; {self.verdict.reason}"
+        elif self.win_probability is not None:
             text += f"; it is fastest in {100 * self.win_probability:.0f} % of draws"
             if self.contender is not None and self.contender_probability:
                 text += (f", {self.contender} in {100 * self.contender_probability:.0f} %")
@@ -134,22 +150,28 @@ SURE = 0.8
 
 
 def winner_of(df: pd.DataFrame) -> Winner:
-    """Winner and runner-up of a one-K prediction frame (ranks from ``predict``), with the
-    winner's interval, win probability and strongest rival when the frame has draws."""
+    """Winner and runner-up of a one-K prediction frame, with the winner's interval, win
+    probability, strongest rival and the paired draws' verdict when the frame has draws: the
+    winner is the verdict's most likely fastest (the CLI's ``winner:`` line), else rank 1."""
     w = df.sort_values("rank").iloc[0]
-    ru = frame_runner_up(df, w.candidate)
     conf = (df.attrs.get("uncertainty", {}).get("per_k", {})
             .get(int(w.experts_per_layer)) if "experts_per_layer" in df else None)
+    verdict = (Verdict.from_dict(conf["verdict"]) if conf is not None and "verdict" in conf
+               else None)
+    if verdict is not None:
+        w = df[df["candidate"] == verdict.leader].iloc[0]
+    ru = frame_runner_up(df, w.candidate)
 
     def num(v):
         return None if v is None or not np.isfinite(v) else float(v)
     return Winner(w.candidate, float(w.tpot_us), None if ru is None else ru.candidate,
                   None if ru is None else float(ru.tpot_us),
                   tpot_lo_us=num(w.get("tpot_lo_us")), tpot_hi_us=num(w.get("tpot_hi_us")),
-                  win_probability=None if conf is None else num(conf["win_probability"]),
+                  win_probability=(None if conf is None else verdict.leader_share
+                                   if verdict is not None else num(conf["win_probability"])),
                   contender=None if conf is None else conf.get("contender"),
                   contender_probability=None if conf is None
-                  else num(conf.get("contender_probability")))
+                  else num(conf.get("contender_probability")), verdict=verdict)
 
 
 def uncertain_ranges(sweep: pd.DataFrame, g: ModelGeometry,

@@ -6,6 +6,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..estimate.model_error import z_of
 from ..estimate.ranking import frame_runner_up
 from ..estimate.uncertainty import confidence_lines
 
@@ -26,6 +27,8 @@ def prediction_json(df: pd.DataFrame) -> list[dict]:
             "execution": None if row.candidate == "layer_partition" else row.execution,
             "experts_per_layer": int(row.experts_per_layer), "estimator": row.estimator,
             "tpot_us": row.tpot_us, "tpot_ci_us": None if lo is None else [lo, hi],
+            "tpot_draws_ci_us": None if lo is None
+            else [_num(row.draws_lo_us), _num(row.draws_hi_us)],
             "win_probability": _num(row.win_probability),
             "equivalent_to": row.equivalent_to,
             "shared_us": row.shared_us, "experts_us": row.experts_us,
@@ -49,11 +52,7 @@ def format_table(df: pd.DataFrame) -> str:
     """Every candidate at one K, fastest first, then the winner with its confidence."""
     k = int(df["experts_per_layer"].iloc[0])
     show = df.sort_values("tpot_us", kind="stable")
-    unc = df.attrs.get("uncertainty", {})
-    spread = ("the analytic model's constants" if str(unc.get("profile_spread", ""))
-              .startswith("model uncertainty") else "the profile's spread")
-    lines = [f"K = {k} experts per layer; interval: 95 % over draws of the prompts and "
-             f"{spread}; wins: share of draws it is fastest in",
+    lines = [*interval_notes(df),
              f"{'rank':>4}  {'candidate':<36}{'TPOT ms':>10}  {'95 % interval':<19}"
              f"{'shared':>9}{'experts':>9}{'prefetch':>9}{'hit rate':>9}{'prefetches':>11}"
              f"  wins"]
@@ -65,6 +64,28 @@ def format_table(df: pd.DataFrame) -> str:
                      f"{r.prefetch_us / 1e3:>9.3f}{r.hit_rate:>9.3f}{r.prefetches:>11}"
                      f"  {_wins(r)}")
     return "\n".join(lines + confidence_lines(df, k))
+
+
+def interval_notes(df: pd.DataFrame) -> list[str]:
+    """What a prediction's interval and win shares are made of (the table's header lines)."""
+    k = int(df["experts_per_layer"].iloc[0])
+    unc = df.attrs.get("uncertainty", {})
+    analytic = str(unc.get("profile_spread", "")).startswith("model uncertainty")
+    profile = "profile" in unc.get("sources", [])
+    err = unc.get("model_error") or {}
+    sigma = float(err.get("sigma_log", 0.0))
+    pct = 100 * (math.exp(z_of(float(unc.get("level", 0.95))) * sigma) - 1)
+    absolute = "the prompts" + (" and the profile's spread" if profile and not analytic else "")
+    paired = "the prompts" + (" and the analytic model's constants" if analytic
+                              else " and the profile's spread" if profile else "")
+    return [f"K = {k} experts per layer; interval: 95 % on absolute TPOT, the draws of "
+            f"{absolute} with the model's measured error (a factor {1 + pct / 100:.2f} either "
+            "way, "
+            f"{err.get('source', 'data/model-error.json')})",
+            f"wins: share of the paired draws of {paired} it is fastest in (an error common to "
+            f"every candidate cancels; predicted ratios between candidates measured off by "
+            f"{err.get('ratio_median_pct', float('nan')):.0f} % at the median, "
+            f"{err.get('ratio_p95_pct', float('nan')):.0f} % at the 95th percentile)"]
 
 
 def format_sweep(df: pd.DataFrame) -> str:

@@ -57,16 +57,21 @@ def pair_up(prediction: pd.DataFrame, measurements: pd.DataFrame,
     """Join one cell's per-prompt predictions with the medians over trials of its measurements.
 
     Returns ``prompt, candidate, predicted_us, measured_us`` for the (prompt, candidate) pairs
-    both sides have, with the candidate's predicted interval (``predicted_lo_us``,
-    ``predicted_hi_us``) and ``win_probability`` when the prediction has them."""
+    both sides have, with the candidate's predicted interval on absolute speed
+    (``predicted_lo_us``, ``predicted_hi_us``), the draws' spread alone
+    (``predicted_draws_lo_us``, ``predicted_draws_hi_us``) and ``win_probability`` when the
+    prediction has them."""
     rows = [(int(pid), cand, float(v))
             for cand, values in zip(prediction["candidate"], prediction["prompt_tpot_us"])
             for pid, v in zip(prompt_ids, values)]
     pred = pd.DataFrame(rows, columns=["prompt", "candidate", "predicted_us"])
-    extra = [c for c in ("tpot_lo_us", "tpot_hi_us", "win_probability") if c in prediction]
-    if extra:   # the candidate's interval over the trace, on each of its rows
+    extra = [c for c in ("tpot_lo_us", "tpot_hi_us", "draws_lo_us", "draws_hi_us",
+                         "win_probability") if c in prediction]
+    if extra:   # the candidate's intervals over the trace, on each of its rows
         pred = pred.merge(prediction[["candidate", *extra]].rename(
-            columns={"tpot_lo_us": "predicted_lo_us", "tpot_hi_us": "predicted_hi_us"}),
+            columns={"tpot_lo_us": "predicted_lo_us", "tpot_hi_us": "predicted_hi_us",
+                     "draws_lo_us": "predicted_draws_lo_us",
+                     "draws_hi_us": "predicted_draws_hi_us"}),
             on="candidate", how="left")
     meas = median_over_trials(measurements[["candidate", "prompt", "tpot_us"]])
     return pred.merge(meas, on=["prompt", "candidate"], how="inner")

@@ -28,6 +28,7 @@ from ..profile.pricing import check_compatible
 from ..replay.engine import ReplayCounts, check_ks, replay
 from ..trace.data import Trace, fill_order
 from .costs import EXECUTIONS, LayerCosts, layer_costs, profile_spec
+from .model_error import model_error
 from .ranking import fastest_first
 from .uncertainty import DEFAULT_DRAWS, LEVEL, check_draws, drawn_costs, equivalences, intervals
 
@@ -258,15 +259,17 @@ def _add_uncertainty(df: pd.DataFrame, trace: Trace, profile: Profile,
                 part = candidate_tpot(trace, counts, drawn, cand, ki, int(ks[ki]))
                 full.append(shared_d + part.experts + part.prefetch)
         if draws:
-            frame, conf = intervals(point, full, cands, draws, rng)
+            frame, conf = intervals(point, full, cands, draws, rng, estimator=costs.estimator,
+                                    model_draws=bool(profile.analytic))
             per_k[int(ks[ki])] = conf.to_dict()
         else:
             frame = pd.DataFrame({"tpot_lo_us": np.nan, "tpot_hi_us": np.nan,
+                                  "draws_lo_us": np.nan, "draws_hi_us": np.nan,
                                   "win_probability": np.nan,
                                   "equivalent_to": equivalences(point, point, cands)})
         parts.append(frame)
     extra = pd.concat(parts, ignore_index=True)
-    for col in ("tpot_lo_us", "tpot_hi_us", "win_probability"):
+    for col in ("tpot_lo_us", "tpot_hi_us", "draws_lo_us", "draws_hi_us", "win_probability"):
         df[col] = extra[col].to_numpy(np.float64)
     df["equivalent_to"] = pd.Series([e if isinstance(e, str) else None
                                      for e in extra["equivalent_to"]], dtype=object)
@@ -278,9 +281,14 @@ def _add_uncertainty(df: pd.DataFrame, trace: Trace, profile: Profile,
               else "raw samples" if raw_samples
               else "normal approximation from each row's median, IQR and sample count"
               if drawn is not None else "none (every row has zero spread)")
+    err = model_error()
     df.attrs["uncertainty"] = {"draws": draws, "seed": int(seed), "level": LEVEL,
                                "sources": ["prompts"] + (["profile"] if drawn is not None else []),
-                               "profile_spread": spread, "per_k": per_k}
+                               "profile_spread": spread, "per_k": per_k,
+                               "model_error": {"sigma_log": err.sigma(costs.estimator),
+                                               "ratio_median_pct": err.ratio_median_pct,
+                                               "ratio_p95_pct": err.ratio_p95_pct,
+                                               "source": "data/model-error.json"}}
 
 
 def predict(trace: Trace, profile: Profile, experts_per_layer: int | Sequence[int],
@@ -334,9 +342,11 @@ def predict(trace: Trace, profile: Profile, experts_per_layer: int | Sequence[in
         One row per (K, candidate) in candidate order: ``experts_per_layer, candidate, residency,
         execution, estimator, tpot_us, shared_us, experts_us, prefetch_us, hit_rate, prefetches,
         prompt_tpot_us, prompt_hit_rate, prompt_prefetches, rank, winner, tpot_lo_us,
-        tpot_hi_us, win_probability, equivalent_to``. Per-prompt columns hold arrays in the
-        order of ``df.attrs["prompts"]``; ``rank`` 1 is the winner at that K (exact ties to the
-        earlier candidate). ``tpot_lo_us``/``tpot_hi_us`` bound the 95 % percentile interval,
+        tpot_hi_us, draws_lo_us, draws_hi_us, win_probability, equivalent_to``. Per-prompt
+        columns hold arrays in the order of ``df.attrs["prompts"]``; ``rank`` 1 is the winner
+        at that K (exact ties to the earlier candidate). ``tpot_lo_us``/``tpot_hi_us`` bound
+        the 95 % interval on absolute TPOT (the draws' spread with the model's measured error,
+        around the point), ``draws_lo_us``/``draws_hi_us`` the draws' spread alone,
         ``win_probability`` is the share of draws the candidate is fastest in (NaN for a
         candidate ``equivalent_to`` an earlier one, which is not counted as a rival; all NaN
         with ``draws=0``). ``df.attrs["uncertainty"]`` holds the settings and, per K, the

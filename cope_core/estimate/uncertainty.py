@@ -38,7 +38,8 @@ from ..profile.data import Profile, ProfileKey, same_schedule
 from ..profile.layout import OperatingPoint
 from ..profile.raw_samples import raw_key
 from .costs import LayerCosts, atomic_costs, cope_costs
-from .ranking import frame_runner_up
+from .model_error import around_point, model_error
+from .ranking import CLEAR, Verdict, frame_runner_up, most_likely_fastest
 
 DEFAULT_DRAWS = 1000
 LEVEL = 0.95
@@ -142,7 +143,8 @@ class KConfidence:
     it, from how the leading difference's prompt variance shrinks as 1/n while the profile's part
     stays; ``unreachable`` says why no number of prompts would (``"tie"``: the two are equal on
     this trace; ``"profile"``: the profile's own spread is wider than the gap). ``gap_us`` is the
-    contender's mean TPOT minus the winner's."""
+    contender's mean TPOT minus the winner's. ``verdict``: the named winner of the paired draws
+    (:func:`cope_core.estimate.ranking.most_likely_fastest`), which the CLI and the app print."""
 
     winner: str
     win_probability: float
@@ -152,9 +154,10 @@ class KConfidence:
     prompts_for_confidence: int | None
     unreachable: str | None
     gap_us: float
+    verdict: Verdict
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        return dict(self.__dict__) | {"verdict": self.verdict.to_dict()}
 
 
 def equivalences(point: list[np.ndarray], full: list[np.ndarray],
@@ -191,17 +194,20 @@ def prompt_bootstrap(per_prompt: Sequence[np.ndarray], draws: int, rng: np.rando
 
 def percentile_interval(means: np.ndarray, point: np.ndarray, estimator: str | None = None
                         ) -> tuple[np.ndarray, np.ndarray]:
-    """The :data:`LEVEL` interval of each column of :func:`prompt_bootstrap`'s means (``point``,
-    the columns' point estimates, and ``estimator`` are for the interval around the point that
-    issue 37 item 6 brings; here the plain percentiles)."""
-    lo, hi = np.percentile(means, [50 * (1 - LEVEL), 50 * (1 + LEVEL)], axis=0)
-    return lo, hi
+    """The :data:`LEVEL` interval of each column of :func:`prompt_bootstrap`'s means, around
+    its ``point`` (the draws' spread on each side of their median, carried to the point, so the
+    point is always inside: :func:`cope_core.estimate.model_error.around_point`). With an
+    ``estimator`` it is an interval on absolute speed: widened by that estimator's measured
+    model error (``data/model-error.json``)."""
+    sigma = 0.0 if estimator is None else model_error().sigma(estimator)
+    return around_point(point, means, LEVEL, sigma)
 
 
 def intervals(point: list[np.ndarray],
               drawn: list[np.ndarray] | None, candidates: Sequence[Candidate], draws: int,
-              rng: np.random.Generator) -> tuple[pd.DataFrame, KConfidence]:
-    """Interval, win probability and equivalence of every candidate at one K.
+              rng: np.random.Generator, *, estimator: str | None = None,
+              model_draws: bool = False) -> tuple[pd.DataFrame, KConfidence]:
+    """Intervals, win probability, equivalence and the named winner of every candidate at one K.
 
     Parameters
     ----------
@@ -209,33 +215,50 @@ def intervals(point: list[np.ndarray],
         Each candidate's per-prompt TPOT at the profile's medians (candidate order).
     drawn : list of ndarray (B, P), optional
         The same under the profile draws (None: the profile has no spread).
+    estimator : str, optional
+        Whose measured model error widens the interval on absolute speed (None: none).
+    model_draws : bool
+        ``drawn`` are an analytic profile's draws of its constants (a prior guess of the model's
+        error): the absolute interval then takes the prompts' spread with the *measured* model
+        error instead; the win shares still use them.
 
     Returns
     -------
     (DataFrame, KConfidence)
-        ``tpot_lo_us, tpot_hi_us, win_probability, equivalent_to`` per candidate, and the
-        winner's confidence.
+        ``tpot_lo_us, tpot_hi_us`` (the absolute interval: the draws' spread with the model
+        error), ``draws_lo_us, draws_hi_us`` (the draws' spread alone), ``win_probability,
+        equivalent_to`` per candidate; and the winner's confidence, with the
+        :class:`~cope_core.estimate.ranking.Verdict` of the paired draws. Every interval holds
+        its point (:func:`percentile_interval`).
     """
     P = point[0].shape[-1]
     full = drawn if drawn is not None else point
     means, idx = prompt_bootstrap(full[:len(candidates)], draws, rng)
     equivalent = equivalences(point, full, candidates)
-    lo, hi = percentile_interval(means, np.array([p.mean() for p in point[:len(candidates)]]))
+    pt = np.array([p.mean() for p in point[:len(candidates)]])
+    lo_d, hi_d = percentile_interval(means, pt)
+    spread = (np.stack([_resampled_means(p, idx) for p in point[:len(candidates)]], axis=1)
+              if model_draws and drawn is not None else means)
+    lo, hi = percentile_interval(spread, pt, estimator)
     rivals = [i for i, e in enumerate(equivalent) if e is None]
     wins = np.bincount(np.argmin(means[:, rivals], axis=1), minlength=len(rivals)) / draws
     prob = np.full(len(candidates), np.nan)
     prob[rivals] = wins
-    frame = pd.DataFrame({"tpot_lo_us": lo, "tpot_hi_us": hi, "win_probability": prob,
+    verdict = most_likely_fastest(means[:, rivals], [candidates[i].id for i in rivals],
+                                  pt[rivals].tolist())
+    frame = pd.DataFrame({"tpot_lo_us": lo, "tpot_hi_us": hi, "draws_lo_us": lo_d,
+                          "draws_hi_us": hi_d, "win_probability": prob,
                           "equivalent_to": pd.Series(equivalent, dtype=object)})
-    return frame, _confidence(point, drawn, candidates, rivals, prob, idx, P)
+    return frame, _confidence(point, drawn, candidates, rivals, prob, idx, P, verdict)
 
 
-def _confidence(point, drawn, candidates, rivals, prob, idx, P) -> KConfidence:
+def _confidence(point, drawn, candidates, rivals, prob, idx, P, verdict) -> KConfidence:
     tpot = np.array([p.mean() for p in point])
     w = min(rivals, key=lambda i: (tpot[i], i))      # the point-estimate winner (tie rule)
     others = [i for i in rivals if i != w]
     if not others:
-        return KConfidence(candidates[w].id, float(prob[w]), None, 0.0, P, None, None, 0.0)
+        return KConfidence(candidates[w].id, float(prob[w]), None, 0.0, P, None, None, 0.0,
+                           verdict)
     c = max(others, key=lambda i: (prob[i], -tpot[i], -i))
     p_win = float(prob[w])
     d = point[c] - point[w]                           # per prompt: how much the winner gains
@@ -251,11 +274,19 @@ def _confidence(point, drawn, candidates, rivals, prob, idx, P) -> KConfidence:
         else:
             why = "profile"
     return KConfidence(candidates[w].id, p_win, candidates[c].id, float(prob[c]), P, needed,
-                       why, float(d.mean()))
+                       why, float(d.mean()), verdict)
 
 
 def _pct(p: float) -> str:
     return f"{100 * p:.0f} %"
+
+
+def speed_text(row: pd.Series) -> str:
+    """``"16.944 ms/token [13.7, 21.2]"``: a prediction row's TPOT with its interval on absolute
+    speed (the words of the CLI's winner line and the app's)."""
+    ci = ("" if not np.isfinite(row["tpot_lo_us"]) else
+          f" [{row['tpot_lo_us'] / 1e3:.3f}, {row['tpot_hi_us'] / 1e3:.3f}]")
+    return f"{row['tpot_us'] / 1e3:.3f} ms/token{ci}"
 
 
 def confidence_lines(df: pd.DataFrame, experts_per_layer: int) -> list[str]:
@@ -271,16 +302,16 @@ def confidence_lines(df: pd.DataFrame, experts_per_layer: int) -> list[str]:
         lines = [f"winner: {w.candidate} {w.tpot_us / 1e3:.3f} ms/token (no interval: the "
                  f"bootstrap is off, --draws 0)"]
     else:
-        line = (f"winner: {w.candidate} {w.tpot_us / 1e3:.3f} ms/token "
-                f"[{w.tpot_lo_us / 1e3:.3f}, {w.tpot_hi_us / 1e3:.3f}], wins "
-                f"{_pct(conf['win_probability'])} of draws")
-        if conf["contender"] is not None and conf["contender_probability"] > 0:
-            line += f"; contender {conf['contender']} {_pct(conf['contender_probability'])}"
-        lines = [line]
-        if conf["win_probability"] >= CONFIDENT:
-            lines.append(f"  more prompts would not change it: it wins at least "
-                         f"{_pct(CONFIDENT)} of the draws over these {conf['prompts']} prompts")
-        elif conf["contender"] is not None:
+        v = Verdict.from_dict(conf["verdict"])
+        named = [v.leader] + ([v.rival] if v.tied and v.rival is not None else [])
+        rows = sub.set_index("candidate")
+        speed = ", ".join((f"{c} " if v.tied else "") + speed_text(rows.loc[c]) for c in named)
+        lines = [f"winner: {v.name}{': ' if v.tied else ' '}{speed}; {v.reason}"]
+        if not v.tied:
+            lines.append(f"  more prompts would not change it: it is faster than every rival "
+                         f"in at least {100 * CLEAR:g} % of the draws over these "
+                         f"{conf['prompts']} prompts")
+        elif conf["contender"] is not None and conf["win_probability"] < CONFIDENT:
             if conf["prompts_for_confidence"] is not None:
                 lines.append(f"  about {conf['prompts_for_confidence']} prompts of trace (this "
                              f"one has {conf['prompts']}) would make it {_pct(CONFIDENT)}")
