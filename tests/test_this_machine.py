@@ -84,7 +84,7 @@ def test_a_gpu_the_catalog_lacks_is_one_line():
 def _fake_this(gpu_line: str | None = None) -> tm.ThisMachine:
     # a probe that measured 12 GB/s with every thread and 9 GB/s with one
     return tm.this_machine(gpu=True, cpu=True, memory=True, run=_smi(gpu_line),
-                           probe=lambda s: (12e9, 9e9, 2), torch_probe=False)
+                           probe=lambda s: (12e9, 9e9, 2, "a fake probe"), torch_probe=False)
 
 
 def test_no_gpu_makes_a_cpu_only_machine_and_says_so():
@@ -97,6 +97,7 @@ def test_no_gpu_makes_a_cpu_only_machine_and_says_so():
     assert hows[("cpu", "bandwidth of one core")] == "measured"
     assert hows[("memory", "achieved fraction")] == "assumed"
     assert "none found: this machine is CPU-only" in m.describe()
+    assert "probe_host_memory, 2 threads; a fake probe" in m.describe()
 
 
 def test_measured_bandwidths_are_what_the_analytic_model_reaches():

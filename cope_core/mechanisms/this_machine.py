@@ -30,6 +30,8 @@ from ..parts.catalog import key
 GB = 1e9
 #: Runs a command and returns its standard output, or None when it is absent or fails.
 Runner = Callable[[Sequence[str]], str | None]
+#: A memory probe's (all-threads bytes/s, one-thread bytes/s, threads, how it was measured).
+Probed = tuple[float, float, int, str]
 
 
 def run_command(cmd: Sequence[str]) -> str | None:
@@ -241,12 +243,13 @@ def this_gpu(found: list[GpuInfo]) -> tuple[GpuPart | None, list[Fact]]:
 
 
 # --- memory and the whole machine --------------------------------------------------------------
-def this_memory(all_threads_bw: float, threads: int) -> tuple[MemoryPart, list[Fact]]:
+def this_memory(all_threads_bw: float, threads: int, how: str = "") -> tuple[MemoryPart,
+                                                                              list[Fact]]:
     part = MemoryPart(name="this", kind="unknown", mts=0, channels=0, bandwidth=all_threads_bw,
                       source="probe_host_memory", origin="detected", measured=True)
     return part, [
         Fact("memory", "read bandwidth", f"{all_threads_bw / GB:.1f} GB/s", "measured",
-             f"probe_host_memory, {threads} threads"),
+             f"probe_host_memory, {threads} threads" + (f"; {how}" if how else "")),
         Fact("memory", "type, speed, channels", "not detected", "detected",
              "needs root (dmidecode); give --memory TYPE-MTSxCHANNELS to price the peak")]
 
@@ -263,12 +266,12 @@ class ThisMachine:
 
 def this_machine(*, gpu: bool = True, cpu: bool = True, memory: bool = True,
                  seconds: float = 1.0, run: Runner = run_command,
-                 probe: Callable[[float], tuple[float, float, int]] | None = None,
+                 probe: Callable[[float], Probed] | None = None,
                  torch_probe: bool = True) -> ThisMachine:
     """Detect (and, for ``cpu`` or ``memory``, probe) the parts asked for. ``run`` runs
     ``nvidia-smi`` / ``rocm-smi``; ``torch_probe`` lets torch look for a GPU when neither
-    answers; ``probe(seconds)`` returns (all-threads bytes/s, one-thread bytes/s, threads), by
-    default :func:`cope_core.mechanisms.probe.probe_host_memory`."""
+    answers; ``probe(seconds)`` returns (all-threads bytes/s, one-thread bytes/s, threads, how it
+    was measured), by default :func:`cope_core.mechanisms.probe.probe_host_memory`'s."""
     facts: list[Fact] = []
     g = None
     if gpu:
@@ -282,12 +285,13 @@ def this_machine(*, gpu: bool = True, cpu: bool = True, memory: bool = True,
         c, f = this_cpu(detect_cpu(), bw[1] if bw else None)
         facts += f
     if memory and bw:
-        m, f = this_memory(bw[0], bw[2])
+        m, f = this_memory(bw[0], bw[2], bw[3])
         facts += f
     return ThisMachine(gpu=g, cpu=c, memory=m, facts=tuple(facts))
 
 
-def _probe(seconds: float) -> tuple[float, float, int]:
+def _probe(seconds: float) -> Probed:
     from .probe import probe_host_memory
     r = probe_host_memory(seconds)
-    return r.all_threads, r.one_thread, r.threads
+    return (r.all_threads, r.one_thread, r.threads,
+            f"fastest of {r.samples} reads of {r.buffer_bytes >> 20} MiB in {r.seconds:.1f} s")

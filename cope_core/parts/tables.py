@@ -84,7 +84,13 @@ def markdown() -> str:
            '"bandwidth_gbs": 448, "fp16_tflops": 47.4, "flops_kind": "tensor-fp32acc", '
            '"flops_basis": "published", "pcie_gen": 5, "pcie_lanes": 8, '
            '"source": "vendor data sheet"}',
-           "```", ""]
+           "```", "",
+           "`this` (`--gpu this`, `--cpu this`, `--memory this`; `cope parts this`) detects "
+           "this machine: the CPU model and its physical cores (P-cores) from the OS, the GPU "
+           "from nvidia-smi, rocm-smi or torch (none: CPU-only, and said so), the catalog's "
+           "numbers for a model it lists, and the host memory's read bandwidth from a probe of "
+           "about a second (all threads and one); every number is printed as catalog, derived, "
+           "detected, measured or assumed.", ""]
     out += _section("GPUs", [gpu_row(g) | {"source": g.source, "note": g.note}
                              for g in gpus().values()],
                     ["name", "label", "memory_gib", "bandwidth_gbs", "fp16_tflops",
