@@ -212,7 +212,20 @@ def load_spec(path: str | Path) -> PlatformSpec:
 
 
 def resolve_platform(name: str, *, link: str | None = None, cpu: str = DEFAULT_CPU) -> PlatformSpec:
-    """A catalog GPU name, or the path of a JSON spec file (:class:`PlatformSpec`'s fields)."""
-    if name.endswith(".json") or Path(name).exists():
-        return load_spec(name)
+    """A catalog GPU name, a GPU part file (JSON or TOML with ``kind``), or the path of a JSON
+    spec file (:class:`PlatformSpec`'s fields)."""
+    if name.endswith((".json", ".toml")) or Path(name).exists():
+        if not _is_part_file(name):
+            return load_spec(name)
     return platform_spec(name, link=link, cpu=cpu)  # raises with the nearest catalog names
+
+
+def _is_part_file(path: str) -> bool:
+    """A part file names its ``kind``; a spec file has :class:`PlatformSpec`'s fields."""
+    if path.lower().endswith(".toml"):
+        return True
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False                    # load_spec says what is wrong with it
+    return isinstance(data, dict) and "kind" in data
