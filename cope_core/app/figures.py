@@ -168,7 +168,8 @@ def budget_base(sweep: pd.DataFrame, g: ModelGeometry, regions: Sequence[Region]
     if uncertain:
         notes.append(dict(x=uncertain[0][0], xref="x", y=0.07, yref="paper", showarrow=False,
                           xanchor="left", yanchor="bottom", font=dict(size=10, color="#c0392b"),
-                          text="unsure: the winner wins < 80 % of draws"))
+                          text="unsure: tied, no candidate faster than every rival in "
+                               "97.5 % of the paired draws"))
     fig.update_layout(shapes=shapes, annotations=notes, meta={"x_range": [x_lo, x_hi]})
     fig.update_layout(title=title, xaxis_title="VRAM budget (GiB)",
                       yaxis_title="TPOT (ms per token)", height=480,

@@ -177,10 +177,16 @@ def winner_of(df: pd.DataFrame) -> Winner:
 def uncertain_ranges(sweep: pd.DataFrame, g: ModelGeometry,
                      threshold: float = SURE) -> list[tuple[float, float, int, int]]:
     """Budget ranges ``(gib_from, gib_to, k_from, k_to)`` of consecutive K whose winner wins
-    fewer than ``threshold`` of the draws (none when the sweep has no draws)."""
+    fewer than ``threshold`` of the draws — or, when the draws name one, whose
+    :class:`~cope_core.estimate.ranking.Verdict` is a tie (what the winner's sentence says there)
+    — none when the sweep has no draws."""
     conf = sweep.attrs.get("uncertainty", {}).get("per_k", {})
     ks = sorted(int(k) for k in plain(sweep)["experts_per_layer"].unique())
-    weak = [k for k in ks if k in conf and conf[k]["win_probability"] < threshold]
+
+    def unsure(c: dict) -> bool:
+        return (bool(c["verdict"]["tied"]) if "verdict" in c
+                else c["win_probability"] < threshold)
+    weak = [k for k in ks if k in conf and unsure(conf[k])]
     out: list[list[int]] = []
     for k in weak:
         if out and out[-1][1] == k - 1:
