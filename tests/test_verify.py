@@ -47,6 +47,13 @@ def test_contenders_are_the_winner_and_whoever_could_still_win():
     # without intervals (draws 0) only the top-up applies
     bare = sure[["candidate", "tpot_us"]]
     assert contenders(bare) == ["fixed/parallel", "fixed/ready_first"]
+    # the absolute intervals (with the model's error, common to all) overlap, the draws' alone do
+    # not: ranking reads the draws' spread
+    wide = sure.assign(tpot_lo_us=sure.tpot_us * 0.8, tpot_hi_us=sure.tpot_us * 1.25,
+                       draws_lo_us=sure.tpot_lo_us, draws_hi_us=sure.tpot_hi_us)
+    assert contenders(wide) == ["fixed/parallel", "fixed/ready_first"]
+    assert contenders(wide.drop(columns=["draws_lo_us", "draws_hi_us"])) == \
+        ["fixed/parallel", "fixed/ready_first", "layer_partition"]
 
 
 # --- one round's verdict -----------------------------------------------------------------------

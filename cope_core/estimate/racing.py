@@ -36,8 +36,8 @@ def contenders(prediction: pd.DataFrame, min_probability: float = MIN_WIN_PROBAB
     ----------
     prediction : DataFrame
         One K and operating point of :func:`cope_core.estimate.predict.predict`
-        (``candidate, tpot_us`` and, when it has them, ``tpot_lo_us, tpot_hi_us,
-        win_probability, equivalent_to``).
+        (``candidate, tpot_us`` and, when it has them, ``draws_lo_us, draws_hi_us`` — else
+        ``tpot_lo_us, tpot_hi_us`` — ``win_probability, equivalent_to``).
     min_probability : float
 
     Returns
@@ -45,7 +45,7 @@ def contenders(prediction: pd.DataFrame, min_probability: float = MIN_WIN_PROBAB
     list of str
         The winner, then every candidate that is not ``equivalent_to`` an earlier one (the same
         policy here, nothing to measure twice) and has a win probability of at least
-        ``min_probability`` or a predicted interval that overlaps the winner's; topped up with the
+        ``min_probability`` or a draws' interval that overlaps the winner's; topped up with the
         fastest others to two.
     """
     df = prediction.reset_index(drop=True)
@@ -58,7 +58,10 @@ def contenders(prediction: pd.DataFrame, min_probability: float = MIN_WIN_PROBAB
     for c in order[1:]:
         r = rows[c]
         p = getattr(r, "win_probability", float("nan"))
-        lo, hi = getattr(r, "tpot_lo_us", float("nan")), getattr(best, "tpot_hi_us", float("nan"))
+        # a ranking question: the draws' spread alone (the model's error, common to both, is in
+        # neither side of a comparison; docs/design.md#uncertainty)
+        lo = getattr(r, "draws_lo_us", getattr(r, "tpot_lo_us", float("nan")))
+        hi = getattr(best, "draws_hi_us", getattr(best, "tpot_hi_us", float("nan")))
         if (np.isfinite(p) and p >= min_probability) or (np.isfinite(lo) and np.isfinite(hi)
                                                           and lo <= hi):
             out.append(c)
