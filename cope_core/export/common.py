@@ -65,15 +65,15 @@ def header(policy: Policy, runtime: str) -> list[str]:
     if ci is not None:
         eq = policy.equivalent_to.get(policy.candidate)
         wins = (f"the same policy here as {eq}" if eq else
-                "wins" + ("" if win is None else f" {100 * win:.0f} %") + " of "
-                f"{policy.confidence['draws']} draws")
+                "fastest in" + ("" if win is None else f" {100 * win:.0f} %") + " of "
+                f"{policy.confidence['draws']} paired draws")
         model = str(policy.confidence.get("profile_spread", "")).startswith("model uncertainty")
         what = ("the trace's prompts; no spread in the profile"
                 if "profile" not in policy.confidence.get("sources", []) else
                 "the trace's prompts and the analytic model's constants" if model else
                 "the trace's prompts and the profile's spread")
-        lines.append(f"95 % interval [{ms(ci[0])}, {ms(ci[1])}]/token; {wins} (bootstrap of "
-                     f"{what})")
+        lines.append(f"95 % interval [{ms(ci[0])}, {ms(ci[1])}]/token with the model's measured "
+                     f"error (docs/design.md#uncertainty); {wins} (bootstrap of {what})")
     if policy.fill.get("source") == "trace":
         lines.append("resident experts filled from the evaluated trace (no calibration trace): "
                      "the prediction is optimistic")
