@@ -25,6 +25,7 @@ if compare_view.CUSTOM in names:
     with st.expander("Custom platform", expanded=True):
         custom = session.bound_numbers("custom", compare_view.CUSTOM_FIELDS,
                                        default=compare_view.CUSTOM_DEFAULT,
+                                       helps=compare_view.CUSTOM_HELP,
                                        min_value=compare_view.CUSTOM_MIN)
 if len(names) < 2:
     st.info("Choose at least two platforms to compare.")
@@ -45,7 +46,8 @@ st.dataframe(compare_view.table(cmp), hide_index=True,
                             "win probability": st.column_config.NumberColumn(format="%.2f"),
                             "speed-up": st.column_config.NumberColumn(format="%.2fx"),
                             "layer partition ms": st.column_config.NumberColumn(format="%.3f")})
-st.caption(f"{op_label(*op)} in every platform · speed-up: {first.platform}'s TPOT over each "
-           "platform's · a platform with less VRAM than the budget is compared at all of its "
-           "own. The same comparison without the app: `cope compare --trace T --calibration C "
+st.caption(f"{op_label(*op)} in every platform (the custom one too) · speed-up: "
+           f"{first.platform}'s TPOT over each platform's · a platform with less VRAM than "
+           "the budget is compared at all of its own. The same comparison without the app: "
+           "`cope compare --trace T --calibration C "
            "--platform rtx4090 --platform rtx5090 --profile mine.parquet --vram-gib 16`.")

@@ -4,7 +4,7 @@ takes (one tab per record of `cope_core.export.EXPORT_FORMATS`), by the same fun
 import streamlit as st
 
 from cope_core.app import dataset as dsm
-from cope_core.app import results, session
+from cope_core.app import export_view, results, session
 from cope_core.errors import CopeInputError, UnsupportedByRuntime
 from cope_core.export import EXPORT_FORMATS, render
 from cope_core.matrix import CANDIDATE_IDS
@@ -36,7 +36,9 @@ st.markdown(f"**{chosen}** at K = {k} ({gib:g} GiB): predicted {row.tpot_us / 1e
             f"by COPE, rank {int(row['rank'])} of {len(df)} · {dsm.provenance(ds)}")
 
 stem = f"{policy.model.name}-{chosen.replace('/', '-')}-K{policy.experts_per_layer}"
-for spec, tab in zip(EXPORT_FORMATS, st.tabs([f.label for f in EXPORT_FORMATS])):
+model_file = export_view.uploaded_model_file(ds.origin)
+shown = export_view.tab_order(EXPORT_FORMATS)     # a runtime's command first, the JSON last
+for spec, tab in zip(shown, st.tabs([f.label for f in shown])):
     fmt, label, suffix, language = spec.name, spec.label, spec.file_suffix, spec.language
     with tab:
         try:
@@ -48,6 +50,9 @@ for spec, tab in zip(EXPORT_FORMATS, st.tabs([f.label for f in EXPORT_FORMATS]))
         except CopeInputError as exc:   # strict, and this runtime cannot run the candidate
             st.error(str(exc))
             continue
+        text = export_view.with_model_file(out.text, model_file)
+        command, others = export_view.lead_command(text, language)
+        st.code(command, language=language, wrap_lines=True)    # the copy button is its own
         if fmt == "json":
             st.caption("The policy record: every runtime format renders from it again "
                        "(`cope export --from-policy FILE --format ...`).")
@@ -55,10 +60,14 @@ for spec, tab in zip(EXPORT_FORMATS, st.tabs([f.label for f in EXPORT_FORMATS]))
             st.success(f"{label} runs exactly {chosen}.")
         else:
             st.warning(out.summary)
-        st.download_button(f"Download {stem + suffix}", data=out.text, file_name=stem + suffix,
+        st.download_button(f"Download {stem + suffix}", data=text, file_name=stem + suffix,
                            mime=spec.mime, key=f"download_{fmt}")
         for path, data in out.files:
             st.download_button(f"Download {path} (the file the flags name)", data=data,
                                file_name=path, mime="application/octet-stream",
                                key=f"download_{fmt}_file")
-        st.code(out.text, language=language)
+        if command != text.rstrip("\n"):       # the notes (and any other commands), folded
+            with st.expander("The whole file: what COPE predicts, why, and "
+                             + (f"{others} other command{'s' * (others > 1)}" if others
+                                else "the notes")):
+                st.code(text, language=language)

@@ -26,7 +26,7 @@ clicked = next((p.get("customdata") for p in points if p.get("customdata") in CA
                None)
 if clicked and st.session_state.get("_matrix_clicked") != clicked:
     st.session_state["_matrix_clicked"] = clicked
-    st.session_state["_w_cell"] = clicked   # the cell chooser below follows the click
+    session.rebind("cell", clicked)         # the cell chooser below follows the click
 
 st.subheader(LABEL)
 if est != "cope":

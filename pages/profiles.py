@@ -1,6 +1,7 @@
 """Profiles: atomic-operator costs against the roofline estimate, cost-selected schedule costs
 (h x c), a measured profile's schedules against the composition of their isolated ops, shared
 cost against context; a second profile side by side."""
+import numpy as np
 import streamlit as st
 
 from cope_core.app import dataset as dsm
@@ -35,22 +36,30 @@ elif compare == "upload":
         except CopeInputError as exc:
             st.error(str(exc))
 
+# every profile's costs first: the charts side by side share one scale
+shown = []
+for label, prof in profiles:
+    with session.user_errors():
+        threads, share = op if (op in prof.operating_points()) else prof.choose()
+        opp = prof.resolve(threads, share)
+    spec, _ = hrm_spec(prof)     # a malformed spec only leaves the roofline out
+    shown.append((label, prof, threads, share, opp, spec,
+                  inputs.atomic_frame(opp, prof.model, spec), inputs.schedule_grid(opp)))
+y_max = 1.05 * max(float(np.nanmax(f[["profile_us", "roofline_us"]].to_numpy()))
+                   for *_, f, _ in shown)
+z_max = max(float(np.nanmax(grid)) for *_, grid in shown)
 cols = st.columns(len(profiles))
-for col, (label, prof) in zip(cols, profiles):
+for col, (label, prof, threads, share, opp, spec, frame, grid) in zip(cols, shown):
     with col:
         st.markdown(f"**{label}: {dsm.profile_label(prof)}**")
-        with session.user_errors():
-            threads, share = op if (op in prof.operating_points()) else prof.choose()
-            opp = prof.resolve(threads, share)
-        spec, _ = hrm_spec(prof)     # a malformed spec only leaves the roofline out
         st.caption(f"{prof.model.name} · {threads} CPU threads · GPU share {share:g}%"
                    + ("" if spec else " · no platform spec: roofline not drawn"))
         st.plotly_chart(figures_inputs.atomic_figure(
-            inputs.atomic_frame(opp, prof.model, spec),
-            title="Atomic operators against the roofline"), key=f"atomic_{label}")
+            frame, title="Atomic operators against the roofline",
+            y_max=y_max if len(shown) > 1 else None), key=f"atomic_{label}")
         st.dataframe(inputs.single_ops_frame(opp), hide_index=True)
         st.plotly_chart(figures_inputs.schedule_heatmap(
-            inputs.schedule_grid(opp), inputs.chosen_split(opp),
+            grid, inputs.chosen_split(opp), z_max=z_max if len(shown) > 1 else None,
             title="cost_selected schedule (µs); ★ = split COPE picks"), key=f"sched_{label}")
         if prof.analytic:
             st.caption("Analytic: its schedules are composed from its operators by construction, "

@@ -340,3 +340,99 @@ def test_an_upload_over_the_size_limit_is_refused(server, page, tmp_path):
     assert "in use: the example's file" in pg.inner_text("body")
     assert pg.locator('[data-testid="stException"]').count() == 0
     ctx.close()
+
+
+# --- settings and uploads across pages (issue 38) ------------------------------------------------
+#: sidebar title -> the page's heading
+HEADINGS = {"Overview": "COPE Explorer", "Policy Matrix": "Policy Matrix",
+            "Landscape": "Landscape", "Predicted vs measured": "Predicted vs measured",
+            "Traces": "Traces", "Profiles": "Profiles", "Compare platforms": "Compare platforms",
+            "Export": "Export a policy"}
+
+
+def _walk_to(pg, title: str) -> None:
+    """Follow the sidebar's link to ``title`` (in the session) and wait for its run to end."""
+    pg.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
+    pg.get_by_role("heading", name=HEADINGS[title]).first.wait_for()
+    _settle(pg)
+
+
+def _query(pg) -> dict[str, str]:
+    from urllib.parse import parse_qs, urlsplit
+    return {k: v[-1] for k, v in parse_qs(urlsplit(_href(pg)).query).items()}
+
+
+def _slider_value(pg) -> float | None:
+    s = pg.locator('[data-testid="stSlider"] input[type="range"]')
+    return float(s.first.get_attribute("value")) if s.count() else None
+
+
+def test_settings_survive_every_page_by_the_sidebar(server, page):
+    """From a shared link with settings, every page reached by the sidebar keeps them (in the
+    URL and in its controls); a slider moved on one page holds on the next ones. (Before,
+    Streamlit's per-page widget ids reset them: vram=0 and op=1@20 after the first click.)"""
+    ctx, pg = _session(page, f"{server}/landscape?example=qwen3-30b-a3b&vram=16&op=8%40100"
+                              "&est=atomic")
+    for title in ("Policy Matrix", "Compare platforms", "Export", "Overview", "Traces",
+                  "Profiles", "Predicted vs measured", "Landscape", "Export", "Compare platforms"):
+        _walk_to(pg, title)
+        q = _query(pg)
+        assert (q.get("vram"), q.get("op"), q.get("example")) == \
+            ("16", "8@100", "qwen3-30b-a3b"), (title, q)
+        if title in ("Policy Matrix", "Landscape", "Compare platforms"):
+            assert q.get("est") == "atomic", (title, q)
+        if title in ("Policy Matrix", "Landscape", "Export", "Compare platforms"):
+            assert _slider_value(pg) == 16.0, title
+            box = pg.locator('[data-testid="stSelectbox"]', has_text="Operating point").first
+            assert "8 CPU threads · GPU share 100%" in box.inner_html(), title
+        assert pg.locator('[data-testid="stException"]').count() == 0, title
+    # the slider moved on the Landscape holds on Compare and Export
+    _walk_to(pg, "Landscape")
+    thumb = pg.locator('[data-testid="stSlider"] input[type="range"]').first
+    thumb.focus()
+    for _ in range(4):                      # 4 steps of 0.25 GiB
+        pg.keyboard.press("ArrowRight")
+    deadline = time.time() + 60
+    while _query(pg).get("vram") != "17" and time.time() < deadline:
+        time.sleep(0.3)
+    _settle(pg)
+    for title in ("Compare platforms", "Export", "Overview", "Policy Matrix"):
+        _walk_to(pg, title)
+        assert _query(pg).get("vram") == "17", (title, _query(pg))
+        if title != "Overview":
+            assert _slider_value(pg) == 17.0, title
+    ctx.close()
+
+
+def test_an_upload_then_another_example_leaves_every_page_working(server, page):
+    """The GGUF header uploaded on one example names the Export's command; switching to the
+    4-layer example sets the upload aside (said once) and every page still answers: no
+    exception, no error box, no path of the server."""
+    import tempfile
+    gguf = ROOT / "data" / "models" / "qwen3-30b-a3b-Q4_K_M.header.gguf"
+    ctx, pg = _session(page, f"{server}/?example=qwen3-30b-a3b")
+    pg.get_by_text("Upload your own files").first.click()
+    box = pg.locator('[data-testid="stFileUploader"]', has_text="Model file").first
+    box.locator('input[type="file"]').set_input_files(str(gguf))
+    pg.wait_for_function("t => document.body.innerText.includes(t)",
+                         arg=f"model: upload {gguf.name}")
+    _settle(pg)
+    _walk_to(pg, "Export")
+    lead = pg.locator('[data-testid="stCode"]').first.inner_text()
+    assert lead.startswith("llama-server -m ") and gguf.name in lead, lead
+    assert "MODEL.gguf" not in lead
+    # another example: the upload was made for qwen3-30b-a3b
+    pg.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
+    pg.get_by_role("option", name="deepseek-v2-lite · 4 MoE layers").click()
+    pg.wait_for_function("() => document.body.innerText.includes('set them aside')")
+    _settle(pg)
+    server_paths = (str(ROOT), tempfile.gettempdir() + "/cope-app-uploads")
+    for title in HEADINGS:
+        _walk_to(pg, title)
+        body = pg.inner_text("body")
+        assert pg.locator('[data-testid="stException"]').count() == 0, title
+        assert pg.locator('[data-testid="stAlertContentError"]').count() == 0, (title, body)
+        assert "deepseek-v2-lite" in body and gguf.name not in body, title
+        assert not any(p in body for p in server_paths), title
+    assert _query(pg).get("example") == "deepseek-v2-lite · 4 MoE layers"
+    ctx.close()

@@ -477,3 +477,24 @@ def test_unsure_budget_ranges():
                                          for k in range(g.n_experts + 1)}}
     assert whatif.uncertain_ranges(sw, g) == [(whatif.budget_gib(g, 3), whatif.budget_gib(g, 4),
                                                3, 3)]
+
+
+# --- the Export page (issue 38) -------------------------------------------------------------------
+def test_export_tabs_lead_with_a_command_and_name_the_uploaded_model_file():
+    from cope_core.app import export_view
+    from cope_core.export import EXPORT_FORMATS
+    order = [f.name for f in export_view.tab_order(EXPORT_FORMATS)]
+    assert order[0] == "llama.cpp" and order[-1] == "json"
+    assert sorted(order) == sorted(f.name for f in EXPORT_FORMATS)
+    text = ("# notes\n# more\nllama-server -m MODEL.gguf -ngl 99 --n-cpu-moe 38\n"
+            "# or the same placement as an explicit tensor override:\n"
+            "llama-server -m MODEL.gguf -ot 'x=CPU'\n")
+    assert export_view.lead_command(text, "bash") == (
+        "llama-server -m MODEL.gguf -ngl 99 --n-cpu-moe 38", 1)
+    assert export_view.lead_command('{"a": 1}\n', "json") == ('{"a": 1}', 0)
+    assert export_view.uploaded_model_file({"model": "upload my model.gguf"}) == "my model.gguf"
+    assert export_view.uploaded_model_file({"model": "upload config.json"}) is None
+    assert export_view.uploaded_model_file({"trace": "example t.parquet"}) is None
+    named = export_view.with_model_file(text, "my model.gguf")
+    assert "llama-server -m 'my model.gguf' -ngl 99" in named and "MODEL.gguf" not in named
+    assert export_view.with_model_file(text, None) == text

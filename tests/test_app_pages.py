@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EX = ROOT / "data" / "examples"
 TRACE, CALIB = EX / "qwen3-30b-a3b-trace.parquet", EX / "qwen3-30b-a3b-calibration.parquet"
 PROFILE = EX / "qwen3-30b-a3b-rtx4090-analytic.parquet"
+EXPORT_FORMATS_BY_NAME = {f.name: f for f in EXPORT_FORMATS}
 
 
 @pytest.fixture(scope="module")
@@ -587,10 +588,11 @@ def _policy(tr, cal, prof, gib, candidate):
 
 
 def _shown(at) -> dict[str, str]:
-    """The rendered text of each format whose tab shows one (a strict error shows none)."""
+    """The rendered text of each format whose tab shows one (a strict error shows none): the
+    tab's last code block (a shell export leads with its command, the whole text folded below)."""
     tabs = {t.label: t for t in at.tabs}
     labels = {f.name: f.label for f in EXPORT_FORMATS}
-    return {f: tabs[labels[f]].code[0].value for f in FORMATS if len(tabs[labels[f]].code)}
+    return {f: tabs[labels[f]].code[-1].value for f in FORMATS if len(tabs[labels[f]].code)}
 
 
 def _without_time(text: str) -> dict:
@@ -618,8 +620,13 @@ def test_export_page_renders_every_runtime_format(qwen, downloads):
     assert _without_time(shown["json"]) == _without_time(policy_json(pol))
     lib = {f: render(pol, f, pt_path=stem + ".pt", stats_path=stem + ".exl3-stats.json")
            for f in FORMATS if f not in ("json", "ktransformers")}   # in the page's order
+    tabs = {t.label: t for t in at.tabs}
     for fmt, r in lib.items():
         assert shown[fmt] == r.text.rstrip("\n")      # st.code drops the final newline
+        lead = tabs[EXPORT_FORMATS_BY_NAME[fmt].label].code[0].value   # the tab opens with it
+        if EXPORT_FORMATS_BY_NAME[fmt].language == "bash":
+            assert lead == next(ln for ln in r.text.splitlines()
+                                if ln.strip() and not ln.startswith("#")), fmt
     assert downloads[stem + ".llama.cpp.sh"] == lib["llama.cpp"].text.encode()
     assert downloads[stem + ".vllm.sh"] == lib["vllm"].text.encode()
     assert downloads[stem + ".sglang-kt.sh"] == lib["sglang-kt"].text.encode()
@@ -697,13 +704,14 @@ def test_export_page_policy_follows_the_chosen_gpu_share(tmp_path):
            parquet_bytes(tmp_path, parquet_io.write_profile, prof, "p.parquet"))
     at.switch_page("pages/export.py")
     rerun(at)
-    # one tab per format record, in the records' order
-    assert [t.label for t in at.tabs] == [f.label for f in EXPORT_FORMATS]
-    policy = json.loads(at.code[0].value)
+    # one tab per format record, in the records' order but the JSON record last
+    assert [t.label for t in at.tabs] == [f.label for f in EXPORT_FORMATS if f.name != "json"] \
+        + [f.label for f in EXPORT_FORMATS if f.name == "json"]
+    policy = json.loads(_shown(at)["json"])
     assert policy["operating_point"]["gpu_share"] == 100.0
     at.selectbox(key="_w_op").set_value("4@50")
     rerun(at)
-    policy = json.loads(at.code[0].value)
+    policy = json.loads(_shown(at)["json"])
     assert policy["operating_point"]["gpu_share"] == 50.0
 
 
@@ -715,6 +723,10 @@ def test_cope_app_runs_streamlit_on_this_app(capsys):
     assert cmd[1:4] == ["-m", "streamlit", "run"]
     assert Path(cmd[4]) == ROOT / "app.py"
     assert cmd[5:] == ["--server.port", "8600", "--server.headless", "true"]
+    # the file watcher and the developer's toolbar only with --dev (.streamlit/config.toml)
+    assert main(["app", "--print-command", "--dev"]) == 0
+    assert capsys.readouterr().out.split()[5:] == ["--server.fileWatcherType", "auto",
+                                                   "--client.toolbarMode", "developer"]
     assert main(["app", "--port", "70000"]) == 2
     assert "expected a port in 1..65535" in capsys.readouterr().err
     assert main(["app", "--examples", str(ROOT / "no-such-folder")]) == 2
@@ -747,13 +759,13 @@ def test_compare_page_equals_the_library(qwen):
     rerun(at)
     at.number_input(key="_w_custom_gpu_tflops").set_value(400.0)
     rerun(at)
-    spec, vram = compare_view.custom_spec((400.0, 1008.0, 24.0, 31.5, 16.0, 150.0))
+    spec, vram = compare_view.custom_spec((400.0, 1008.0, 24.0, 31.5, 150.0))
     assert spec.gpu_flops == 400e12 and vram == 24.0
     table = at.dataframe[0].value
     assert table["platform"].tolist() == ["this profile (analytic, rtx4090)", "custom platform"]
     assert table["kind"].tolist() == ["ANALYTIC", "ANALYTIC"]
     assert at.query_params["plat"] in ("this,custom", ["this,custom"])
-    assert at.query_params["custom"] in ("400,1008,24,31.5,16,150", ["400,1008,24,31.5,16,150"])
+    assert at.query_params["custom"] in ("400,1008,24,31.5,150", ["400,1008,24,31.5,150"])
     # fewer than two: said, nothing computed
     at.multiselect(key="_w_plat").set_value(["this"])
     rerun(at)
@@ -761,17 +773,21 @@ def test_compare_page_equals_the_library(qwen):
 
 
 def test_a_shared_link_carries_the_custom_platform(qwen):
-    """The custom platform's numbers come back from the URL; nonsense there falls back to the
-    defaults (too few numbers, or one below the inputs' minimum)."""
+    """The custom platform's numbers come back from the URL (a link from when it had its own
+    CPU threads, six numbers, is read without them: the operating point's threads price every
+    platform); nonsense there falls back to the defaults (too few numbers, or one below the
+    inputs' minimum)."""
     from cope_core.app import compare_view
     from cope_core.estimate.compare import compare
     tr, cal, prof = qwen
     at = open_app("compare", plat="this,custom", vram="16", custom="400,2000,48,64,8,200")
     assert [at.number_input(key=f"_w_custom_{f}").value for f in compare_view.CUSTOM_FIELDS] \
-        == [400.0, 2000.0, 48.0, 64.0, 8.0, 200.0]
-    spec, vram = compare_view.custom_spec((400.0, 2000.0, 48.0, 64.0, 8.0, 200.0))
+        == [400.0, 2000.0, 48.0, 64.0, 200.0]
+    assert at.query_params["custom"] in ("400,2000,48,64,200", ["400,2000,48,64,200"])
+    spec, vram = compare_view.custom_spec((400.0, 2000.0, 48.0, 64.0, 200.0), 32)
     assert (spec.gpu_flops, spec.link_bandwidth, vram) == (400e12, 64e9, 48.0)
-    plats = compare_view.build(["this", "custom"], prof, (400.0, 2000.0, 48.0, 64.0, 8.0, 200.0),
+    assert spec.cpu_cores == 32 and spec.cpu_bandwidth == 200e9
+    plats = compare_view.build(["this", "custom"], prof, (400.0, 2000.0, 48.0, 64.0, 200.0),
                                (32, 100.0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

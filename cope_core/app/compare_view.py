@@ -13,9 +13,17 @@ from ..platforms import CPUS, DEFAULT_CPU, GPUS, LINKS, PlatformSpec, platform_s
 from ..profile.data import Profile
 
 THIS, CUSTOM = "this", "custom"
-#: The custom platform's fields and defaults: an RTX 4090-like card on PCIe 4, 16 host threads.
-CUSTOM_FIELDS = ("gpu_tflops", "gpu_gbs", "vram_gib", "link_gbs", "cpu_threads", "cpu_gbs")
-CUSTOM_DEFAULT = (165.2, 1008.0, 24.0, 31.5, 16.0, 150.0)
+#: The custom platform's fields and defaults: an RTX 4090-like card on PCIe 4. Its CPU threads
+#: are the operating point's, as for every platform of the comparison (a field of its own
+#: changed nothing: `compare` prices every platform at one thread count).
+CUSTOM_FIELDS = ("gpu_tflops", "gpu_gbs", "vram_gib", "link_gbs", "cpu_gbs")
+CUSTOM_DEFAULT = (165.2, 1008.0, 24.0, 31.5, 150.0)
+#: Help for each field, shown by the inputs.
+CUSTOM_HELP = {"gpu_tflops": "GPU peak TFLOP/s at the profile's dtype",
+               "gpu_gbs": "GPU memory bandwidth, GB/s", "vram_gib": "GPU memory, GiB",
+               "link_gbs": "host-to-device link, GB/s (PCIe 4 x16: 31.5)",
+               "cpu_gbs": "host memory bandwidth, GB/s (the CPU threads are the operating "
+                          "point's)"}
 #: The smallest number the custom platform's inputs take.
 CUSTOM_MIN = 0.01
 MAX_PLATFORMS = 4
@@ -48,9 +56,12 @@ def default_choice(profile: Profile) -> list[str]:
 
 
 def parse_custom(text: str) -> tuple[float, ...]:
-    """``"TFLOPS,GBS,VRAM,LINK,THREADS,CPUGBS"`` (the URL's ``custom``) -> six finite numbers
-    of at least :data:`CUSTOM_MIN`; ValueError otherwise."""
+    """``"TFLOPS,GBS,VRAM,LINK,CPUGBS"`` (the URL's ``custom``) -> five finite numbers of at
+    least :data:`CUSTOM_MIN`; ValueError otherwise. A link made when the custom platform also
+    had CPU threads (six numbers, the fifth the threads) is read without them."""
     vals = tuple(float(x) for x in text.split(","))
+    if len(vals) == len(CUSTOM_FIELDS) + 1:
+        vals = vals[:4] + vals[5:]
     if len(vals) != len(CUSTOM_FIELDS) or not all(np.isfinite(vals)) or min(vals) < CUSTOM_MIN:
         raise ValueError(text)
     return vals
@@ -60,10 +71,11 @@ def format_custom(values: Sequence[float]) -> str:
     return ",".join(f"{float(v):g}" for v in values)
 
 
-def custom_spec(values: Sequence[float]) -> tuple[PlatformSpec, float]:
-    """The custom platform: its spec (efficiencies and overheads at the table's defaults, the
-    CPU's per-thread bandwidth as the default CPU's) and its VRAM in GiB."""
-    tflops, gbs, vram, link, threads, cpu_gbs = (float(v) for v in values)
+def custom_spec(values: Sequence[float], threads: int = 16) -> tuple[PlatformSpec, float]:
+    """The custom platform with ``threads`` CPU threads: its spec (efficiencies and overheads
+    at the table's defaults, the CPU's per-thread bandwidth as the default CPU's) and its VRAM
+    in GiB."""
+    tflops, gbs, vram, link, cpu_gbs = (float(v) for v in values)
     base = platform_spec("rtx4090")
     cpu = CPUS[DEFAULT_CPU]
     spec = PlatformSpec(name="custom", gpu_name="custom", gpu_flops=tflops * 1e12,
@@ -89,7 +101,7 @@ def build(names: Sequence[str], profile: Profile, custom: Sequence[float],
             out.append(Platform(label(THIS, profile), profile,
                                 GPUS[gpu].vram_bytes / 2**30 if gpu in GPUS else None))
         elif name == CUSTOM:
-            spec, vram = custom_spec(custom)
+            spec, vram = custom_spec(custom, op[0])
             out.append(spec_platform(g, spec, vram, cpu_threads=op[0], gpu_share=op[1],
                                      label="custom platform"))
         elif name in catalog_names():

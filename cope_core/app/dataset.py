@@ -190,9 +190,11 @@ def assemble(key: str, trace: Trace, calibration: Trace | None, profile: Profile
         meas_problem = (f"{measurements.path}: field 'model': measured geometry "
                         f"{measurements.model.name!r} differs from the trace's "
                         f"{trace.model.name!r}; expected measurements of the same model")
+    # the library's messages name files by path: the app shows file names only
     return Dataset(key=key, trace=trace, calibration=calibration, profile=profile,
-                   measurements=measurements, origin=dict(origin), problems=tuple(problems),
-                   notes=tuple(notes), measurement_problem=meas_problem)
+                   measurements=measurements, origin=dict(origin),
+                   problems=tuple(map(file_names, problems)), notes=tuple(map(file_names, notes)),
+                   measurement_problem=file_names(meas_problem) if meas_problem else None)
 
 
 # --- provenance labels --------------------------------------------------------------------------

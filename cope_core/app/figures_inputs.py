@@ -64,9 +64,11 @@ def recall_figure(frame: pd.DataFrame, title: str = "") -> go.Figure:
 
 
 # --- profiles -----------------------------------------------------------------------------------
-def atomic_figure(frame: pd.DataFrame, title: str = "") -> go.Figure:
+def atomic_figure(frame: pd.DataFrame, title: str = "", y_max: float | None = None
+                  ) -> go.Figure:
     """Atomic-operator cost against the number of experts: the profile's values (solid) and
-    the roofline estimate from the platform's peak numbers (dashed)."""
+    the roofline estimate from the platform's peak numbers (dashed); ``y_max`` fixes the
+    axis (0 to it), so that charts side by side share one scale."""
     fig = go.Figure()
     for name, sub in frame.groupby("op", sort=False):
         colour = _OP_COLOURS.get(name)
@@ -78,20 +80,24 @@ def atomic_figure(frame: pd.DataFrame, title: str = "") -> go.Figure:
                                      name=f"{name} (roofline)",
                                      line=dict(color=colour, dash="dash")))
     fig.update_layout(title=title, xaxis_title="number of experts n", yaxis_title="µs",
-                      height=460, margin=dict(l=10, r=10, t=60, b=40),
+                      yaxis_range=None if y_max is None else [0.0, y_max], height=460,
+                      margin=dict(l=10, r=10, t=60, b=40),
                       legend=dict(orientation="h", y=-0.3, yanchor="top"))
     return fig
 
 
-def schedule_heatmap(grid: np.ndarray, split: np.ndarray, title: str = "") -> go.Figure:
+def schedule_heatmap(grid: np.ndarray, split: np.ndarray, title: str = "",
+                     z_max: float | None = None) -> go.Figure:
     """Cost-selected schedule cost at ``h`` hits (rows) and ``c`` CPU misses (columns); the
-    split COPE picks at each ``h`` is marked with a star."""
+    split COPE picks at each ``h`` is marked with a star; ``z_max`` fixes the colour scale (0
+    to it), so that heatmaps side by side share one."""
     k = grid.shape[0] - 1
     text = [["" if np.isnan(grid[h, c]) else (("★ " if split[h] == c else "")
                                                + f"{grid[h, c]:.0f}")
              for c in range(k + 1)] for h in range(k + 1)]
     fig = go.Figure(go.Heatmap(z=grid, x=list(range(k + 1)), y=list(range(k + 1)), text=text,
                                texttemplate="%{text}", colorscale="Blues",
+                               zmin=None if z_max is None else 0.0, zmax=z_max,
                                colorbar=dict(title="µs"),
                                hovertemplate="h = %{y}, c = %{x}: %{z:.1f} µs<extra></extra>"))
     fig.update_layout(title=title, xaxis_title="c: misses computed on the CPU",

@@ -83,15 +83,14 @@ def atomic_frame(op: OperatingPoint, g: ModelGeometry, spec: PlatformSpec | None
 
 
 def single_ops_frame(op: OperatingPoint) -> pd.DataFrame:
-    """The single-count atomic costs (A, F, M, P) and the whole-layer costs."""
+    """The single-count atomic costs (A, F, M, P) and the whole-layer costs, as floats (the
+    profile holds the first four as 0-d arrays, which Arrow cannot mix with floats: the
+    Profiles table logged a traceback per run)."""
     return pd.DataFrame([
-        {"quantity": "act_copy (A)", "median_us": op.act_copy},
-        {"quantity": "sync (F)", "median_us": op.sync},
-        {"quantity": "merge (M)", "median_us": op.merge},
-        {"quantity": "prefetch (P)", "median_us": op.prefetch_op},
-        {"quantity": "cpu_layer", "median_us": op.cpu_layer},
-        {"quantity": "gpu_layer", "median_us": op.gpu_layer},
-    ])
+        {"quantity": q, "median_us": float(v)} for q, v in (
+            ("act_copy (A)", op.act_copy), ("sync (F)", op.sync), ("merge (M)", op.merge),
+            ("prefetch (P)", op.prefetch_op), ("cpu_layer", op.cpu_layer),
+            ("gpu_layer", op.gpu_layer))])
 
 
 def schedule_grid(op: OperatingPoint, execution: Execution | str = Execution.COST_SELECTED

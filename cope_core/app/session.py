@@ -26,7 +26,7 @@ from .controls import (
     vram_caption,
     vram_widget,
 )
-from .dataset import Dataset
+from .dataset import Dataset, file_names
 from .sources import (
     MAX_DECODED_MIB,
     MAX_UPLOAD_MB,
@@ -44,7 +44,7 @@ from .sources import (
     verify_record,
     verify_upload,
 )
-from .url_state import bound, bound_numbers, remember, resolve, settings, sync_url
+from .url_state import bound, bound_numbers, rebind, remember, resolve, settings, sync_url
 
 
 # --- fragments ------------------------------------------------------------------------------------
@@ -67,7 +67,7 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except CopeInputError as exc:
-        st.error(str(exc))
+        st.error(file_names(str(exc)))      # never a path of the machine serving the app
         st.stop()
 
 
@@ -115,7 +115,7 @@ def run_through_app() -> None:
 __all__ = ["MAX_DECODED_MIB", "MAX_UPLOAD_MB", "banner", "bound", "bound_numbers",
            "current_estimator", "current_op", "current_vram", "dataset", "estimator_widget",
            "examples", "examples_with_measurements", "forget_uploads", "fragment", "op_widget",
-           "page", "read", "read_upload", "remember", "require_predictable", "resolve",
+           "page", "read", "read_upload", "rebind", "remember", "require_predictable", "resolve",
            "run_through_app", "settings", "settings_row", "sidebar", "switch_example",
            "sync_url", "upload_slot", "user_errors", "verify_record", "verify_upload",
            "vram_caption", "vram_widget"]

@@ -81,7 +81,7 @@ CODECS: dict[str, Codec] = {
     "cand": _TEXT,             # candidate to export ("best" or an id)
     "strict": _FLAG,           # Export: a runtime that cannot run the candidate is an error
     "plat": _NAMES,            # Compare: platforms (catalog names, "this", "custom")
-    "custom": Codec(parse_custom, format_custom),  # Compare: the custom platform's six numbers
+    "custom": Codec(parse_custom, format_custom),  # Compare: the custom platform's numbers
 }
 
 

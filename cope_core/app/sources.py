@@ -5,6 +5,7 @@ to a temp file and read (never executed or unpickled); a bad upload shows the li
 message and the previous data stays in use."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -40,6 +41,8 @@ SLOT_KIND = {"trace": "trace", "calibration": "trace", "profile": "profile",
 #: config.json)
 SLOT_TYPES = {"model": ["gguf", "json"]}
 _UPLOADS, _SEEN, _ERRORS = "cope_uploads", "cope_upload_seen", "cope_upload_errors"
+#: the example the uploads were made for, and the note shown once after they were dropped
+_UPLOADS_FOR, _DROPPED = "cope_uploads_for", "cope_uploads_dropped"
 #: An upload's size on the wire (the uploader refuses more, and so does the server) and the
 #: memory its columns may take once read (checked from the Parquet footer before reading): a
 #: session holds at most its own few uploads, so a class of many cannot exhaust the server
@@ -153,11 +156,26 @@ def sidebar() -> None:
                       "profiles, one with a MEASURED profile and measurements, and the "
                       "controlled grid of emulated platforms (one profile per setting); "
                       "uploads on the Overview page replace single files.")
+    _drop_stale_uploads(name)
     ex = exs[names.index(name)]
     if len(ex.profiles) > 1:
         files = [Path(p).name for p in ex.profiles]
         bound("profile", st.sidebar.selectbox, default=files[0], valid=lambda v: v in files,
               label="Profile", options=files)
+
+
+def _drop_stale_uploads(example: str) -> None:
+    """An upload belongs to the example it was made for: switching examples drops it (and
+    says so once), so that no page of the new example is left with only an error."""
+    uploads = st.session_state.get(_UPLOADS) or {}
+    made_for = st.session_state.get(_UPLOADS_FOR)
+    if uploads and made_for is not None and made_for != example:
+        files = ", ".join(name for name, _ in uploads.values())
+        forget_uploads()
+        st.session_state[_DROPPED] = (
+            f"Your uploads ({files}) were made for the example {made_for}; switching to "
+            f"{example} set them aside. Upload them again on the Overview page to use them "
+            "here.")
 
 
 def _paths() -> tuple[dict[str, str | None], dict[str, str]]:
@@ -191,9 +209,16 @@ def dataset() -> Dataset:
     key = "|".join(f"{s}={p}@{_stamp(p)}" for s, p in sorted(paths.items()) if p)
     trace, profile, cal = objs["trace"], objs["profile"], objs["calibration"]
     assert trace is not None and profile is not None     # both paths exist (checked above)
+    note = None
     if objs["model"] is not None:    # the same routing priced as the uploaded model file
-        trace, cal, profile = for_model(key, trace, cal, profile, objs["model"])
-    return assemble(key, trace, cal, profile, objs["measurements"], origin)
+        try:
+            trace, cal, profile = for_model(key, trace, cal, profile, objs["model"])
+        except CopeInputError as exc:   # another routing shape: the model file is not used
+            note = (f"{origin['model']} not used: {exc.detail}; upload the model file of the "
+                    "trace's model")
+            origin["model"] += " (not used)"
+    ds = assemble(key, trace, cal, profile, objs["measurements"], origin)
+    return dataclasses.replace(ds, notes=ds.notes + (note,)) if note else ds
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -209,6 +234,9 @@ def for_model(key: str, _trace: Trace, _cal: Trace | None, _profile: Profile,
 def banner(ds: Dataset) -> None:
     """Where the data comes from (SYNTHETIC / ANALYTIC labels) and anything that is off."""
     st.caption(provenance(ds) + " — " + "; ".join(f"{s}: {o}" for s, o in ds.origin.items()))
+    dropped = st.session_state.pop(_DROPPED, None)
+    if dropped:
+        st.info(dropped)
     for note in ds.notes:
         st.warning(note)
 
@@ -315,6 +343,7 @@ def upload_slot(slot: str, label: str, help: str | None = None) -> None:
                 _, path = read_upload(f.name, data, SLOT_KIND[slot])  # validated before use
                 uploads[slot] = (f.name, path)
                 errors.pop(slot, None)
+                st.session_state[_UPLOADS_FOR] = resolve("example", None)
             except CopeInputError as exc:
                 errors[slot] = str(exc)
     if slot in errors:
@@ -325,6 +354,6 @@ def upload_slot(slot: str, label: str, help: str | None = None) -> None:
 
 def forget_uploads() -> None:
     """Use the example's files again and empty the uploaders."""
-    for key in (_UPLOADS, _SEEN, _ERRORS):
+    for key in (_UPLOADS, _SEEN, _ERRORS, _UPLOADS_FOR):
         st.session_state.pop(key, None)
     st.session_state["_cope_upload_gen"] = st.session_state.get("_cope_upload_gen", 0) + 1

@@ -48,10 +48,18 @@ def remember(name: str, value: Any) -> None:
 
 
 def rebind(name: str, value: Any) -> None:
-    """Set a bound widget's setting from outside it (a button): kept, and the widget's own
-    state dropped so that the next run seeds it from the setting."""
+    """Set a bound widget's setting from outside it (a button, a click on a chart): kept, and
+    the next run seeds the widget from it (:func:`bound` seeds every run)."""
     remember(name, value)
-    st.session_state.pop(f"_w_{name}", None)
+
+
+def _keep(name: str, key: str) -> Callable[[], None]:
+    """The widget's change callback: its new value becomes the setting before the run starts,
+    so that the seeding in :func:`bound` gives the widget the value the user chose."""
+    def store() -> None:
+        if key in st.session_state:
+            settings()[name] = st.session_state[key]
+    return store
 
 
 def bound(name: str, widget: Callable[..., Any], *, default: Any,
@@ -59,33 +67,40 @@ def bound(name: str, widget: Callable[..., Any], *, default: Any,
           coerce: Callable[[Any], Any] = lambda v: v, **kwargs: Any) -> Any:
     """Draw ``widget`` with its value kept in the session's settings and the URL.
 
-    The widget's state is seeded from the settings (which the first run read from the URL)
-    whenever it is missing or no longer valid, e.g. after switching pages or examples.
+    The settings (read from the URL by a session's first run) are the one state; the widget's
+    own state is seeded from them on every run, and a change of the widget is written to them
+    by its callback before the run. A widget's state cannot be trusted across pages: Streamlit
+    (1.67, ``elements/lib/utils.py``) puts the page's script hash into every element's id, so
+    the same key on another page is another widget, which would start at its default (the
+    budget at 0 GiB, the first operating point) and overwrite the setting.
     """
     key = f"_w_{name}"
-    cur = st.session_state.get(key, None)
-    if key not in st.session_state or not valid(cur):
-        st.session_state[key] = resolve(name, default, valid, coerce)
-    value = widget(key=key, **kwargs)
+    st.session_state[key] = resolve(name, default, valid, coerce)
+    value = widget(key=key, on_change=_keep(name, key), **kwargs)
     remember(name, value)
     return value
 
 
 def bound_numbers(name: str, fields: Sequence[str], *, default: Sequence[float],
-                  valid: Callable[[Any], bool] = lambda v: True, **kwargs: Any
-                  ) -> tuple[float, ...]:
+                  valid: Callable[[Any], bool] = lambda v: True,
+                  helps: dict[str, str] | None = None, **kwargs: Any) -> tuple[float, ...]:
     """A row of ``st.number_input``, one per field, whose values are kept together as the
     tuple setting ``name`` (in the session and the URL), so a shared link carries them all.
 
-    Each input is seeded from the setting whenever its state is missing (first run, a page
-    switch, the row hidden and shown again), as :func:`bound` does for one widget."""
+    Each input is seeded from the setting on every run and writes its field back when
+    changed, as :func:`bound` does for one widget."""
     cur = resolve(name, tuple(default), lambda v: len(v) == len(fields) and valid(v), tuple)
+    keys = [f"_w_{name}_{field}" for field in fields]
+
+    def store() -> None:
+        settings()[name] = tuple(float(st.session_state.get(k, c)) for k, c in zip(keys, cur))
+
     values = []
-    for field, col, seed in zip(fields, st.columns(len(fields)), cur):
-        key = f"_w_{name}_{field}"
-        if key not in st.session_state:
-            st.session_state[key] = float(seed)
+    for field, key, col, seed in zip(fields, keys, st.columns(len(fields)), cur):
+        st.session_state[key] = float(seed)
         with col:
-            values.append(float(st.number_input(field.replace("_", " "), key=key, **kwargs)))
+            values.append(float(st.number_input(field.replace("_", " "), key=key,
+                                                on_change=store, help=(helps or {}).get(field),
+                                                **kwargs)))
     remember(name, tuple(values))
     return tuple(values)

@@ -17,6 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s = subparsers.add_parser("app", help="start the Streamlit explorer in the browser")
     s.add_argument("--port", type=int, help="port to serve on (default: Streamlit's, 8501)")
     s.add_argument("--headless", action="store_true", help="do not open a browser window")
+    s.add_argument("--dev", action="store_true",
+                   help="development: rerun on file changes and show the developer's toolbar "
+                        "(off by default: .streamlit/config.toml)")
     s.add_argument("--examples", help="folder of example Parquet files to offer "
                                       "(default: data/examples of the source tree)")
     s.add_argument("--print-command", action="store_true",
@@ -25,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def app_command(port: int | None = None, headless: bool = False,
-                script: Path = APP_SCRIPT) -> list[str]:
+                script: Path = APP_SCRIPT, dev: bool = False) -> list[str]:
     """The ``streamlit run`` command line that serves the explorer."""
     if not script.is_file():
         raise CopeInputError("the explorer's app.py is not there; `cope app` needs the source "
@@ -37,11 +40,13 @@ def app_command(port: int | None = None, headless: bool = False,
         cmd += ["--server.port", str(port)]
     if headless:
         cmd += ["--server.headless", "true"]
+    if dev:
+        cmd += ["--server.fileWatcherType", "auto", "--client.toolbarMode", "developer"]
     return cmd
 
 
 def cmd_app(args: argparse.Namespace) -> int:
-    cmd = app_command(args.port, args.headless)
+    cmd = app_command(args.port, args.headless, dev=args.dev)
     env = dict(os.environ)
     if args.examples:
         folder = Path(args.examples)

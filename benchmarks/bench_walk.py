@@ -1,0 +1,195 @@
+"""One person's walk through the explorer in a real browser: first page, operating point, pages.
+
+Workload (issue 38, "Slow steps"): ``streamlit run app.py`` with an empty numba cache directory
+(``NUMBA_CACHE_DIR``, a temp folder) and one headless Chromium session (Debian's
+``/usr/bin/chromium`` through Playwright). Timed, each from the browser's request or click
+until the script run is over and the page stays still (``data-test-script-state`` is
+``notRunning`` and stays so for ``QUIET`` s; the time reported is when it first became so):
+
+- **cold first page**: the first server's first request (``/``, the Overview), numba compiling
+  its kernels into the empty cache;
+- **second start**: a second server on the same numba cache (the kernels load from disk), its
+  first request;
+- **operating point**: on the Landscape, the operating-point choice changed ``--repeats``
+  times (between the profile's first two points);
+- **page change**: every page by the sidebar, ``--repeats`` rounds (the first round meets
+  each page's computations for the first time, later rounds their caches).
+
+The server's log is scanned for tracebacks and "Inotify" lines. Run:
+``python benchmarks/bench_walk.py [--repeats 3] [--example qwen3-30b-a3b] [--json OUT]``
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--headless",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--no-first-run"]
+PAGES = ["Policy Matrix", "Landscape", "Predicted vs measured", "Traces", "Profiles",
+         "Compare platforms", "Export", "Overview"]
+STATE = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
+         " return a ? a.getAttribute('data-test-script-state') : null; }")
+QUIET = 0.8
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(numba_cache: Path, log: Path):
+    """``streamlit run app.py`` on a free port (the project's own config); yields the base URL."""
+    port = _free_port()
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(numba_cache))
+    with log.open("a") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+             "--server.port", str(port), "--server.address", "127.0.0.1",
+             "--browser.gatherUsageStats", "false"],
+            cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
+                    if r.read().strip() == b"ok":
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"streamlit did not start (exit {proc.poll()})")
+            time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def settled(pg, t0: float, started: bool = False, timeout: float = 180) -> float:
+    """Seconds from ``t0`` until the script run is over for good (quiet for ``QUIET`` s).
+
+    ``started``: the run is known to have begun (else wait until it has been seen running,
+    or until a quiet ``QUIET`` s passed: a change whose run ended before the first poll)."""
+    done_at = None
+    seen = started
+    end = time.perf_counter() + timeout
+    while time.perf_counter() < end:
+        state = pg.evaluate(STATE)
+        now = time.perf_counter()
+        if state == "running":
+            seen, done_at = True, None
+        elif state == "notRunning":
+            if done_at is None:
+                done_at = now
+            if now - done_at >= QUIET and (seen or now - t0 > 2 * QUIET):
+                return done_at - t0
+        time.sleep(0.03)
+    raise TimeoutError("the page never settled")
+
+
+def first_page(browser, base: str, example: str) -> float:
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1100})
+    pg = ctx.new_page()
+    pg.set_default_timeout(180_000)
+    t0 = time.perf_counter()
+    pg.goto(f"{base}/?example={example}")
+    pg.wait_for_selector('[data-testid="stApp"]')
+    s = settled(pg, t0)
+    ctx.close()
+    return s
+
+
+def walk(browser, base: str, example: str, repeats: int) -> dict:
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1100})
+    pg = ctx.new_page()
+    pg.set_default_timeout(180_000)
+    t0 = time.perf_counter()
+    pg.goto(f"{base}/landscape?example={example}")
+    pg.wait_for_selector('[data-testid="stApp"]')
+    settled(pg, t0)
+    ops: list[float] = []
+    box = pg.locator('[data-testid="stSelectbox"]', has_text="Operating point").first
+    for i in range(repeats * 2):
+        box.click()
+        options = pg.locator('[role="option"]')
+        options.nth(i % 2 if options.count() > 1 else 0).click()
+        ops.append(settled(pg, time.perf_counter() - 0.0))
+    pages: dict[str, list[float]] = {p: [] for p in PAGES}
+    for _ in range(repeats):
+        for title in PAGES:
+            link = pg.locator('[data-testid="stSidebarNav"] a', has_text=title).first
+            t0 = time.perf_counter()
+            link.click()
+            pg.get_by_role("heading", name=title if title != "Overview" else "COPE Explorer"
+                           ).first.wait_for()
+            pages[title].append(settled(pg, t0))
+    href = pg.evaluate("() => window.location.href")
+    ctx.close()
+    return {"op_change_s": ops, "page_change_s": pages, "last_url": href}
+
+
+def _med(xs: list[float]) -> str:
+    return f"{np.median(xs):.2f} s (max {max(xs):.2f})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--example", default="qwen3-30b-a3b")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+    if not Path(CHROMIUM).exists():
+        sys.exit(f"{CHROMIUM} is missing (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
+        cache, log = Path(tmp) / "numba", Path(tmp) / "server.log"
+        cache.mkdir()
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        with serve(cache, log) as base:
+            out["cold_first_page_s"] = first_page(browser, base, args.example)
+        with serve(cache, log) as base:
+            out["second_start_first_page_s"] = first_page(browser, base, args.example)
+            out.update(walk(browser, base, args.example, args.repeats))
+        browser.close()
+        text = log.read_text()
+        out["log_tracebacks"] = text.count("Traceback")
+        out["log_inotify_lines"] = text.count("Inotify")
+        out["log_tail"] = text[-3000:] if out["log_tracebacks"] else ""
+    print(f"cold first page        {out['cold_first_page_s']:.2f} s")
+    print(f"second start, 1st page {out['second_start_first_page_s']:.2f} s")
+    print(f"operating point change {_med(out['op_change_s'])}")
+    for title, xs in out["page_change_s"].items():
+        print(f"page change -> {title:22s} {_med(xs)}  first {xs[0]:.2f}")
+    allp = [x for xs in out["page_change_s"].values() for x in xs[1:]] or \
+        [x for xs in out["page_change_s"].values() for x in xs]
+    print(f"page change, all pages after the first round: {_med(allp)}")
+    print(f"server log: {out['log_tracebacks']} tracebacks, {out['log_inotify_lines']} Inotify")
+    if out["log_tail"]:
+        print(out["log_tail"])
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
