@@ -85,8 +85,8 @@ def test_the_point_is_always_inside_its_interval(draws, points, sigma, level):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(2, 12), st.integers(0, 2**32 - 1), st.floats(0.0, 0.5), st.booleans())
-def test_every_predicted_interval_holds_its_point(prompts, seed, skew, model_draws):
+@given(st.integers(2, 12), st.integers(0, 2**32 - 1), st.floats(0.0, 0.5))
+def test_every_predicted_interval_holds_its_point(prompts, seed, skew):
     """intervals(), as predict calls it: the absolute and the draws-only interval of every
     candidate hold its point (the mean over prompts at the profile's medians), whatever the
     profile draws' skew; the absolute one holds the draws-only one."""
@@ -94,14 +94,12 @@ def test_every_predicted_interval_holds_its_point(prompts, seed, skew, model_dra
     cands = [get_candidate("fixed/parallel"), get_candidate("fixed/wait_then_gpu")]
     point = [rng.uniform(50, 150, prompts) for _ in cands]
     drawn = [p * np.exp(skew + rng.normal(0, 0.2, (200, prompts))) for p in point]
-    frame, _ = intervals(point, drawn, cands, 200, rng, estimator="cope",
-                         model_draws=model_draws)
+    frame, _ = intervals(point, drawn, cands, 200, rng, estimator="cope")
     mean = np.array([p.mean() for p in point])
     assert np.all(frame["draws_lo_us"] <= mean) and np.all(mean <= frame["draws_hi_us"])
     assert np.all(frame["tpot_lo_us"] <= mean) and np.all(mean <= frame["tpot_hi_us"])
-    if not model_draws:
-        assert np.all(frame["tpot_lo_us"] <= frame["draws_lo_us"])
-        assert np.all(frame["draws_hi_us"] <= frame["tpot_hi_us"])
+    assert np.all(frame["tpot_lo_us"] <= frame["draws_lo_us"])
+    assert np.all(frame["draws_hi_us"] <= frame["tpot_hi_us"])
 
 
 # --- the calibration file -------------------------------------------------------------------------

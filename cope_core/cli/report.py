@@ -75,14 +75,13 @@ def interval_notes(df: pd.DataFrame) -> list[str]:
     err = unc.get("model_error") or {}
     sigma = float(err.get("sigma_log", 0.0))
     pct = 100 * (math.exp(z_of(float(unc.get("level", 0.95))) * sigma) - 1)
-    absolute = "the prompts" + (" and the profile's spread" if profile and not analytic else "")
-    paired = "the prompts" + (" and the analytic model's constants" if analytic
-                              else " and the profile's spread" if profile else "")
+    drawn = "the prompts" + (" and the analytic model's constants" if analytic
+                             else " and the profile's spread" if profile else "")
     return [f"K = {k} experts per layer; interval: 95 % on absolute TPOT, the draws of "
-            f"{absolute} with the model's measured error (a factor {1 + pct / 100:.2f} either "
+            f"{drawn} with the model's measured error (a factor {1 + pct / 100:.2f} either "
             "way, "
             f"{err.get('source', 'data/model-error.json')})",
-            f"wins: share of the paired draws of {paired} it is fastest in (an error common to "
+            f"wins: share of these draws, paired, it is fastest in (an error common to "
             f"every candidate cancels; predicted ratios between candidates measured off by "
             f"{err.get('ratio_median_pct', float('nan')):.0f} % at the median, "
             f"{err.get('ratio_p95_pct', float('nan')):.0f} % at the 95th percentile)"]

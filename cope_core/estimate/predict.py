@@ -259,8 +259,7 @@ def _add_uncertainty(df: pd.DataFrame, trace: Trace, profile: Profile,
                 part = candidate_tpot(trace, counts, drawn, cand, ki, int(ks[ki]))
                 full.append(shared_d + part.experts + part.prefetch)
         if draws:
-            frame, conf = intervals(point, full, cands, draws, rng, estimator=costs.estimator,
-                                    model_draws=bool(profile.analytic))
+            frame, conf = intervals(point, full, cands, draws, rng, estimator=costs.estimator)
             per_k[int(ks[ki])] = conf.to_dict()
         else:
             frame = pd.DataFrame({"tpot_lo_us": np.nan, "tpot_hi_us": np.nan,

@@ -205,8 +205,8 @@ def percentile_interval(means: np.ndarray, point: np.ndarray, estimator: str | N
 
 def intervals(point: list[np.ndarray],
               drawn: list[np.ndarray] | None, candidates: Sequence[Candidate], draws: int,
-              rng: np.random.Generator, *, estimator: str | None = None,
-              model_draws: bool = False) -> tuple[pd.DataFrame, KConfidence]:
+              rng: np.random.Generator, *, estimator: str | None = None
+              ) -> tuple[pd.DataFrame, KConfidence]:
     """Intervals, win probability, equivalence and the named winner of every candidate at one K.
 
     Parameters
@@ -217,10 +217,6 @@ def intervals(point: list[np.ndarray],
         The same under the profile draws (None: the profile has no spread).
     estimator : str, optional
         Whose measured model error widens the interval on absolute speed (None: none).
-    model_draws : bool
-        ``drawn`` are an analytic profile's draws of its constants (a prior guess of the model's
-        error): the absolute interval then takes the prompts' spread with the *measured* model
-        error instead; the win shares still use them.
 
     Returns
     -------
@@ -237,9 +233,7 @@ def intervals(point: list[np.ndarray],
     equivalent = equivalences(point, full, candidates)
     pt = np.array([p.mean() for p in point[:len(candidates)]])
     lo_d, hi_d = percentile_interval(means, pt)
-    spread = (np.stack([_resampled_means(p, idx) for p in point[:len(candidates)]], axis=1)
-              if model_draws and drawn is not None else means)
-    lo, hi = percentile_interval(spread, pt, estimator)
+    lo, hi = percentile_interval(means, pt, estimator)
     rivals = [i for i, e in enumerate(equivalent) if e is None]
     wins = np.bincount(np.argmin(means[:, rivals], axis=1), minlength=len(rivals)) / draws
     prob = np.full(len(candidates), np.nan)
