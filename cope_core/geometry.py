@@ -300,10 +300,13 @@ class ModelGeometry:
         return vram_bytes - self.non_expert_bytes - self.kv_cache_bytes(context) - workspace_bytes
 
     def experts_per_layer_for_vram(self, vram_bytes: float, **memory: int) -> int:
-        """Cache size ``K`` that a VRAM budget buys, clamped to ``[0, E]`` (``memory``: the
-        ``context`` and ``workspace_bytes`` of :meth:`expert_budget_bytes`)."""
-        k = math.floor(self.expert_budget_bytes(vram_bytes, **memory) / self.per_k_bytes)
-        return int(min(max(k, 0), self.n_experts))
+        """``K`` a VRAM budget buys, at most ``E`` (``memory``: :meth:`expert_budget_bytes`'s);
+        a budget below K = 0's need is a one-line CopeInputError naming it in GiB."""
+        if (left := self.expert_budget_bytes(vram_bytes, **memory)) < 0:
+            need = math.ceil((vram_bytes - left) / GIB * 100) / 100      # never shown as fitting
+            raise CopeInputError(f"{vram_bytes / GIB:g} GiB is below the {need:.2f} GiB that K = 0 "
+                                 "needs (non-expert weights, KV cache, workspace)", field="vram")
+        return int(min(math.floor(left / self.per_k_bytes), self.n_experts))
 
     def vram_for_experts_per_layer(self, k: int, *, context: int = DEFAULT_CONTEXT,
                                    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> int:
@@ -323,15 +326,11 @@ def _finite(value: float, field: str, nonnegative: bool = False) -> None:
         raise CopeInputError(f"expected {want} of bytes, got {value!r}", field=field)
 
 
-def _routed_params(L: int, E: int, hidden: int, inter: int) -> int:
-    return L * E * 3 * hidden * inter
-
-
 def _entry(name: str, *, L: int, dense: int, E: int, k: int, shared: int, hidden: int, inter: int,
            heads: int, kv: int, head_dim: int, vocab: int, total_params: float,
            dtype_bytes: int = 2) -> ModelGeometry:
     # non-expert weights = published total parameter count minus the routed experts.
-    non_expert = int(round(total_params)) - _routed_params(L, E, hidden, inter)
+    non_expert = int(round(total_params)) - L * E * 3 * hidden * inter
     return ModelGeometry(name=name, n_layers=L, n_experts=E, top_k=k, hidden=hidden,
                          expert_intermediate=inter, dtype_bytes=dtype_bytes,
                          n_shared_experts=shared, dense_layers=dense, n_heads=heads,

@@ -39,7 +39,7 @@ def three():
 
 def test_each_platform_is_its_own_prediction(three):
     tr, plats = three
-    cmp = compare(tr, plats, 0.5, tr, cpu_threads=8, draws=200)
+    cmp = compare(tr, plats, 0.50163, tr, cpu_threads=8, draws=200)   # K = 2
     at = cmp.at_budget
     assert at["platform"].tolist() == ["rtx4090+pcie4+xeon-gold-6430",
                                        "h100+pcie5+xeon-gold-6430", "tiny measured"]
@@ -99,7 +99,7 @@ def test_cope_compare_prints_and_writes_strict_json(tmp_path, capsys):
     prof = tmp_path / "p.parquet"
     parquet_io.write_profile(tiny_profile(), prof)
     args = ["compare", "--trace", str(trace), "--calibration", str(trace), "--platform",
-            "rtx4090", "--platform", "h100", "--profile", str(prof), "--vram-gib", "0.5",
+            "rtx4090", "--platform", "h100", "--profile", str(prof), "--vram-gib", "0.50163",
             "--cpu-threads", "8", "--draws", "100"]
     assert main(args) == 0
     out = capsys.readouterr().out
@@ -109,7 +109,7 @@ def test_cope_compare_prints_and_writes_strict_json(tmp_path, capsys):
                       parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
     ref = compare(tr, [catalog_platform(tr.model, "rtx4090", cpu_threads=8),
                        catalog_platform(tr.model, "h100", cpu_threads=8),
-                       profile_platform(tiny_profile())], 0.5, tr, cpu_threads=8, draws=100)
+                       profile_platform(tiny_profile())], 0.50163, tr, cpu_threads=8, draws=100)
     assert [p["winner"] for p in data["platforms"]] == ref.at_budget["winner"].tolist()
     assert [p["tpot_us"] for p in data["platforms"]] == ref.at_budget["tpot_us"].tolist()
     assert len(data["sweep"]) == len(ref.sweep)

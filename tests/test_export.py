@@ -38,7 +38,7 @@ from cope_core.export import (
 )
 from cope_core.export.layers import int_set_regex
 from cope_core.export.vllm import vllm_offload
-from cope_core.geometry import CATALOG, GIB, MIB
+from cope_core.geometry import CATALOG, GIB, MIB, get_model
 from cope_core.matrix import CANDIDATE_IDS
 from cope_core.placement import layer_plan
 from cope_core.platforms import platform_spec
@@ -73,8 +73,11 @@ def with_dense(trace: Trace, dense: int) -> Trace:
 
 
 def llama_flags(text: str) -> tuple[int, str | None]:
-    # the layer partition's lines close the export (the MoE-cache search leads it)
-    n = int(re.findall(r"--n-cpu-moe (\d+)", text)[-1])
+    # the layer partition's --n-cpu-moe line is the one before its explicit override's (the
+    # MoE-cache search leads a best pick and follows a chosen candidate as a comment)
+    lines = text.splitlines()
+    short = lines[lines.index("# or the same placement as an explicit tensor override:") - 1]
+    n = int(re.findall(r"--n-cpu-moe (\d+)", short)[-1])
     m = re.search(r"-ot '([^']*)=CPU'", text)
     return n, (m.group(1) if m else None)
 
@@ -404,7 +407,9 @@ def test_json_round_trip(files):
     tr, cal = parquet_io.read_trace(files["trace"]), parquet_io.read_trace(files["cal"])
     prof = spec_profile()
     prof = dataclasses.replace(prof, model=dataclasses.replace(prof.model, dense_layers=2))
-    pol = build_policy(with_dense(tr, 2), prof, with_dense(cal, 2), vram_gib=0.01)
+    tr2 = with_dense(tr, 2)
+    need = tr2.model.vram_for_experts_per_layer(0) / 2**30    # K = 0, a budget nothing else fits
+    pol = build_policy(tr2, prof, with_dense(cal, 2), vram_gib=need + 1e-9)
     again = read_policy_roundtrip(pol)
     assert policy_json(again) == policy_json(pol)
     assert again.to_dict() == pol.to_dict()
@@ -567,3 +572,35 @@ def test_policy_carries_the_interval_and_confidence(tmp_path):
     old.write_text(json.dumps(data))
     with pytest.raises(CopeInputError, match="confidence.tpot_ci_us"):
         read_policy(old)
+
+
+@pytest.mark.parametrize("fmt", ["llama.cpp", "ik_llama.cpp", "fastllm", "exllamav3"])
+def test_an_explicit_candidate_is_the_first_command_in_every_format(fmt):
+    """``--candidate`` leads every format (issue 37: the llama.cpp export led with the cache's
+    best, so a script taking the first llama-server line ran what the user did not choose);
+    COPE's own pick still leads with llama.cpp's best, the chosen candidate's line follows."""
+    from cope_core.estimate.llamacpp_record import CacheRecord
+    g = get_model("qwen3-30b-a3b")
+    best = {"candidate": "llamacpp_cache/classlru", "build": "b12191", "cpu_layers": 30,
+            "n_cpu_moe": 30, "cache_mib": 999, "cpu_share": 0.5, "slots": 10, "tpot_us": 900.0,
+            "hits": 1.0, "uploads": 1.0, "cpu_misses": 1.0}
+    rec = CacheRecord.from_dict({
+        "expert_budget_gib": 1.0, "configurations": 7, "cache_start": "server", "best": [best],
+        "versus": [{"name": "llamacpp_cache/classlru", "tpot_us": 900.0, "tpot_ci_us": None,
+                    "cache_faster": None}]})
+    for chosen_by in ("user", "best"):
+        pol = dataclasses.replace(make_policy(g, 32, "layer_partition"), chosen_by=chosen_by,
+                                  llamacpp_cache=rec)
+        text = render(pol, fmt).text
+        first = next(line for line in text.splitlines() if line and not line.startswith("#"))
+        plan = pol.layer_plan
+        if fmt == "llama.cpp" and chosen_by == "best":
+            assert "--moe-cache-mib 999" in first
+            continue
+        assert "--moe-cache-mib" not in first
+        want = {"llama.cpp": f"--n-cpu-moe {plan.n_cpu_moe}", "exllamav3": f"-mcl {plan.n_cpu}",
+                "ik_llama.cpp": "-ot", "fastllm": "--moe_device_layers"}[fmt]
+        assert want in first
+        if fmt == "llama.cpp":      # the best alternative follows, commented
+            assert "# llama-server -m MODEL.gguf -ngl 99 -fit off -t 8 --n-cpu-moe 30 " \
+                   "--moe-cache-mib 999 --moe-cache-cpu-share 0.5" in text

@@ -106,9 +106,12 @@ def test_vram_formula_by_hand():
 @pytest.mark.parametrize("name", ["mixtral-8x7b", "qwen3-30b-a3b"])
 def test_vram_clamps(name):
     g = get_model(name)
-    assert g.experts_per_layer_for_vram(0) == 0
-    assert g.experts_per_layer_for_vram(-10 * GIB) == 0
-    assert g.experts_per_layer_for_vram(g.vram_for_experts_per_layer(0) - 1) == 0
+    need = g.vram_for_experts_per_layer(0)
+    assert g.experts_per_layer_for_vram(need) == 0
+    shown = math.ceil(need / GIB * 100) / 100    # rounded up: never shown as fitting
+    for below in (0, -10 * GIB, need - 1):      # below K = 0's need: an error naming the need
+        with pytest.raises(CopeInputError, match=f"below the {shown:.2f} GiB that K = 0"):
+            g.experts_per_layer_for_vram(below)
     assert g.experts_per_layer_for_vram(10_000 * GIB) == g.n_experts
     assert g.experts_per_layer_for_vram(g.vram_for_experts_per_layer(g.n_experts) * 2) \
         == g.n_experts

@@ -117,8 +117,11 @@ def render_llamacpp(policy: Policy) -> Rendered:
     plan = policy.layer_plan
     L = policy.model.n_layers
     exact = whole_layer_equivalent(policy)
-    lines = header(policy, "llama.cpp") + cache_lines(policy.llamacpp_cache, policy.model,
-                                                      policy.cpu_threads)
+    cache = cache_lines(policy.llamacpp_cache, policy.model, policy.cpu_threads)
+    # COPE's pick leads with llama.cpp's best; a candidate the user chose (or a verified winner)
+    # leads with its own line, and the best alternative follows as a comment
+    chosen = policy.chosen_by != "best"
+    lines = header(policy, "llama.cpp") + ([] if chosen else cache)
     summary = ""
     if not exact:
         summary = layer_partition_summary(
@@ -153,5 +156,8 @@ def render_llamacpp(policy: Policy) -> Rendered:
               f"llama-server -m MODEL.gguf {short}",
               "# or the same placement as an explicit tensor override:",
               f"llama-server -m MODEL.gguf {explicit}"]
+    if chosen and cache:
+        lines += ["#", f"# The best alternative to the chosen {policy.candidate}, not run above:"]
+        lines += [line if line.startswith("#") else "# " + line for line in cache[:-1]]
     return Rendered("llama.cpp", "\n".join(lines) + "\n", exact=exact,
                     deployed=None if exact else LAYER_PARTITION, summary=summary)
