@@ -16,6 +16,9 @@
 #                     imports beyond the test environment (msgpack, flashlib 0.4.0, triton)
 #                     -> $CACHE/freetoken-0.2.1/ (no server is started)
 #   fastllm 1.9.0     the PyPI package ftllm, --no-deps -> $CACHE/ftllm-1.9.0/ (its CLI parser)
+#   llama.cpp Vulkan  b11434 again, with ggml's Vulkan backend: llama-fit-params, llama-completion
+#                     and llama-bench, for offload on Mesa's software Vulkan device (lavapipe)
+#                     -> $CACHE/llama.cpp-b11434-vulkan/bin/ (scripts/runtimes_vulkan.sh)
 #
 # Prints one line per runtime; what the tools printed goes to $CACHE/logs/. Each runtime is made
 # in a staging folder of its own and renamed into place only once it works, so a failed or
@@ -160,6 +163,11 @@ setup_parser() {  # name, folder, module, packages...
 setup_parser freetoken-0.2.1 "$CACHE/freetoken-0.2.1" freetoken.server.args \
   "freetoken==0.2.1" "msgpack>=1.1,<2" "flashlib==0.4.0" "triton>=3.6,<3.9"
 setup_parser ftllm-1.9.0 "$CACHE/ftllm-1.9.0" ftllm.cli "ftllm==1.9.0"
+
+# --- llama.cpp with Vulkan: real GPU offload on Mesa's software device (scripts/runtimes_vulkan.sh)
+if ! bash scripts/runtimes_vulkan.sh "$CACHE"; then
+  missing "llama.cpp b11434 Vulkan" "could not be built" "$LOGS/llama.cpp-b11434-vulkan.log"
+fi
 
 [ "${#MISSING[@]}" -eq 0 ] && exit 0
 list=$(printf '%s, ' "${MISSING[@]}")

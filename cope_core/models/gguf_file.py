@@ -112,6 +112,22 @@ def read_gguf(path: str | os.PathLike) -> ModelFile:
     return _geometry(src, reader, table, header_only=size < data_end)
 
 
+def read_table(path: str | os.PathLike) -> tuple[str, dict[str, Any], list[TensorEntry]]:
+    """A GGUF file's architecture, its ``<architecture>.*`` metadata (key without the prefix
+    -> value) and its tensor table, for code that places tensors one by one (llama.cpp's
+    ``--fit`` port); errors as :func:`read_gguf`'s."""
+    src = os.fspath(path)
+    try:
+        reader = _HeaderReader(src, "r")
+    except (ValueError, IndexError, KeyError, UnicodeDecodeError, OverflowError) as exc:
+        raise CopeInputError(f"not a readable GGUF header ({type(exc).__name__}: {exc})",
+                             source=src, field="header") from None
+    arch = str(_need(reader, "general.architecture", src))
+    meta = {k[len(arch) + 1:]: _value(reader, k) for k in reader.fields
+            if k.startswith(arch + ".")}
+    return arch, meta, reader.table
+
+
 def _need(reader: _HeaderReader, key: str, src: str) -> Any:
     v = _value(reader, key)
     if v is None:

