@@ -127,3 +127,30 @@ def test_every_count_agrees_fits_and_is_the_largest_on_the_q4_k_m_header():
         assert _flag(fast, "--moe_device_layers") == last.n_cpu
         assert _flag(render(policy, "exllamav3").text, "-mcl") == first.n_cpu
     assert changed == 27          # the old count rule overshot at 19 K and undershot at 8
+
+
+def test_the_llamacpp_export_says_when_the_budget_holds_more_than_ks_bytes():
+    """K is the floor of what the VRAM leaves, so the search at the budget may place a layer
+    more than the layer partition at K's bytes; the export says so instead of leaving two
+    --n-cpu-moe values unexplained."""
+    from cope_core.estimate.llamacpp_record import CacheRecord
+    from cope_core.geometry import get_model
+    g = get_model("qwen3-30b-a3b")
+    pol = make_policy(g, 32, "layer_partition")
+    n = pol.layer_plan.n_cpu
+
+    def record(cpu_layers: int) -> CacheRecord:
+        row = {"candidate": "layer_partition", "build": "", "cpu_layers": cpu_layers,
+               "n_cpu_moe": cpu_layers, "cache_mib": 0, "cpu_share": 0.0, "slots": 0,
+               "tpot_us": 8245.0, "hits": 0.0, "uploads": 0.0, "cpu_misses": 0.0}
+        rec = CacheRecord.from_dict({
+            "expert_budget_gib": 9.0, "configurations": 3, "cache_start": "server",
+            "best": [row], "versus": [{"name": "layer_partition", "tpot_us": 8245.0,
+                                       "tpot_ci_us": None, "cache_faster": None}]})
+        assert rec is not None
+        return rec
+    text = render(dataclasses.replace(pol, llamacpp_cache=record(n - 1)), "llama.cpp").text
+    assert (f"# the VRAM budget holds more than K's bytes: its plain placement, --n-cpu-moe "
+            f"{n - 1} (8.245 ms/token, searched above), puts 1 more layer(s) on the GPU") in text
+    text = render(dataclasses.replace(pol, llamacpp_cache=record(n)), "llama.cpp").text
+    assert "holds more than K's bytes" not in text

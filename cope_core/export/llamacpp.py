@@ -145,6 +145,14 @@ def render_llamacpp(policy: Policy) -> Rendered:
         host_ram_line(policy, plan.n_cpu * policy.model.n_experts,
                       "the host layers' experts (mmap'd from the GGUF unless --no-mmap)"),
     ]
+    plain = next((b for b in (policy.llamacpp_cache.best if policy.llamacpp_cache else ())
+                  if not b.cache_mib), None)
+    if plain is not None and plain.cpu_layers < plan.n_cpu:
+        # K is the floor of the budget: the VRAM left can hold a layer more than K's bytes
+        lines.append(f"# the VRAM budget holds more than K's bytes: its plain placement, "
+                     f"--n-cpu-moe {plain.n_cpu_moe} ({plain.tpot_us / 1e3:.3f} ms/token, "
+                     f"searched above), puts {plan.n_cpu - plain.cpu_layers} more layer(s) on "
+                     "the GPU")
     residency = get_candidate(policy.candidate).residency
     if not exact and residency is not None and residency.mutable and not policy.llamacpp_cache:
         lines.append("# llama.cpp's own cache of host experts (--moe-cache-mib, b11480+) was not "
