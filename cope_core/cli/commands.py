@@ -221,6 +221,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 # --- evaluating ---------------------------------------------------------------------------------
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    if args.llama_bench is not None:
+        from .llamabench_cmd import cmd_llama_bench
+        return cmd_llama_bench(args)
+    for flag in ("trace", "profile"):
+        if getattr(args, flag) is None:
+            raise CopeInputError("is required with --measurements", field=f"--{flag}")
     trace, profile, cal, spec = _load(args)
     meas = parquet_io.read_measurements(args.measurements)
     per_k = getattr(args, "per_k", False)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from ..errors import CopeInputError
 from ..estimate.costs import ESTIMATORS
-from . import cache_report, commands
+from . import cache_report, commands, llamabench_cmd
 from .args import add_model_options, candidate_list, k_arg, layers, share
 
 #: Modules of this package that add sub-commands: each has ``register(subparsers)``. Every
@@ -105,9 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=commands.cmd_predict)
 
     s = sub.add_parser("evaluate", help="compare predictions with measurements")
-    _inputs(s)
-    s.add_argument("--measurements", required=True,
+    _inputs(s, required=False)
+    g = s.add_mutually_exclusive_group(required=True)
+    g.add_argument("--measurements",
                    help="measured TPOT (cope.measurements/1, from cope measure)")
+    g.add_argument("--llama-bench", metavar="FILE",
+                   help="llama-bench's results (-o json, jsonl, csv or md) of --model FILE.gguf "
+                        "on this machine: each decode row matched to its placement and predicted "
+                        "(no --trace; --profile or --analytic)")
+    llamabench_cmd.add_options(s)
     _draw_options(s)
     s.add_argument("--per-k", action="store_true",
                    help="also compare winners per cache size (TPOT averaged over prompts)")
@@ -127,9 +133,9 @@ def _draw_options(s: argparse.ArgumentParser) -> None:
                    help="seed of the bootstrap draws (default 0)")
 
 
-def _inputs(s: argparse.ArgumentParser) -> None:
-    s.add_argument("--trace", required=True, help="evaluated routing trace (cope.trace/1)")
-    s.add_argument("--profile", required=True,
+def _inputs(s: argparse.ArgumentParser, required: bool = True) -> None:
+    s.add_argument("--trace", required=required, help="evaluated routing trace (cope.trace/1)")
+    s.add_argument("--profile", required=required,
                    help="profile of the target platform (cope.profile/2 or /1)")
     s.add_argument("--calibration", help="trace whose popularity fills the cache")
     s.add_argument("--cpu-threads", type=int, help="operating point (default: the most threads)")

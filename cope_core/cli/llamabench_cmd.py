@@ -1,0 +1,109 @@
+"""``cope evaluate --llama-bench FILE``: a prediction for a model file and machine scored against
+llama-bench's results (:mod:`cope_core.estimate.llamabench_eval`).
+
+    cope evaluate --llama-bench bench.json --model M.gguf
+                  (--profile P | --analytic GPU [--cpu CPU] [--memory MEM] [--link LINK])
+                  [--cpu-threads N] [--gpu-share S] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+from .. import parquet_io
+from ..errors import CopeInputError
+from ..estimate.llamabench_eval import BenchEvaluation, match_rows, score_rows
+from ..estimate.llamabench_file import read_llama_bench
+from ..estimate.llamacpp_vram import read_llama_model
+from ..files import print_json
+from .args import model_from_args
+
+
+def add_options(s: argparse.ArgumentParser) -> None:
+    """The machine options of ``--llama-bench`` beside ``--profile``: an analytic profile of a
+    machine composed from parts (:func:`cope_core.machine.compose_machine`)."""
+    s.add_argument("--analytic", metavar="GPU",
+                   help="with --llama-bench, instead of --profile: price on an analytic profile "
+                        "of this GPU (`cope parts gpus`, a GPU part file, or 'this')")
+    s.add_argument("--cpu", help="with --analytic: the host CPU (`cope parts cpus` or 'this'; "
+                                 "default xeon-gold-6430)")
+    s.add_argument("--memory", help="with --analytic: TYPE-MTSxCHANNELS (ddr4-3200x2) or 'this' "
+                                    "(measured; default the CPU's usual memory)")
+    s.add_argument("--link", help="with --analytic: the GPU's slot, pcieGENxLANES or GENxLANES "
+                                  "(default the card's own)")
+
+
+def cmd_llama_bench(args: argparse.Namespace) -> int:
+    for flag in ("trace", "calibration", "spec"):
+        if getattr(args, flag, None):
+            raise CopeInputError("is not used with --llama-bench (the placements it measured "
+                                 "need no routing trace)", field=f"--{flag}")
+    if not args.model or not os.path.isfile(args.model):
+        raise CopeInputError("--llama-bench needs the GGUF file it measured: --model FILE.gguf",
+                             field="--model")
+    rows = read_llama_bench(args.llama_bench)
+    lm = read_llama_model(args.model)
+    g = model_from_args(args)
+    if (args.profile is None) == (args.analytic is None):
+        raise CopeInputError("--llama-bench needs the machine: --profile FILE or --analytic GPU "
+                             "(one of them)", field="--profile")
+    if args.profile is not None:
+        profile = parquet_io.read_profile(args.profile)
+        what = f"profile {args.profile}"
+    else:
+        from ..machine import compose_machine
+        from ..platforms import DEFAULT_CPU
+        from ..profile.analytic import analytic_profile
+        m = compose_machine(gpu=args.analytic, cpu=args.cpu or DEFAULT_CPU, memory=args.memory,
+                            link=args.link)
+        if m.spec is None:
+            raise CopeInputError("an analytic profile needs a GPU: COPE prices offload "
+                                 "placements", field="--analytic")
+        threads = sorted({r.n_threads for r in rows if r.n_threads is not None}
+                         | ({args.cpu_threads} if args.cpu_threads else set())) or [m.threads]
+        profile = analytic_profile(g, m.spec, cpu_threads=threads)
+        what = f"analytic profile of {m.spec.name} (not measured)"
+    ev = score_rows(match_rows(rows, lm, g, profile, cpu_threads=args.cpu_threads,
+                               gpu_share=args.gpu_share))
+    if args.json:
+        print_json({"llama_bench": os.fspath(args.llama_bench), "model": args.model,
+                    "profile": what, **ev.to_dict()})
+        return 0
+    print(f"llama-bench {args.llama_bench}: {len(rows)} rows | model {args.model} | {what}")
+    print("\n".join(text_lines(ev)))
+    return 0
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def text_lines(ev: BenchEvaluation) -> list[str]:
+    """The rows as a table (matched ones with their prediction, the others with why) and the
+    scores over the matched rows."""
+    head = ("line", "test", "ngl", "ncmoe", "ot", "threads", "measured t/s", "predicted",
+            "error")
+    table = [head]
+    why = []
+    for x in ev.matches:
+        r = x.row
+        table.append((str(r.line), r.test, _num(r.n_gpu_layers, "d"), str(r.n_cpu_moe), r.ot,
+                      _num(r.n_threads, "d"), f"{r.avg_ts:.2f} ± {r.stddev_ts:.2f}",
+                      _num(x.predicted_ts, ".2f"),
+                      "unmatched" if not x.matched else f"{x.error_pct:+.1f} %"))
+        if not x.matched:
+            why.append(f"  line {r.line}: {x.reason}")
+    w = [max(len(t[i]) for t in table) for i in range(len(head))]
+    out = ["  ".join(c.ljust(w[i]) for i, c in enumerate(t)).rstrip() for t in table]
+    if why:
+        out += ["unmatched rows (not guessed):", *why]
+    n = len(ev.matched)
+    if not n:
+        out.append("no row matched a configuration COPE prices: nothing scored")
+        return out
+    pick, best = ev.matches[ev.pick or 0].row, ev.matches[ev.best or 0].row
+    out.append(f"{n} matched rows: mean absolute error {ev.mean_abs_error_pct:.1f} %, Spearman "
+               + ("-" if ev.spearman is None else f"{ev.spearman:.3f}")
+               + f"; COPE's pick (line {pick.line}) measured {pick.avg_ts:.2f} t/s, the fastest "
+                 f"(line {best.line}) {best.avg_ts:.2f} t/s: regret {ev.regret_pct:.1f} %")
+    return out
