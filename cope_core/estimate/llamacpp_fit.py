@@ -8,17 +8,17 @@ asks llama.cpp for the memory of a candidate placement and searches. Here the me
 
 1. The default placement (every layer and the output on the GPU) is kept when the GPU's free
    memory minus its use is at least the margin (``-fitt``, 1 GiB, common/common.h l. 486;
-   fit.cpp l. 318-351).
+   fit.cpp l. 261-370).
 2. Else, when the user left the context unset (``-c``), it is cut, by linear interpolation
    between the trained context and ``-fitc`` (4096, common/common.h l. 483), rounded down to a
-   multiple of 256; if that fits, done (fit.cpp l. 375-456).
+   multiple of 256; if that fits, done (fit.cpp l. 373-459).
 3. An explicit ``-ngl`` (``n_gpu_layers`` other than -1) or any ``-ot``/``--n-cpu-moe``/
-   ``--cpu-moe`` pattern aborts fit: the user's placement stands (fit.cpp l. 462-486).
+   ``--cpu-moe`` pattern aborts fit: the user's placement stands (fit.cpp l. 461-486).
 4. "Dense-only" layers back to front: ``-ngl`` grows with every layer's routed experts (the
    pattern ``blk\\.N\\.ffn_(up|down|gate_up|gate)_(ch|)exps``) in host memory, except the first
    offloaded block's, by false position until the memory meets the target, free - margin
-   (fit.cpp l. 616-728).
-5. For a MoE model whose dense weights all fit ("step 4", fit.cpp l. 733-874): layers become
+   (fit.cpp l. 653-733).
+5. For a MoE model whose dense weights all fit ("step 4", fit.cpp l. 735-877): layers become
    full (experts on the GPU) front to back, again by false position, and then the next layer is
    tried with only its ``ffn_(gate|gate_up|down).*`` in host memory (its ``ffn_up_exps`` on the
    GPU), then only ``ffn_down.*``; if the first fails, with all its ``ffn_*`` tensors in host
@@ -35,7 +35,7 @@ GiB = 1 << 30
 FIT_MARGIN = GiB
 #: ``-fitc`` default: the context --fit may cut down to (common/common.h l. 483)
 FIT_MIN_CTX = 4096
-#: the regular expressions fit writes, per layer (fit.cpp l. 404-441)
+#: the regular expressions fit writes, per layer (fit.cpp l. 493-530)
 _FRACTION = {"attn": r"blk\.{}\.ffn_(gate|up|gate_up|down).*",
              "up": r"blk\.{}\.ffn_(gate|gate_up|down).*",
              "gate": r"blk\.{}\.ffn_down.*",
@@ -103,7 +103,7 @@ class FitResult:
 
 
 def _placement(hp_ngl: int, layers: _Layers) -> Placement:
-    """fit's ``set_ngl_tensor_split_tbo`` for one device (fit.cpp l. 546-584): the partial
+    """fit's ``set_ngl_tensor_split_tbo`` for one device (fit.cpp l. 548-586): the partial
     layers are the last ``n_part`` of the ``n_layer`` counted from the output, whose index
     ``hp_ngl`` names no block; the first of them overflows by its fraction, the rest by
     ``moe``."""
@@ -140,7 +140,7 @@ def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: i
     hp_ngl = m.n_layer
     moe = m.n_expert > 0
     target = int(free_bytes) - int(margin_bytes)
-    ctx = int(n_ctx) if n_ctx else m.n_ctx_train            # fit.cpp l. 266-280
+    ctx = int(n_ctx) if n_ctx else m.n_ctx_train            # fit.cpp l. 264-280
 
     def mem(p: Placement, c: int | None = None) -> int:
         return device_memory(m, p, ctx if c is None else c, type_k, type_v, alignment,
@@ -149,11 +149,11 @@ def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: i
     def result(status: str, reason: str, p: Placement) -> FitResult:
         return FitResult(ctx, p, status, reason, mem(p))
 
-    # step 1 (l. 318-351): the initial parameters
+    # step 1 (l. 261-370): the initial parameters
     full = mem(user)
     if free_bytes - full >= margin_bytes:
         return result("fits", "no changes needed", user)
-    # step 2 (l. 375-456): cut the context when the user left it to fit
+    # step 2 (l. 373-459): cut the context when the user left it to fit
     if not n_ctx and m.n_ctx_train > n_ctx_min:
         min_ctx = mem(user, n_ctx_min)
         if target > min_ctx:
@@ -161,7 +161,7 @@ def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: i
             ctx = max(ctx - ctx % 256, n_ctx_min)
             return result("context", "entire model can be fit by reducing context", user)
         ctx = n_ctx_min
-    # l. 462-486: what the user set stands
+    # l. 461-486: what the user set stands
     if user.n_gpu_layers != -1:
         return result("aborted", f"n_gpu_layers already set by user to {user.n_gpu_layers}, "
                       "abort", user)
@@ -172,9 +172,9 @@ def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: i
     def mem_for(layers: _Layers) -> int:
         return mem(_placement(hp_ngl, layers))
 
-    # l. 614-641: with every routed expert in host memory, is there a surplus?
+    # l. 616-644: with every routed expert in host memory, is there a surplus?
     surplus_cpu_moe = target - mem(Placement(-1, (ALL_EXPERTS,))) if moe else 0
-    # step 3 (l. 657-728): dense-only layers back to front
+    # step 3 (l. 653-733): dense-only layers back to front
     cur = _Layers()
     used = mem_for(cur)
     n_unassigned = hp_ngl + 1
@@ -196,7 +196,7 @@ def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: i
         cur, used = high, used_high
     if not moe or surplus_cpu_moe <= 0 or cur.n_layer == 0:
         return result("placed", "dense layers filled back to front", _placement(hp_ngl, cur))
-    # step 4 (l. 733-874): whole layers front to back, then part of one more
+    # step 4 (l. 735-877): whole layers front to back, then part of one more
     high = replace(cur, n_part=0)
     used_high = mem_for(high)
     if used_high > target:

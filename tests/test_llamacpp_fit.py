@@ -1,0 +1,300 @@
+"""llama.cpp's --fit ported (cope_core/estimate/llamacpp_fit.py) and device memory as llama.cpp
+counts it (llamacpp_vram.py): hand-worked cases, a brute-force reference of the search, and the
+real llama.cpp b11434 with its Vulkan backend on Mesa's software device (lavapipe): the port's
+placement equals llama-fit-params' at several margins, and the model and KV buffers equal what
+llama-completion -v allocates. Timing on the software device says nothing about a GPU: no speed
+is scored here."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGUFWriter
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from llama_tools import CACHE, missing_runtime
+
+from cope_core.estimate.llamacpp_fit import ALL_EXPERTS, _Layers, _placement, fit
+from cope_core.estimate.llamacpp_vram import (
+    LlamaModel,
+    MiB,
+    Placement,
+    device_memory,
+    host_model_bytes,
+    kv_bytes,
+    read_llama_model,
+)
+
+VK = CACHE / "llama.cpp-b11434-vulkan"
+#: the Vulkan buffer alignment does not move this model's bytes (every tensor is a multiple)
+ALIGNMENT = 256
+#: the compute-buffer estimate against what llama.cpp reserves (measured at the default
+#: placement, -c 4096: 20.02 MiB reserved, 15.02 estimated)
+COMPUTE_TOLERANCE_MIB = 6.0
+SETUP = "bash scripts/runtimes.sh (its llama.cpp Vulkan section: scripts/runtimes_vulkan.sh)"
+
+
+def synthetic(expert_bytes=(300, 300), n_ctx_train=8192) -> LlamaModel:
+    """Two (or more) blocks with hand-picked bytes: attention 100, experts per projection."""
+    tensors = [("token_embd.weight", 1000), ("output_norm.weight", 10),
+               ("output.weight", 500)]
+    for b, e in enumerate(expert_bytes):
+        tensors += [(f"blk.{b}.attn_q.weight", 100)] + [
+            (f"blk.{b}.ffn_{p}_exps.weight", e) for p in ("gate", "up", "down")]
+    n = len(expert_bytes)
+    return LlamaModel("synthetic", "qwen3moe", tuple(tensors), n, n_ctx_train, 8, 64, 100, 4,
+                      2, 32, ((64, 64),) * n)
+
+
+def mem(m, p, n_ctx=100):
+    return device_memory(m, p, n_ctx, alignment=1, compute=0)
+
+
+def test_device_memory_by_hand():
+    m = synthetic()
+    cells = 256 * (64 * 2 + 64 * 2)                  # 100 cells pad to 256, K and V in f16
+    d = mem(m, Placement())
+    assert (d.model, d.context, d.compute) == (10 + 500 + 2 * 1000, 2 * cells, 0)
+    assert host_model_bytes(m, Placement()) == 1000  # the token embedding stays on the host
+    assert mem(m, Placement(-1, (ALL_EXPERTS,))).model == 510 + 200
+    assert mem(m, Placement(2)) == mem(m, Placement(2))
+    assert (mem(m, Placement(2)).model, mem(m, Placement(2)).context) == (510 + 1000, cells)
+    assert mem(m, Placement(1)).model == 510 and mem(m, Placement(1)).context == 0
+    assert mem(m, Placement(0)).total == 0
+    padded = device_memory(m, Placement(), 100, alignment=256, compute=0).model
+    assert padded == 256 + 512 + 2 * (256 + 3 * 512)
+    assert kv_bytes(m, [0], 257, "q8_0", "q4_0") == 512 * (68 + 36)
+    tied = LlamaModel(**{**m.__dict__, "tensors": tuple(t for t in m.tensors
+                                                        if t[0] != "output.weight")})
+    assert mem(tied, Placement()).model == 10 + 1000 + 2 * 1000
+
+
+def test_fit_patterns_count_the_output_as_the_last_layer():
+    """fit's partial layers are the last n_part of n_layer counted from the output layer,
+    whose index (4 here) names no block: the first offloaded block keeps its experts."""
+    p = _placement(4, _Layers(5, 3, "up"))
+    assert p.n_gpu_layers == 5 and p.host_patterns == (
+        r"blk\.2\.ffn_(gate|gate_up|down).*", r"blk\.3\.ffn_(up|down|gate_up|gate)_(ch|)exps",
+        r"blk\.4\.ffn_(up|down|gate_up|gate)_(ch|)exps")
+    assert _placement(4, _Layers(3, 2)).host_patterns == (
+        r"blk\.3\.ffn_(up|down|gate_up|gate)_(ch|)exps",
+        r"blk\.4\.ffn_(up|down|gate_up|gate)_(ch|)exps")
+
+
+def test_fit_by_hand():
+    m = synthetic()
+    kv = 2 * 256 * 256
+    # the default fits with 66418 bytes free: kept at a margin of 66418, not at 66419
+    full = 2510 + kv
+    r = fit(m, 200000, 200000 - full, n_ctx=100, alignment=1, compute=0)
+    assert (r.status, r.args()) == ("fits", "-c 100 -ngl -1")
+    # target 133000: blocks 1's gate and down (and router) on the host, its up on the GPU
+    r = fit(m, 200000, 67000, n_ctx=100, alignment=1, compute=0)
+    assert r.status == "placed" and r.args() == (
+        r'-c 100 -ngl 3 -ot "blk\.1\.ffn_(gate|gate_up|down).*=CPU,'
+        r'blk\.2\.ffn_(up|down|gate_up|gate)_(ch|)exps=CPU"')
+    assert r.device_bytes == 510 + 1000 + 100 + 300 + kv == 132982
+    assert r.host_expert_blocks(m) == ()
+    # 18 bytes less (target 132982, exactly the up overflow's use: fit wants strictly under),
+    # the attention-only overflow (every ffn_* of block 1 on the host) instead
+    r = fit(m, 200000, 67000 + 18, n_ctx=100, alignment=1, compute=0)
+    assert r.placement.host_patterns[0] == r"blk\.1\.ffn_(gate|up|gate_up|down).*"
+    assert r.host_expert_blocks(m) == (1,)
+    # an explicit -ngl, or any -ot (--n-cpu-moe), switches fit off when the default does not
+    # fit; a user's -ot that frees enough is simply kept (step 1)
+    r = fit(m, 200000, 67000, n_ctx=100, user=Placement(3), alignment=1, compute=0)
+    assert (r.status, r.reason) == ("aborted", "n_gpu_layers already set by user to 3, abort")
+    own = Placement(-1, (r"blk\.0\.ffn_.*_exps",))
+    r = fit(m, 200000, 68000, n_ctx=100, user=own, alignment=1, compute=0)
+    assert r.status == "aborted" and "tensor_buft_overrides already set" in r.reason
+    assert r.placement == own and r.device_bytes == full - 900
+    assert fit(m, 200000, 67000, n_ctx=100, user=own, alignment=1, compute=0).status == "fits"
+
+
+def test_fit_cuts_an_unset_context_by_interpolation():
+    """8192 trained, 4096 minimum, 512 bytes per cell: target 3,000,000 -> 4096 + 4096 *
+    (3000000 - 2099662) // (4196814 - 2099662) = 5854, rounded down to 256: 5632."""
+    m = synthetic()
+    r = fit(m, 3_001_000, 1000, alignment=1, compute=0)
+    assert (r.status, r.n_ctx, r.args()) == ("context", 5632, "-c 5632 -ngl -1")
+    assert r.device_bytes == 2510 + 5632 * 512 <= 3_000_000
+
+
+def _reference(m, target):
+    """Plain enumeration of what fit's step 4 converges to when memory grows with every
+    expert on the GPU: the fewest partial layers that fit, then the richest overflow of the
+    next layer strictly under the target (up -> gate; else attention only)."""
+    hp = m.n_layer
+
+    def used(n_part, overflow="moe"):
+        return mem(m, _placement(hp, _Layers(hp + 1, n_part, overflow))).total
+    n_part = min(p for p in range(hp + 1) if used(p) <= target)
+    if n_part == 0:
+        return _placement(hp, _Layers(hp + 1, 0))
+    best = "moe"
+    if used(n_part, "up") < target:
+        best = "gate" if used(n_part, "gate") < target else "up"
+    elif used(n_part, "attn") < target:
+        best = "attn"
+    return _placement(hp, _Layers(hp + 1, n_part, best))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(50, 5000), min_size=2, max_size=12), st.floats(0.0, 1.0))
+def test_fit_step_four_equals_enumeration(expert_bytes, where):
+    m = synthetic(tuple(expert_bytes))
+    # from the least fit's step 3 can reach with every layer (the first offloaded block keeps
+    # its experts) to the default
+    lo = mem(m, _placement(m.n_layer, _Layers(m.n_layer + 1, m.n_layer))).total
+    hi = mem(m, Placement()).total
+    target = int(lo + 1 + where * (hi - lo - 2))
+    r = fit(m, 10**9, 10**9 - target, n_ctx=100, alignment=1, compute=0)
+    assert r.placement == _reference(m, target)
+    assert r.device_bytes <= target
+
+
+# --- real llama.cpp on the software Vulkan device ------------------------------------------
+
+
+def write_tiny_moe(path: Path, n_blocks=4, n_experts=8, hidden=512, inter=1024, heads=8,
+                   kv_heads=4, head_dim=64, vocab=512, ctx_train=8192, seed=0) -> Path:
+    """A random-weight qwen3moe GGUF in F16 (about 103 MiB), with a byte-level vocabulary."""
+    rng = np.random.default_rng(seed)
+    w = GGUFWriter(str(path), "qwen3moe")
+    for k, v in (("context_length", ctx_train), ("embedding_length", hidden),
+                 ("block_count", n_blocks), ("feed_forward_length", inter),
+                 ("attention.head_count", heads), ("attention.head_count_kv", kv_heads),
+                 ("attention.key_length", head_dim), ("attention.value_length", head_dim),
+                 ("expert_count", n_experts), ("expert_used_count", 2),
+                 ("expert_feed_forward_length", inter)):
+        w.add_uint32(f"qwen3moe.{k}", v)
+    w.add_float32("qwen3moe.rope.freq_base", 10000.0)
+    w.add_float32("qwen3moe.attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_file_type(1)
+    words = vocab - 259
+    w.add_tokenizer_model("llama")
+    w.add_token_list(["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+                     + [f"\u2581w{i}" for i in range(words)])
+    w.add_token_scores([0.0] * 259 + [-float(i) for i in range(words)])
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * words)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+
+    def f16(name, *shape):
+        w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float16))
+
+    def ones(name, n):
+        w.add_tensor(name, np.ones(n, dtype=np.float32))
+    f16("token_embd.weight", vocab, hidden)
+    ones("output_norm.weight", hidden)
+    f16("output.weight", vocab, hidden)
+    for b in range(n_blocks):
+        p = f"blk.{b}."
+        ones(p + "attn_norm.weight", hidden)
+        f16(p + "attn_q.weight", heads * head_dim, hidden)
+        f16(p + "attn_k.weight", kv_heads * head_dim, hidden)
+        f16(p + "attn_v.weight", kv_heads * head_dim, hidden)
+        f16(p + "attn_output.weight", hidden, heads * head_dim)
+        ones(p + "attn_q_norm.weight", head_dim)
+        ones(p + "attn_k_norm.weight", head_dim)
+        ones(p + "ffn_norm.weight", hidden)
+        w.add_tensor(p + "ffn_gate_inp.weight",
+                     (rng.standard_normal((n_experts, hidden)) * 0.02).astype(np.float32))
+        f16(p + "ffn_gate_exps.weight", n_experts, inter, hidden)
+        f16(p + "ffn_up_exps.weight", n_experts, inter, hidden)
+        f16(p + "ffn_down_exps.weight", n_experts, hidden, inter)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_moe(tmp_path_factory) -> Path:
+    return write_tiny_moe(tmp_path_factory.mktemp("fit") / "tiny-moe.gguf")
+
+
+def vulkan(tool: str, *args: str) -> subprocess.CompletedProcess:
+    exe = VK / "bin" / tool
+    if not exe.is_file():
+        missing_runtime(f"llama.cpp b11434 with Vulkan ({tool}) is not built", SETUP)
+    env = dict(os.environ, LD_LIBRARY_PATH=str(VK / "bin"), GGML_VK_VISIBLE_DEVICES="0")
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, env=env,
+                          timeout=600)
+
+
+def free_bytes() -> int:
+    """The software device's free memory, as llama.cpp lists it (Mesa 22.3.6: a fixed 2 GiB)."""
+    r = vulkan("llama-fit-params", "--list-devices")
+    m = re.search(r"Vulkan0: .*\((\d+) MiB, (\d+) MiB free\)", r.stdout + r.stderr)
+    assert m, (r.stdout + r.stderr)[-3000:]
+    return int(m.group(2)) * MiB
+
+
+def measured(out: str) -> dict[str, float]:
+    """The buffers llama.cpp allocated on Vulkan0 (model, KV, compute), in MiB."""
+    got = {}
+    for kind, pat in (("model", r"Vulkan0 model buffer size = +([\d.]+) MiB"),
+                      ("context", r"Vulkan0 KV buffer size = +([\d.]+) MiB"),
+                      ("compute", r"Vulkan0 compute buffer size = +([\d.]+) MiB")):
+        m = re.search(pat, out)
+        got[kind] = float(m.group(1)) if m else 0.0
+    return got
+
+
+#: -fitt margins (MiB) from "the default fits" through every step-4 outcome to dense-only
+MARGINS = (1024, 1900, 1930, 1950, 1965, 1980, 1990, 2000, 2010, 2020, 2035)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="the compute buffer llama.cpp reserves changes with the "
+                   "placement (20.02 MiB at the default); the port's constant estimate moves "
+                   "fit's boundaries: at -fitt 1940 and 1985-1990 MiB the port differs (issue 39)")
+def test_the_port_chooses_what_llama_fit_params_chooses(tiny_moe):
+    """At each margin the port's arguments are the line real llama-fit-params prints, on the
+    software Vulkan device, with the context set (-c 4096) and with it left to fit."""
+    free = free_bytes()
+    m = read_llama_model(tiny_moe)
+    for ctx in (4096, 0):
+        for margin in MARGINS:
+            c = ("-c", str(ctx)) if ctx else ()
+            r = vulkan("llama-fit-params", "-m", str(tiny_moe), *c, "-fitc", "2048",
+                       "-fitt", str(margin))
+            assert r.returncode == 0, r.stderr[-3000:]
+            port = fit(m, free, margin * MiB, n_ctx=ctx, n_ctx_min=2048,
+                       alignment=ALIGNMENT)
+            assert port.args() == r.stdout.strip().splitlines()[-1], (ctx, margin)
+
+
+#: placements the accounting is checked at: the default, fit's shapes, --n-cpu-moe's
+PLACEMENTS = (Placement(), Placement(5, (r"blk\.1\.ffn_(gate|gate_up|down).*",
+                                         r"blk\.2\.ffn_(up|down|gate_up|gate)_(ch|)exps")),
+              Placement(3))
+
+
+@pytest.mark.slow
+def test_vram_accounting_matches_the_buffers_llama_cpp_allocates(tiny_moe):
+    """llama-completion -v on the software device: the model buffer and the KV cache on
+    Vulkan0 are the port's to the printed 0.01 MiB, at two contexts and two cache types; the
+    compute buffer is an estimate, within the stated bound."""
+    m = read_llama_model(tiny_moe)
+    for ctx, ctk in ((4096, "f16"), (1000, "q8_0")):
+        for p in PLACEMENTS[: 3 if ctx == 4096 else 1]:
+            ot = ("-ot", ",".join(f"{x}=CPU" for x in p.host_patterns)) if p.host_patterns \
+                else ()
+            r = vulkan("llama-completion", "-m", str(tiny_moe), "-c", str(ctx), "-n", "1",
+                       "-p", "w1 w2", "-no-cnv", "--fit", "off", "-ngl", str(p.n_gpu_layers),
+                       *ot, "-ctk", ctk, "-ctv", ctk, "-fa", "on", "-v")
+            assert r.returncode == 0, r.stderr[-3000:]
+            got = measured(r.stdout + r.stderr)
+            want = device_memory(m, p, ctx, ctk, ctk, alignment=ALIGNMENT)
+            assert abs(got["model"] - want.model / MiB) <= 0.006, (p, got, want)
+            assert abs(got["context"] - want.context / MiB) <= 0.006, (p, got, want)
+            if p == Placement() and ctx == 4096:
+                assert abs(got["compute"] - want.compute / MiB) <= COMPUTE_TOLERANCE_MIB, got
