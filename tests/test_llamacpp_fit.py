@@ -225,8 +225,9 @@ def vulkan(tool: str, *args: str) -> subprocess.CompletedProcess:
     if not exe.is_file():
         missing_runtime(f"llama.cpp b11434 with Vulkan ({tool}) is not built", SETUP)
     env = dict(os.environ, LD_LIBRARY_PATH=str(VK / "bin"), GGML_VK_VISIBLE_DEVICES="0")
-    return subprocess.run([str(exe), *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+    # a random-weight model's token may be any bytes: decode what it prints leniently
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, errors="replace",
+                          env=env, timeout=600)
 
 
 def free_bytes() -> int:
