@@ -254,14 +254,12 @@ MARGINS = (1024, 1900, 1930, 1950, 1965, 1980, 1990, 2000, 2010, 2020, 2035)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the compute buffer llama.cpp reserves changes with the "
-                   "placement (20.02 MiB at the default); the port's constant estimate moves "
-                   "fit's boundaries: at -fitt 1940 and 1985-1990 MiB the port differs (issue 39)")
 def test_the_port_chooses_what_llama_fit_params_chooses(tiny_moe):
     """At each margin the port's arguments are the line real llama-fit-params prints, on the
     software Vulkan device, with the context set (-c 4096) and with it left to fit."""
     free = free_bytes()
     m = read_llama_model(tiny_moe)
+    differ = []
     for ctx in (4096, 0):
         for margin in MARGINS:
             c = ("-c", str(ctx)) if ctx else ()
@@ -270,7 +268,16 @@ def test_the_port_chooses_what_llama_fit_params_chooses(tiny_moe):
             assert r.returncode == 0, r.stderr[-3000:]
             port = fit(m, free, margin * MiB, n_ctx=ctx, n_ctx_min=2048,
                        alignment=ALIGNMENT)
-            assert port.args() == r.stdout.strip().splitlines()[-1], (ctx, margin)
+            real = r.stdout.strip().splitlines()[-1]
+            if port.args() != real:
+                # where the default fits, there is no compute-buffer boundary to miss
+                assert port.status != "fits" and real != f"-c {port.n_ctx} -ngl -1", \
+                    (ctx, margin, port.args(), real)
+                differ.append((ctx, margin))
+    if differ:
+        # the compute buffer llama.cpp reserves changes with the placement (20.02 MiB at the
+        # default); the port's constant estimate moves fit's boundaries (issue 39)
+        pytest.xfail(f"the port differs from llama-fit-params at (-c, -fitt) {differ}")
 
 
 #: placements the accounting is checked at: the default, fit's shapes, --n-cpu-moe's
