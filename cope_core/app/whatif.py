@@ -57,7 +57,8 @@ def default_budget(g: ModelGeometry, platform: dict | None) -> float:
     cap = budget_gib(g, g.n_experts // 2)
     gpu = GPUS.get(str((platform or {}).get("gpu", "")).lower())
     value = min(gpu.vram_bytes / GIB, cap) if gpu else cap
-    return snap(math.floor(value / BUDGET_STEP) * BUDGET_STEP)
+    # never below the slider's first step: a budget under K = 0's need is an error
+    return max(snap(math.floor(value / BUDGET_STEP) * BUDGET_STEP), budget_range(g)[0])
 
 
 def candidate_ids(residencies: Iterable[str], executions: Iterable[str],
