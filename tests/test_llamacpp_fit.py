@@ -11,12 +11,10 @@ import re
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
-from gguf import GGUFWriter
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from llama_tools import CACHE, missing_runtime
+from llama_tools import CACHE, missing_runtime, write_tiny_moe
 
 from cope_core.estimate.llamacpp_fit import ALL_EXPERTS, _Layers, _placement, fit
 from cope_core.estimate.llamacpp_vram import (
@@ -158,61 +156,6 @@ def test_fit_step_four_equals_enumeration(expert_bytes, where):
 
 
 # --- real llama.cpp on the software Vulkan device ------------------------------------------
-
-
-def write_tiny_moe(path: Path, n_blocks=4, n_experts=8, hidden=512, inter=1024, heads=8,
-                   kv_heads=4, head_dim=64, vocab=512, ctx_train=8192, seed=0) -> Path:
-    """A random-weight qwen3moe GGUF in F16 (about 103 MiB), with a byte-level vocabulary."""
-    rng = np.random.default_rng(seed)
-    w = GGUFWriter(str(path), "qwen3moe")
-    for k, v in (("context_length", ctx_train), ("embedding_length", hidden),
-                 ("block_count", n_blocks), ("feed_forward_length", inter),
-                 ("attention.head_count", heads), ("attention.head_count_kv", kv_heads),
-                 ("attention.key_length", head_dim), ("attention.value_length", head_dim),
-                 ("expert_count", n_experts), ("expert_used_count", 2),
-                 ("expert_feed_forward_length", inter)):
-        w.add_uint32(f"qwen3moe.{k}", v)
-    w.add_float32("qwen3moe.rope.freq_base", 10000.0)
-    w.add_float32("qwen3moe.attention.layer_norm_rms_epsilon", 1e-6)
-    w.add_file_type(1)
-    words = vocab - 259
-    w.add_tokenizer_model("llama")
-    w.add_token_list(["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
-                     + [f"\u2581w{i}" for i in range(words)])
-    w.add_token_scores([0.0] * 259 + [-float(i) for i in range(words)])
-    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * words)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-
-    def f16(name, *shape):
-        w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float16))
-
-    def ones(name, n):
-        w.add_tensor(name, np.ones(n, dtype=np.float32))
-    f16("token_embd.weight", vocab, hidden)
-    ones("output_norm.weight", hidden)
-    f16("output.weight", vocab, hidden)
-    for b in range(n_blocks):
-        p = f"blk.{b}."
-        ones(p + "attn_norm.weight", hidden)
-        f16(p + "attn_q.weight", heads * head_dim, hidden)
-        f16(p + "attn_k.weight", kv_heads * head_dim, hidden)
-        f16(p + "attn_v.weight", kv_heads * head_dim, hidden)
-        f16(p + "attn_output.weight", hidden, heads * head_dim)
-        ones(p + "attn_q_norm.weight", head_dim)
-        ones(p + "attn_k_norm.weight", head_dim)
-        ones(p + "ffn_norm.weight", hidden)
-        w.add_tensor(p + "ffn_gate_inp.weight",
-                     (rng.standard_normal((n_experts, hidden)) * 0.02).astype(np.float32))
-        f16(p + "ffn_gate_exps.weight", n_experts, inter, hidden)
-        f16(p + "ffn_up_exps.weight", n_experts, inter, hidden)
-        f16(p + "ffn_down_exps.weight", n_experts, hidden, inter)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
 
 
 @pytest.fixture(scope="module")
