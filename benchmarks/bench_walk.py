@@ -175,7 +175,8 @@ def main() -> None:
         text = log.read_text()
         out["log_tracebacks"] = text.count("Traceback")
         out["log_inotify_lines"] = text.count("Inotify")
-        out["log_tail"] = text[-3000:] if out["log_tracebacks"] else ""
+        quiet = [ln for ln in text.splitlines() if "Inotify" not in ln]
+        out["log_tail"] = "\n".join(quiet[-120:]) if out["log_tracebacks"] else ""
     print(f"cold first page        {out['cold_first_page_s']:.2f} s")
     print(f"second start, 1st page {out['second_start_first_page_s']:.2f} s")
     print(f"operating point change {_med(out['op_change_s'])}")

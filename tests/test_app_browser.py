@@ -373,6 +373,9 @@ def test_settings_survive_every_page_by_the_sidebar(server, page):
     Streamlit's per-page widget ids reset them: vram=0 and op=1@20 after the first click.)"""
     ctx, pg = _session(page, f"{server}/landscape?example=qwen3-30b-a3b&vram=16&op=8%40100"
                               "&est=atomic")
+    # the viewer's toolbar (.streamlit/config.toml): the menu, but no "Deploy"
+    assert pg.locator('[data-testid="stMainMenu"]').count() == 1
+    assert pg.get_by_role("button", name="Deploy").count() == 0
     for title in ("Policy Matrix", "Compare platforms", "Export", "Overview", "Traces",
                   "Profiles", "Predicted vs measured", "Landscape", "Export", "Compare platforms"):
         _walk_to(pg, title)
