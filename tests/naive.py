@@ -72,7 +72,8 @@ def tpot_prompt(routed, predicted, contexts, L, E, k, K, order, residency, moe, 
         acc += shared(contexts[t])
         for l in range(L):
             acc += moe[hits[t][l]]
-            if residency != "fixed" and l < L - 1:
+            # at K = E every expert is resident: nothing to prefetch, no per-layer step
+            if residency != "fixed" and K < E and l < L - 1:
                 acc += pf[1 if ins[t][l] else 0]
     n = len(routed)
     total_hits = sum(sum(row) for row in hits)
