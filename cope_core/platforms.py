@@ -179,14 +179,20 @@ def spec_from_parts(gpu: parts.GpuPart, link: parts.LinkPart, cpu: parts.CpuPart
     """The platform of these parts. A measured bandwidth (``measured`` memory, or a CPU whose
     per-core bandwidth was measured) is what the analytic model should *reach*, so it enters
     divided by the CPU efficiency the model multiplies every CPU peak by."""
-    eff = PlatformSpec.cpu_efficiency
-    mem_bw = memory.bandwidth / eff if memory.measured else memory.bandwidth
-    core_bw = cpu.per_core_bandwidth / eff if cpu.measured else cpu.per_core_bandwidth
+    mem_bw, core_bw = host_bandwidths(cpu, memory)
     return PlatformSpec(name=name or f"{gpu.name}+{link.name}+{cpu.name}", gpu_name=gpu.name,
                         gpu_flops=gpu.flops, gpu_bandwidth=gpu.bandwidth, link_name=link.name,
                         link_bandwidth=link.bandwidth, cpu_name=cpu.name, cpu_cores=cpu.cores,
                         cpu_flops_per_thread=cpu.flops_per_thread, cpu_bandwidth=mem_bw,
                         cpu_bandwidth_per_thread=core_bw)
+
+
+def host_bandwidths(cpu: parts.CpuPart, memory: parts.MemoryPart) -> tuple[float, float]:
+    """The memory's and one core's bandwidth as the analytic model takes them (a measured one
+    divided by the CPU efficiency the model multiplies every CPU peak by)."""
+    eff = PlatformSpec.cpu_efficiency
+    return (memory.bandwidth / eff if memory.measured else memory.bandwidth,
+            cpu.per_core_bandwidth / eff if cpu.measured else cpu.per_core_bandwidth)
 
 
 def platform_spec(gpu: str, *, link: str | None = None, cpu: str = DEFAULT_CPU) -> PlatformSpec:

@@ -19,7 +19,7 @@ from .args import add_model_options, candidate_list, k_arg, layers, share
 #: sub-command, these and the ones built here, sets ``func`` (``parser.set_defaults(func=...)``)
 #: to a function of ``args`` that returns the exit status.
 PLUGINS: tuple[str, ...] = ("export_cmd", "trace_cmd", "app_cmd", "measure_cmd", "compare_cmd",
-                            "contention_cmd", "verify_cmd", "parts_cmd")
+                            "contention_cmd", "verify_cmd", "parts_cmd", "advise_cmd")
 
 
 class _Parser(argparse.ArgumentParser):

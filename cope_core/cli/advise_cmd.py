@@ -1,0 +1,140 @@
+"""``cope advise``: the command line to paste for a model on a machine, runtime by runtime, in
+tokens per second (a CLI plugin, see PLUGINS in main.py; the answer is
+:func:`cope_core.export.advise.advise`'s)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .. import parquet_io
+from ..errors import CopeInputError
+from ..export.advise import RUNTIMES, Advice, RuntimeAnswer, Speed
+from ..files import check_writable, print_json, write_atomic
+from ..geometry import DEFAULT_CONTEXT
+from ..machine import THIS, compose_machine
+from .args import add_model_options, model_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("advise", help="the command to paste for a model on your machine, "
+                                      "runtime by runtime, in tokens per second")
+    add_model_options(s, required=True)
+    s.add_argument("--gpu", required=True,
+                   help="catalog GPU (cope parts gpus), GPU part file, 'this' or 'none'")
+    s.add_argument("--cpu", required=True, help="catalog CPU (cope parts cpus), CPU part file "
+                                                "or 'this'")
+    s.add_argument("--memory", help="TYPE-MTSxCHANNELS (ddr4-3200x2) or 'this' (measured); "
+                                    "default the CPU's usual memory")
+    s.add_argument("--pcie", help="the slot, pcieGENxLANES or GENxLANES (default: the card's "
+                                  "own interface)")
+    s.add_argument("--vram-gib", type=float,
+                   help="VRAM budget (default: the card's memory less llama.cpp's 1 GiB --fit "
+                        "margin)")
+    s.add_argument("--threads", type=int, help="CPU threads (default: the physical cores; "
+                                               "a hybrid part's P-cores)")
+    s.add_argument("--ctx", type=int, default=DEFAULT_CONTEXT,
+                   help=f"tokens of KV cache the VRAM holds (default {DEFAULT_CONTEXT})")
+    s.add_argument("--runtime", default="all", choices=(*RUNTIMES, "all"),
+                   help="one runtime, or all (default)")
+    s.add_argument("--trace", help="a routing trace (cope.trace/1) to price instead of the "
+                                   "synthetic one made in memory")
+    s.add_argument("--calibration", help="with --trace: the trace whose popularity fills the "
+                                         "cache")
+    s.add_argument("--seed", type=int, default=0, help="seed of the synthetic routing "
+                                                       "(default 0)")
+    s.add_argument("--probe-seconds", type=float, default=1.0,
+                   help="how long the memory probe of 'this' runs (default 1)")
+    s.add_argument("--output-dir", metavar="DIR",
+                   help="write the files the commands read (exllamav3's expert statistics, "
+                        "SGLang-KT's expert locations) into DIR")
+    s.add_argument("--force", action="store_true", help="overwrite files in --output-dir")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=cmd_advise)
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from ..export.advise import advise
+    if args.calibration and not args.trace:
+        raise CopeInputError("needs --trace", field="--calibration")
+    g = model_from_args(args)
+    machine = compose_machine(gpu=args.gpu, cpu=args.cpu, memory=args.memory, link=args.pcie,
+                              threads=args.threads, probe_seconds=args.probe_seconds)
+    trace = parquet_io.read_trace(args.trace) if args.trace else None
+    cal = parquet_io.read_trace(args.calibration) if args.calibration else None
+    out = advise(g, machine, runtimes=RUNTIMES if args.runtime == "all" else (args.runtime,),
+                 vram_gib=args.vram_gib, context=args.ctx, trace=trace, calibration=cal,
+                 seed=args.seed)
+    written = _write_files(out, args.output_dir, args.force) if args.output_dir else []
+    if args.json:
+        print_json({**out.to_dict(), "written": written})
+        return 0
+    print("\n".join(text_lines(out, detected=THIS in {str(args.gpu).lower(),
+                                                      str(args.cpu).lower(),
+                                                      str(args.memory).lower()})))
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def _write_files(out: Advice, folder: str, force: bool) -> list[str]:
+    files = [(str(Path(folder) / p), data) for a in out.answers for p, data in a.files]
+    for path, _ in files:       # refuse before writing anything
+        check_writable(path, overwrite=force)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    for path, data in files:
+        write_atomic(path, data, overwrite=force)
+    return [p for p, _ in files]
+
+
+def tps(s: Speed) -> str:
+    """``154.2 tokens/s [102.2, 213.7] (6.484 ms/token)``."""
+    ci = s.tokens_per_s_interval
+    band = "" if ci is None else f" [{ci[0]:.1f}, {ci[1]:.1f}]"
+    return f"{s.tokens_per_s:.1f} tokens/s{band} ({s.tpot_us / 1e3:.3f} ms/token)"
+
+
+def _gain(x: float | None) -> str:
+    return "" if x is None else f"; x{x:.2f} over the default"
+
+
+def _runtime_lines(a: RuntimeAnswer) -> list[str]:
+    lines = [a.runtime]
+    if a.command is None:
+        return lines + [f"  {n}" for n in a.notes]
+    lines.append(f"  {a.command}")
+    if a.speed is not None:
+        lines.append(f"  predicted {tps(a.speed)}, runs {a.runs}")
+    default = f"{a.default_what}" + ("" if a.default is None else
+                                     f": {a.default.tokens_per_s:.1f} tokens/s")
+    lines.append(f"  default: {default}{_gain(a.gain_over_default)}")
+    return lines + [f"  note: {n}" for n in a.notes]
+
+
+def text_lines(out: Advice, detected: bool = False) -> list[str]:
+    """What ``cope advise`` prints."""
+    g, m = out.model, out.machine
+    cpu = m.cpu.name if m.cpu.origin == "catalog" else m.cpu.label
+    mem = (f"memory measured at {m.memory.bandwidth / 1e9:.1f} GB/s" if m.memory.measured
+           else m.memory.name)
+    parts = (f"{cpu}, {mem}, no GPU (CPU only)" if m.cpu_only else
+             f"{m.gpu.name if m.gpu else ''} on {m.link.name if m.link else ''}, {cpu}, {mem}")
+    lines = [f"{g.name} ({g.format_name}): {g.n_layers} MoE layers, top-{g.top_k} of "
+             f"{g.n_experts} experts", f"machine: {parts}; {out.threads} CPU threads"]
+    if detected:
+        lines += ["", m.describe(), ""]
+    if out.vram_gib is not None:
+        lines.append(f"VRAM budget {out.vram_gib:.2f} GiB ({out.vram_source}): K = "
+                     f"{out.experts_per_layer} of {g.n_experts} experts per MoE layer with "
+                     f"{out.context} tokens of KV cache")
+    lines += [f"routing: {out.routing}",
+              "costs: ANALYTIC profile of these parts (what-if from published numbers, not "
+              "measured); intervals 95 % with the model's measured error", ""]
+    for a in out.answers:
+        lines += _runtime_lines(a)
+    if out.winner is not None:
+        name, sp = out.winner
+        gain = "" if out.baseline is None else \
+            f"; x{out.baseline.tpot_us / sp.tpot_us:.2f} over llama.cpp's default"
+        lines += ["", f"Policy Matrix winner (for reference; no runtime runs it unless named "
+                      f"above): {name}, {tps(sp)}{gain}"]
+    return lines

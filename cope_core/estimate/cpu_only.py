@@ -1,0 +1,102 @@
+"""Decode speed of a machine without a GPU: every weight in host memory, every operation on the
+CPU's threads (``llama-server -ngl 0``).
+
+The Policy Matrix needs a GPU: even at ``K = 0`` its candidates run the shared work (attention,
+norms, router, the dense blocks and the LM head) on the GPU and only the routed experts on the
+CPU. Without a GPU there is no placement to choose; one token costs, by the analytic model's own
+atomic costs (:mod:`cope_core.profile.analytic`) with the GPU's throughput replaced by the CPU's:
+
+* each block's shared work: its FLOPs at the threads' achieved FLOP/s or its weights and KV cache
+  at the achieved host bandwidth (whichever is longer), plus the block's operations at one
+  launch each (ggml's per-node thread barrier, priced as a GPU launch: an assumption);
+* each MoE layer's ``top_k`` routed experts: :func:`~cope_core.profile.analytic.cpu_expert` each
+  (bytes as stored, at the memory's or the threads' rate), plus one expert group's operations;
+* the LM head, and reading the token back.
+
+No transfer, no synchronisation between devices and no hand-off to CPU workers is charged. The
+interval draws the model's constants as the analytic profile's does
+(:func:`~cope_core.profile.analytic.drawn_consts`) and widens by COPE's measured model error
+(:mod:`cope_core.estimate.model_error`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..geometry import ModelGeometry
+from ..parts import CpuPart, MemoryPart
+from ..platforms import PlatformSpec, host_bandwidths
+from ..profile.analytic import (
+    Consts,
+    consts,
+    cpu_expert,
+    dense_block,
+    drawn_consts,
+    head,
+    moe_block,
+)
+from .model_error import around_point, model_error
+from .uncertainty import DEFAULT_DRAWS, LEVEL, check_draws
+
+
+@dataclass(frozen=True)
+class CpuOnlyPrice:
+    """Predicted time per output token on the CPU alone, microseconds, and its 95 % interval
+    (None without draws)."""
+
+    tpot_us: float
+    tpot_ci_us: tuple[float, float] | None
+    context: float
+
+
+def host_spec(cpu: CpuPart, memory: MemoryPart) -> PlatformSpec:
+    """A :class:`PlatformSpec` whose "GPU" is the host itself (its threads' FLOP/s and the
+    memory's bandwidth), for the analytic constants of a CPU-only machine."""
+    mem_bw, core_bw = host_bandwidths(cpu, memory)
+    return PlatformSpec(name=f"{cpu.name}+{memory.name} (CPU only)", gpu_name="none (CPU only)",
+                        gpu_flops=cpu.flops_per_thread * cpu.cores, gpu_bandwidth=mem_bw,
+                        link_name="none", link_bandwidth=mem_bw, cpu_name=cpu.name,
+                        cpu_cores=cpu.cores, cpu_flops_per_thread=cpu.flops_per_thread,
+                        cpu_bandwidth=mem_bw, cpu_bandwidth_per_thread=core_bw)
+
+
+def _on_host(c: Consts) -> Consts:
+    """Constants whose device throughput is the CPU threads' (so the shared blocks' costs,
+    written for the GPU, price them on the host)."""
+    return c._replace(gpu_flops=c.cpu_flops, gpu_bw=c.cpu_bw)
+
+
+def host_tpot(g: ModelGeometry, c: Consts, context: float):
+    """One token on the CPU alone (module docstring), microseconds; ``c`` from
+    :func:`_on_host` (floats, or arrays of draws)."""
+    experts = g.top_k * cpu_expert(g, c) + c.kernels_per_group * c.launch
+    return (g.dense_layers * dense_block(g, c, context)
+            + g.n_layers * (moe_block(g, c, context) + experts) + head(g, c))
+
+
+def cpu_only_price(g: ModelGeometry, cpu: CpuPart, memory: MemoryPart, threads: int,
+                   context: float, *, draws: int = DEFAULT_DRAWS, seed: int = 0) -> CpuOnlyPrice:
+    """Predict decode on the CPU alone at ``threads`` and a KV cache of ``context`` tokens.
+
+    Parameters
+    ----------
+    g : ModelGeometry
+    cpu, memory : CpuPart, MemoryPart
+        The host (:func:`cope_core.machine.compose_machine`'s ``cpu`` and ``memory``).
+    threads : int
+        CPU threads (more than the cores count as the cores).
+    context : float
+        Tokens in the KV cache each decode step reads (the mean over the decode).
+    draws, seed : int
+        Draws of the analytic constants for the interval (0: none).
+    """
+    draws = check_draws(draws)
+    c = consts(host_spec(cpu, memory), threads)
+    point = float(host_tpot(g, _on_host(c), context))
+    if not draws:
+        return CpuOnlyPrice(point, None, float(context))
+    drawn = np.asarray(host_tpot(g, _on_host(drawn_consts(c, draws, np.random.default_rng(seed))),
+                                 context), np.float64)
+    lo, hi = around_point(np.array([point]), drawn[:, None], LEVEL, model_error().sigma("cope"))
+    return CpuOnlyPrice(point, (float(lo[0]), float(hi[0])), float(context))

@@ -1,0 +1,305 @@
+"""``cope advise``: one model on one machine, answered runtime by runtime in tokens per second.
+
+One call does what four commands did (``synth`` twice, ``profile --analytic``, ``predict``) and
+then renders each runtime's command with the export renderers (:func:`cope_core.export.render`,
+the same text ``cope export`` prints)::
+
+    machine = compose_machine(gpu="rtx3090", cpu="ryzen-7-5700x", memory="ddr4-3200x2",
+                              link="4x16")
+    advice = advise(resolve_model("qwen3-30b-a3b", "Q4_K_M"), machine)
+
+* VRAM: the card's memory less what llama.cpp keeps free when it places a model itself
+  (:data:`RESERVE_BYTES`, its ``--fit`` margin); the same budget prices every runtime, and the
+  memory model (docs/design.md#model-geometry-and-memory) turns it into ``K`` with the KV cache
+  at the context asked for.
+* Routing: the given traces, or a SYNTHETIC trace and calibration trace made in memory as the
+  shipped examples' (:func:`cope_core.trace.synth_defaults.synthetic_inputs`).
+* Costs: an ANALYTIC profile of the composed machine at its threads
+  (:func:`cope_core.profile.analytic.analytic_profile`).
+* Per runtime: the first command of its rendered text, the predicted speed of what that command
+  runs, and the runtime's default (what it does with no placement flag) with the gain over it;
+  the Policy Matrix's winner for reference.
+* No GPU: no placement to choose; llama.cpp and ik_llama.cpp run everything on the CPU
+  (:mod:`cope_core.estimate.cpu_only`), the GPU runtimes are not answered.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import CopeInputError
+from ..estimate.cpu_only import cpu_only_price
+from ..estimate.llamacpp_fit import FIT_MARGIN
+from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
+from ..machine import Machine
+from ..matrix import LAYER_PARTITION
+from ..profile.analytic import analytic_profile
+from ..trace.data import Trace
+from ..trace.synth_defaults import (
+    CALIBRATION_PROMPTS,
+    TOKENS,
+    TRACE_PROMPTS,
+    synth_defaults,
+    synthetic_inputs,
+)
+from .build import build_policy
+from .formats import get_format, render
+from .policy import Policy
+
+#: The runtimes ``cope advise`` answers for, in the order it prints them.
+RUNTIMES: tuple[str, ...] = ("llama.cpp", "ik_llama.cpp", "exllamav3", "sglang-kt", "vllm")
+#: VRAM kept free by default: llama.cpp's ``--fit`` margin (``-fitt``, 1 GiB)
+RESERVE_BYTES = FIT_MARGIN
+RESERVE_SOURCE = ("llama.cpp's --fit margin (-fitt 1 GiB, common/common.h l. 486 of b11434), "
+                  "kept free for every runtime")
+US = 1e6
+
+
+@dataclass(frozen=True)
+class Speed:
+    """A predicted decode speed: microseconds per token and its 95 % interval (None: none)."""
+
+    tpot_us: float
+    tpot_ci_us: tuple[float, float] | None = None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return US / self.tpot_us
+
+    @property
+    def tokens_per_s_interval(self) -> tuple[float, float] | None:
+        ci = self.tpot_ci_us
+        return None if ci is None else (US / ci[1], US / ci[0])
+
+
+@dataclass(frozen=True)
+class RuntimeAnswer:
+    """One runtime's answer: the command to paste, what it runs, its speed, and its default.
+
+    ``command`` is None when the runtime cannot run here (``notes`` says why); ``speed`` None
+    when what it runs is not predicted; ``default`` None when the default's speed is unknown or
+    it does not load (``default_what`` says which)."""
+
+    runtime: str
+    command: str | None
+    runs: str | None
+    speed: Speed | None
+    default_what: str
+    default: Speed | None
+    notes: tuple[str, ...] = ()
+    files: tuple[tuple[str, bytes], ...] = ()
+
+    @property
+    def gain_over_default(self) -> float | None:
+        """How many times faster than the default (None when either is not predicted)."""
+        if self.speed is None or self.default is None:
+            return None
+        return self.default.tpot_us / self.speed.tpot_us
+
+    def to_dict(self) -> dict[str, Any]:
+        sp, df = self.speed, self.default
+        return {"runtime": self.runtime, "command": self.command, "runs": self.runs,
+                "tokens_per_s": None if sp is None else sp.tokens_per_s,
+                "tokens_per_s_interval": None if sp is None else sp.tokens_per_s_interval,
+                "ms_per_token": None if sp is None else sp.tpot_us / 1e3,
+                "default": self.default_what,
+                "default_tokens_per_s": None if df is None else df.tokens_per_s,
+                "gain_over_default": self.gain_over_default, "notes": list(self.notes),
+                "files": [p for p, _ in self.files]}
+
+
+@dataclass(frozen=True)
+class Advice:
+    """Everything ``cope advise`` prints: the inputs as resolved and one answer per runtime."""
+
+    model: ModelGeometry
+    machine: Machine
+    vram_gib: float | None          # the budget (None: CPU-only)
+    vram_source: str
+    experts_per_layer: int | None
+    context: int
+    routing: str
+    answers: tuple[RuntimeAnswer, ...]
+    winner: tuple[str, Speed] | None   # the Policy Matrix's, None without a GPU
+    policy: Policy | None
+    baseline: Speed | None = None      # llama.cpp's default, None when not predicted
+
+    @property
+    def threads(self) -> int:
+        return self.machine.threads
+
+    def inputs(self) -> dict[str, Any]:
+        """The inputs as resolved, for JSON."""
+        return {"model": self.model.name, "weights": self.model.format_name,
+                "machine": self.machine.to_dict(), "vram_gib": self.vram_gib,
+                "vram_source": self.vram_source, "experts_per_layer": self.experts_per_layer,
+                "n_experts": self.model.n_experts, "threads": self.threads,
+                "context": self.context, "routing": self.routing,
+                "profile": "ANALYTIC, from the parts (what-if, not measured)"}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON ``cope advise --json`` prints: each runtime's answer with the inputs as
+        resolved (``K``, threads, context, VRAM), the inputs in full, and the Policy Matrix's
+        winner."""
+        each = {"experts_per_layer": self.experts_per_layer, "threads": self.threads,
+                "context": self.context, "vram_gib": self.vram_gib}
+        win = None
+        if self.winner is not None:
+            name, sp = self.winner
+            base = self.baseline
+            win = {"candidate": name, "tokens_per_s": sp.tokens_per_s,
+                   "tokens_per_s_interval": sp.tokens_per_s_interval,
+                   "gain_over_llamacpp_default": None if base is None
+                   else base.tpot_us / sp.tpot_us}
+        return {"inputs": self.inputs(),
+                "runtimes": [{**a.to_dict(), **each} for a in self.answers],
+                "policy_matrix_winner": win}
+
+
+def default_budget(machine: Machine) -> tuple[float, str]:
+    """The VRAM budget in GiB when none is given, and where it comes from."""
+    gib = (machine.vram_bytes - RESERVE_BYTES) / GIB
+    return gib, (f"{machine.vram_bytes / GIB:.2f} GiB on the card less "
+                 f"{RESERVE_BYTES / GIB:g} GiB, {RESERVE_SOURCE}")
+
+
+def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = RUNTIMES,
+           vram_gib: float | None = None, context: int = DEFAULT_CONTEXT,
+           trace: Trace | None = None, calibration: Trace | None = None, seed: int = 0
+           ) -> Advice:
+    """Answer ``cope advise`` (module docstring).
+
+    Parameters
+    ----------
+    model : ModelGeometry
+    machine : Machine
+        From :func:`cope_core.machine.compose_machine` (its ``threads`` are the operating point).
+    runtimes : sequence of str
+        Any of :data:`RUNTIMES`, answered in :data:`RUNTIMES`' order.
+    vram_gib : float, optional
+        The VRAM budget (default :func:`default_budget`).
+    context : int
+        Tokens of KV cache the budget holds.
+    trace, calibration : Trace, optional
+        Routing to price (re-labelled as ``model``); default a synthetic pair made in memory.
+    seed : int
+        The synthetic routing's seed.
+    """
+    unknown = [r for r in runtimes if r not in RUNTIMES]
+    if unknown:
+        raise CopeInputError(f"unknown runtime {unknown[0]!r}; expected one of "
+                             f"{[*RUNTIMES, 'all']}", field="--runtime")
+    order = [r for r in RUNTIMES if r in set(runtimes)]
+    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+        raise CopeInputError(f"expected a positive whole number of tokens, got {context!r}",
+                             field="--ctx")
+    if trace is None:
+        trace, calibration = synthetic_inputs(model, seed=seed)
+        routing = (f"SYNTHETIC, made in memory as the shipped examples' ({TRACE_PROMPTS} prompts "
+                   f"x {TOKENS} tokens, calibrated on {CALIBRATION_PROMPTS} more; "
+                   f"{synth_defaults(model).basis}), seed {seed}")
+    else:
+        trace = trace.with_model(model)
+        calibration = calibration.with_model(model) if calibration is not None else None
+        routing = (f"{trace.source.upper()} trace, {trace.n_prompts} prompts, {trace.n_tokens} "
+                   "tokens" + ("" if calibration is not None else
+                               "; no calibration trace: the fill is optimistic"))
+    if machine.cpu_only:
+        if vram_gib is not None:
+            raise CopeInputError("the machine has no GPU: a VRAM budget does not apply",
+                                 field="--vram-gib")
+        return _cpu_only(model, machine, order, context, trace, routing)
+    assert machine.spec is not None
+    if vram_gib is None:
+        vram_gib, source = default_budget(machine)
+    else:
+        source = "--vram-gib"
+    # build_policy's memory model holds DEFAULT_CONTEXT tokens of KV cache: the budget it gets
+    # is moved by the difference, so K is the one the asked context leaves
+    shift = (model.kv_cache_bytes(context) - model.kv_cache_bytes(DEFAULT_CONTEXT)) / GIB
+    K = model.experts_per_layer_for_vram(vram_gib * GIB, context=context)
+    profile = analytic_profile(model, machine.spec, cpu_threads=[machine.threads])
+    policy = build_policy(trace, profile, calibration, vram_gib=vram_gib - shift,
+                          cpu_threads=machine.threads, llamacpp="llama.cpp" in order)
+    assert policy.experts_per_layer == K
+    answers = tuple(_answer(policy, r) for r in order)
+    winner = (policy.candidate, _speed(policy, policy.candidate))
+    return Advice(model, machine, float(vram_gib), source, K, context, routing, answers, winner,
+                  policy, llamacpp_default(policy)[1])
+
+
+def _speed(policy: Policy, candidate: str) -> Speed:
+    ci = policy.interval_us(candidate)
+    return Speed(policy.cope_us(candidate), None if ci is None else (float(ci[0]), float(ci[1])))
+
+
+def _command(text: str) -> str:
+    return next(line for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def _answer(policy: Policy, runtime: str) -> RuntimeAnswer:
+    """One runtime's command, what it runs and its predicted speed, and its default."""
+    r = render(policy, runtime)
+    runs = policy.candidate if r.exact else r.deployed
+    notes = [] if r.exact else [r.summary]
+    if r.files:
+        notes.append(f"the command reads {', '.join(p for p, _ in r.files)} (--output-dir DIR "
+                     "writes it there)")
+    speed = None if runs is None else _speed(policy, runs)
+    rec = policy.llamacpp_cache
+    if runtime == "llama.cpp" and rec is not None and policy.chosen_by == "best":
+        # the llama.cpp text leads with the best configuration llama.cpp itself can run
+        best, v = rec.best[0], rec.versus[0]
+        runs, speed = best.candidate, Speed(v.tpot_us, v.tpot_ci_us)
+        if best.cache_mib:
+            notes.append(f"needs llama.cpp {best.build} or newer (its MoE expert cache)")
+    what, default = runtime_default(policy, runtime)
+    if runs is None:
+        notes.append(f"{get_format(runtime).label}'s setting is outside the Policy Matrix: not "
+                     "predicted")
+    return RuntimeAnswer(runtime, _command(r.text), runs, speed, what, default, tuple(notes),
+                         r.files)
+
+
+def runtime_default(policy: Policy, runtime: str) -> tuple[str, Speed | None]:
+    """What ``runtime`` does with no placement flag, and its predicted speed (None: unknown, or
+    it does not load at this VRAM)."""
+    if runtime == "llama.cpp":
+        return llamacpp_default(policy)
+    K, E = policy.experts_per_layer, policy.model.n_experts
+    if runtime in ("exllamav3", "vllm"):
+        flags = "-mcs/-mcl" if runtime == "exllamav3" else "--cpu-offload-gb"
+        what = f"without {flags} every expert on the GPU"
+        if K < E:
+            return what + ": does not fit this VRAM", None
+        return what, _speed(policy, LAYER_PARTITION)
+    return {"ik_llama.cpp": "without -ngl/-ot: not read from its source, unknown",
+            "sglang-kt": "without --kt-num-gpu-experts: not read from its source, unknown"
+            }[runtime], None
+
+
+def llamacpp_default(policy: Policy) -> tuple[str, Speed | None]:
+    """llama.cpp with no placement flag: ``--fit`` (on by default) places the model itself."""
+    return "--fit (no placement flags): not yet predicted", None
+
+
+def _cpu_only(model: ModelGeometry, machine: Machine, order: list[str], context: int,
+              trace: Trace, routing: str) -> Advice:
+    """No GPU: llama.cpp and ik_llama.cpp run every weight on the CPU; the rest need a GPU."""
+    price = cpu_only_price(model, machine.cpu, machine.memory, machine.threads,
+                           float(trace.context.mean()))
+    speed = Speed(price.tpot_us, price.tpot_ci_us)
+    answers = []
+    for r in order:
+        if r in ("llama.cpp", "ik_llama.cpp"):
+            answers.append(RuntimeAnswer(
+                r, f"llama-server -m MODEL.gguf -ngl 0 -t {machine.threads}", "cpu_only", speed,
+                "the same: with no GPU every weight is on the CPU", speed,
+                ("no GPU: nothing to place; priced with every weight and operation on the CPU "
+                 "(cope_core/estimate/cpu_only.py)",)))
+        else:
+            answers.append(RuntimeAnswer(r, None, None, None, "needs a GPU", None,
+                                         (f"{get_format(r).label} needs a GPU",)))
+    return Advice(model, machine, None, "no GPU", None, context, routing, tuple(answers), None,
+                  None, speed)

@@ -1,0 +1,156 @@
+"""``cope advise`` (issue 40): the command line and tokens per second for a model on a machine
+composed from parts, runtime by runtime; the VRAM default by hand; CPU-only pricing; bad input
+in one line."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from cope_core import parts
+from cope_core.cli.main import main
+from cope_core.estimate.cpu_only import cpu_only_price
+from cope_core.export.advise import RUNTIMES, advise
+from cope_core.geometry import GIB, MIB
+from cope_core.machine import compose_machine
+from cope_core.models import resolve_model
+
+GGUF = "data/models/qwen3-30b-a3b-Q4_K_M.header.gguf"
+MACHINE = ["--gpu", "rtx3090", "--cpu", "ryzen-7-5700x", "--memory", "ddr4-3200x2",
+           "--pcie", "4x16"]
+
+
+def _strict(text: str):
+    def bad(c):
+        raise ValueError(f"not strict JSON: {c}")
+    return json.loads(text, parse_constant=bad)
+
+
+def test_end_to_end_prints_a_llamacpp_command_and_tokens_per_second(capsys):
+    assert main(["advise", "--model", GGUF, *MACHINE, "--runtime", "llama.cpp"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    i = lines.index("llama.cpp")
+    assert lines[i + 1].startswith("  llama-server -m MODEL.gguf -ngl 99 -fit off -t 8")
+    m = [ln for ln in lines if ln.startswith("  predicted ")][0]
+    tps, ms = float(m.split()[1]), float(m.split("(")[1].split()[0])
+    assert m.split()[2] == "tokens/s" and tps == pytest.approx(1000 / ms, rel=2e-3)
+    # 24 GiB less llama.cpp's 1 GiB --fit margin; Qwen3-30B-A3B Q4_K_M fits whole
+    assert "VRAM budget 23.00 GiB" in out and "K = 128 of 128" in out
+    assert "SYNTHETIC" in out and "ANALYTIC" in out
+    assert "Policy Matrix winner" in out
+
+
+def test_json_has_every_runtime_with_its_speed_and_inputs(capsys):
+    g = ["--model", "glm-4.5-air", "--quant", "Q4_K_M", "--gpu", "rtx4060ti-16gb", "--cpu",
+         "ryzen-7-5700x", "--memory", "ddr4-3200x2", "--runtime", "exllamav3", "--json"]
+    assert main(["advise", *g]) == 0
+    doc = _strict(capsys.readouterr().out)
+    (r,) = doc["runtimes"]
+    for key in ("runtime", "command", "tokens_per_s", "tokens_per_s_interval",
+                "default_tokens_per_s", "gain_over_default", "experts_per_layer", "threads",
+                "context", "vram_gib"):
+        assert key in r
+    assert r["runtime"] == "exllamav3" and "-mcs" in r["command"]
+    lo, hi = r["tokens_per_s_interval"]
+    assert lo <= r["tokens_per_s"] <= hi
+    assert r["tokens_per_s"] == pytest.approx(1000 / r["ms_per_token"])
+    # GLM-4.5-Air Q4_K_M does not fit 15 GiB: exllamav3's default (every expert on the GPU)
+    # does not load, so there is no default speed and no gain
+    assert r["default_tokens_per_s"] is None and r["gain_over_default"] is None
+    assert (r["threads"], r["context"], r["vram_gib"]) == (8, 4096, 15.0)
+    assert 0 < r["experts_per_layer"] < 128
+    assert doc["inputs"]["machine"]["gpu"] == "rtx4060ti-16gb"
+    assert doc["policy_matrix_winner"]["candidate"]
+
+
+def test_vram_default_by_hand():
+    """A 12 GiB card: 12 - 1 GiB (llama.cpp's --fit margin) = 11 GiB; K is what is left after
+    the non-expert weights, the KV cache and 0.5 GiB of workspace, in whole experts per layer."""
+    g = resolve_model(GGUF, None)
+    m = compose_machine(gpu="rtx3060-12gb", cpu="ryzen-7-5700x", memory="ddr4-3200x2")
+    a = advise(g, m, runtimes=("exllamav3",))
+    assert a.vram_gib == 11.0
+    for ctx in (4096, 32768):
+        left = 11 * GIB - g.non_expert_bytes - g.kv_cache_bytes(ctx) - 512 * MIB
+        k = min(g.n_experts, math.floor(left / g.per_k_bytes))
+        got = advise(g, m, runtimes=("exllamav3",), context=ctx)
+        assert got.experts_per_layer == k and got.policy.experts_per_layer == k
+    assert advise(g, m, runtimes=("exllamav3",), context=32768).experts_per_layer < \
+        a.experts_per_layer
+
+
+def test_answers_come_in_the_runtimes_order():
+    g = resolve_model("qwen3-30b-a3b", "Q4_K_M")
+    m = compose_machine(gpu="rtx3060-12gb", cpu="ryzen-7-5700x", memory="ddr4-3200x2")
+    a = advise(g, m, runtimes=("vllm", "exllamav3", "ik_llama.cpp"))
+    assert [r.runtime for r in a.answers] == [r for r in RUNTIMES
+                                              if r in ("vllm", "exllamav3", "ik_llama.cpp")]
+    vllm = a.answers[-1]
+    assert vllm.command.startswith("vllm serve MODEL --offload-backend uva")
+    assert vllm.speed is None          # outside the Policy Matrix: not predicted
+
+
+def test_output_dir_writes_the_files_the_commands_read(tmp_path, capsys):
+    assert main(["advise", "--model", "glm-4.5-air", "--quant", "Q4_K_M", "--gpu",
+                 "rtx4060ti-16gb", "--cpu", "ryzen-7-5700x", "--runtime", "exllamav3",
+                 "--output-dir", str(tmp_path / "out")]) == 0
+    stats = tmp_path / "out" / "cope-exl3-stats.json"
+    assert json.loads(stats.read_text()) and f"wrote {stats}" in capsys.readouterr().out
+
+
+def test_cpu_only_machine_answers_on_the_cpu(capsys):
+    assert main(["advise", "--model", GGUF, "--gpu", "none", "--cpu", "ryzen-7-5700x",
+                 "--memory", "ddr4-3200x2", "--json"]) == 0
+    doc = _strict(capsys.readouterr().out)
+    by = {r["runtime"]: r for r in doc["runtimes"]}
+    assert by["llama.cpp"]["command"] == "llama-server -m MODEL.gguf -ngl 0 -t 8"
+    assert by["llama.cpp"]["gain_over_default"] == 1.0
+    assert by["vllm"]["command"] is None and by["vllm"]["tokens_per_s"] is None
+    assert doc["policy_matrix_winner"] is None and doc["inputs"]["machine"]["cpu_only"]
+
+
+def test_cpu_only_price_is_bounded_by_the_bytes_it_streams():
+    """Every decode step reads the active weights once: no faster than the host's achieved
+    bandwidth allows; and faster with more bandwidth, and with more threads."""
+    g = resolve_model(GGUF, None)
+    cpu, mem = parts.cpu_part("ryzen-7-5700x"), parts.memory_part("ddr4-3200x2")
+    p = cpu_only_price(g, cpu, mem, 8, 1024.0, draws=0)
+    active = g.n_layers * (g.top_k * g.expert_bytes + g.moe_block_params
+                           * g.weight_bytes_per_param)
+    assert p.tpot_us >= active / (mem.bandwidth * 0.8) * 1e6
+    assert p.tpot_ci_us is None
+    fast = cpu_only_price(g, cpu, parts.memory_part("ddr4-3200x4"), 8, 1024.0, draws=0)
+    few = cpu_only_price(g, cpu, mem, 2, 1024.0, draws=0)
+    assert fast.tpot_us < p.tpot_us < few.tpot_us
+    drawn = cpu_only_price(g, cpu, mem, 8, 1024.0, draws=200, seed=1)
+    assert drawn.tpot_ci_us[0] < p.tpot_us < drawn.tpot_ci_us[1]
+    assert np.isclose(drawn.tpot_us, p.tpot_us)
+
+
+def test_this_machine(capsys):
+    assert main(["advise", "--model", GGUF, "--gpu", "this", "--cpu", "this", "--memory",
+                 "this", "--probe-seconds", "0.2", "--runtime", "llama.cpp"]) == 0
+    out = capsys.readouterr().out
+    assert "detected" in out and "measured" in out and "tokens/s" in out
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--gpu", "rtx9999"], "gpu"),
+    (["--ctx", "0"], "--ctx"),
+    (["--calibration", "x.parquet"], "--calibration"),
+    (["--gpu", "none", "--vram-gib", "8"], "--vram-gib"),
+    (["--vram-gib", "1"], "vram"),
+    (["--runtime", "tgi"], "--runtime"),
+])
+def test_bad_input_is_one_line_exit_2(argv, field, capsys):
+    base = {"--gpu": "rtx3090", "--cpu": "ryzen-7-5700x"}
+    args = ["advise", "--model", GGUF]
+    for flag, value in base.items():
+        if flag not in argv:
+            args += [flag, value]
+    assert main(args + argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("cope: error:") and field in err
