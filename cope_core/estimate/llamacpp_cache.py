@@ -246,13 +246,16 @@ def compare(search_result: CacheSearch, trace: Trace, profile: Profile,
             matrix_winner: str | None = None, *, calibration: Trace | None = None,
             experts_per_layer: int | None = None, draws: int = 1000, seed: int = 0,
             raw_samples: Mapping[str, Sequence[float]] | None = None,
-            counts: Mapping[Residency, ReplayCounts] | None = None) -> list[Contender]:
+            counts: Mapping[Residency, ReplayCounts] | None = None,
+            baseline: tuple[str, float] | None = None) -> list[Contender]:
     """The fastest configuration llama.cpp can run (first) against ``layer_partition`` at
     ``experts_per_layer`` (when that is another configuration) and the Policy Matrix's winner,
     under the same paired draws of the profile and a bootstrap of the prompts
     (docs/design.md#uncertainty). With a persistent cache a prompt's counts depend on the
     prompts before it; the bootstrap treats them as independent. ``counts``: the Policy Matrix's
-    replay at ``experts_per_layer`` when the caller has it (else the winner's is replayed)."""
+    replay at ``experts_per_layer`` when the caller has it (else the winner's is replayed).
+    ``baseline``: a name and the MoE layers' worth of routed experts it keeps in host memory
+    (llama.cpp's default, ``--fit``), priced as placed layers and compared last."""
     df = search_result.frame
     threads, share = df.attrs["cpu_threads"], df.attrs["gpu_share"]
     rng = np.random.default_rng(seed)
@@ -297,6 +300,13 @@ def compare(search_result: CacheSearch, trace: Trace, profile: Profile,
         if dl is not None and shared_d is not None:
             dpart = candidate_tpot(trace, counts, dl, cand, 0, experts_per_layer)
             drawn_t.append(shared_d + dpart.experts + dpart.prefetch)
+    if baseline is not None:            # a placement without a cache: layers placed whole
+        host = np.array([baseline[1]], np.float64)
+        names.append(baseline[0])
+        point_t.append(shared + _placed(cache_costs(op), trace.model.n_layers - host, host)[0])
+        if dp is not None and shared_d is not None:
+            drawn_t.append(shared_d + _placed(cache_costs(dp), trace.model.n_layers - host,
+                                              host))
     if not draws:
         return [Contender(n, float(t.mean()), float("nan"), float("nan"), None)
                 for n, t in zip(names, point_t)]

@@ -26,7 +26,9 @@ asks llama.cpp for the memory of a candidate placement and searches. Here the me
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from .llamacpp_vram import LlamaModel, Placement, device_memory
 
@@ -221,3 +223,93 @@ def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: i
             else:
                 break
     return result("placed", "MoE layers filled front to back", _placement(hp_ngl, cur))
+
+
+#: the name of llama.cpp's default among a record's contenders
+FIT_NAME = "llama.cpp's default (--fit)"
+_PART = {"up": 2 / 3, "gate": 1 / 3}   # share of a layer's routed experts a fraction leaves on host
+
+
+@dataclass(frozen=True)
+class FitDefault:
+    """What a user who types no placement flag gets: fit's placement, as COPE prices it.
+
+    Attributes
+    ----------
+    args : str
+        The arguments fit sets (llama-fit-params' line).
+    status : str
+        :attr:`FitResult.status`.
+    n_ctx : int
+        The context fit kept (the user's ``-c``).
+    free_gib, margin_gib : float
+        The device's free memory fit saw and its ``-fitt`` margin.
+    device_gib : float
+        llama.cpp's count of the GPU's memory under fit's placement.
+    host_layers : float
+        MoE layers' worth of routed experts fit leaves in host memory: whole layers count 1, a
+        layer with only ``ffn_(gate|gate_up|down)`` on the host 2/3 and with only ``ffn_down``
+        1/3 (its share of the layer's expert bytes, about; priced as that share of a host layer).
+    host_blocks : tuple of int
+        The blocks whose routed experts are all in host memory.
+    why_not_priced : str
+        Empty when COPE prices the placement; else why not (fit kept whole blocks, attention
+        included, in host memory: COPE prices only routed experts on the CPU).
+    """
+
+    args: str
+    status: str
+    n_ctx: int
+    free_gib: float
+    margin_gib: float
+    device_gib: float
+    host_layers: float
+    host_blocks: tuple[int, ...]
+    why_not_priced: str = ""
+
+    @property
+    def priced(self) -> bool:
+        return not self.why_not_priced
+
+    def describe(self) -> str:
+        """Fit's placement in words."""
+        if self.status == "fits":
+            return "every layer and expert on the GPU"
+        if not self.priced:
+            return f"{self.args} (whole blocks in host memory)"
+        part = self.host_layers - len(self.host_blocks)
+        blocks = self.host_blocks
+        where = (f"the routed experts of {len(blocks)} MoE layer(s) (blocks {blocks[0]}-"
+                 f"{blocks[-1]}) in host memory" if blocks else "")
+        if part > 1e-9:
+            where += (", and " if where else "") + f"{part:.2g} of one more layer's experts"
+        return where or "every layer and expert on the GPU"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "host_blocks": list(self.host_blocks)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FitDefault:
+        """Read :meth:`to_dict`'s object (the caller names the field on a bad one)."""
+        return cls(**{**d, "host_blocks": tuple(int(b) for b in d["host_blocks"])})
+
+
+def fit_default(m: LlamaModel, free_bytes: int, *, margin_bytes: int = FIT_MARGIN,
+                n_ctx: int, type_k: str = "f16", type_v: str = "f16") -> FitDefault:
+    """:func:`fit` with no placement flag (the default), summarised for pricing.
+
+    ``n_ctx`` is the user's ``-c`` (so fit never cuts the context: step 2 needs it unset)."""
+    r = fit(m, free_bytes, margin_bytes, n_ctx, type_k=type_k, type_v=type_v)
+    p = r.placement
+    why = ""
+    if p.gpu_start(m) > 0:
+        why = (f"fit keeps {p.gpu_start(m)} whole block(s), attention included, in host memory "
+               "(-ngl below every layer): COPE prices only routed experts on the CPU")
+    blocks = r.host_expert_blocks(m)
+    host = float(len(blocks))
+    for pat in p.host_patterns:
+        for frac, share in _PART.items():
+            if pat.endswith(_FRACTION[frac][len(r"blk\.{}"):]):
+                host += share
+    return FitDefault(r.args(), r.status, r.n_ctx, free_bytes / GiB, margin_bytes / GiB,
+                      r.device_bytes / GiB, host, blocks, why)

@@ -12,13 +12,15 @@ from typing import Any
 import numpy as np
 
 from ..errors import CopeInputError
-from ..geometry import GIB, ModelGeometry
+from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
 from ..matrix import LAYER_PARTITION, Residency
 from ..placement import k_budget_bytes
 from ..profile.data import Profile
 from ..replay.engine import ReplayCounts
 from ..trace.data import Trace
 from .llamacpp_cache import CACHE_CANDIDATES, CacheSearch, Contender, compare, search
+from .llamacpp_fit import ALL_EXPERTS, FIT_MARGIN, FIT_NAME, FitDefault, fit_default
+from .llamacpp_vram import LlamaModel, Placement, device_memory, llama_model_of
 from .uncertainty import DEFAULT_DRAWS
 
 #: what ``best[].candidate`` may name: the placement alone, or one eviction rule's cache
@@ -98,13 +100,17 @@ class Versus:
 @dataclass(frozen=True)
 class CacheRecord:
     """llama.cpp's space searched at one budget: the fastest configuration of each candidate,
-    fastest first, and the best one against the placement at K and the Policy Matrix's winner."""
+    fastest first, and the best one against the placement at K, the Policy Matrix's winner and
+    llama.cpp's default (``default_fit``, its placement; its prediction is the ``versus`` row
+    named :data:`~cope_core.estimate.llamacpp_fit.FIT_NAME`; None in a record written without
+    it)."""
 
     expert_budget_gib: float
     configurations: int
     cache_start: str
     best: tuple[BestConfig, ...]
     versus: tuple[Versus, ...]
+    default_fit: FitDefault | None = None
 
     def __post_init__(self) -> None:
         _check(isinstance(self.expert_budget_gib, (int, float))
@@ -120,6 +126,8 @@ class CacheRecord:
                self.best, "a non-empty list of configurations")
         _check(bool(self.versus) and all(isinstance(v, Versus) for v in self.versus), "versus",
                self.versus, "a non-empty list of contenders")
+        _check(self.default_fit is None or isinstance(self.default_fit, FitDefault),
+               "default_fit", self.default_fit, "fit's placement or null")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object (keys and order as cope.policy/1 has always written them)."""
@@ -128,7 +136,9 @@ class CacheRecord:
                 "best": [dict(b.__dict__) for b in self.best],
                 "versus": [{"name": v.name, "tpot_us": v.tpot_us,
                             "tpot_ci_us": None if v.tpot_ci_us is None else list(v.tpot_ci_us),
-                            "cache_faster": v.cache_faster} for v in self.versus]}
+                            "cache_faster": v.cache_faster} for v in self.versus],
+                **({} if self.default_fit is None else
+                   {"default_fit": self.default_fit.to_dict()})}
 
     @classmethod
     def from_dict(cls, d: Any, source: str | None = None) -> CacheRecord | None:
@@ -139,7 +149,8 @@ class CacheRecord:
             _check(isinstance(d, Mapping), "", d, "an object")
             if not d:
                 return None
-            _exactly(d, [f.name for f in fields(cls)], "")
+            keys = [f.name for f in fields(cls)]
+            _exactly(d, keys if "default_fit" in d else keys[:-1], "")
             best, versus = d["best"], d["versus"]
             _check(isinstance(best, list) and bool(best), "best", best, "a non-empty list")
             _check(isinstance(versus, list) and bool(versus), "versus", versus,
@@ -148,7 +159,8 @@ class CacheRecord:
             vs = tuple(_item(Versus, {**row, "tpot_ci_us": _pair(row.get("tpot_ci_us"))}
                              if isinstance(row, Mapping) else row, f"versus[{i}]")
                        for i, row in enumerate(versus))
-            return cls(d["expert_budget_gib"], d["configurations"], d["cache_start"], rows, vs)
+            return cls(d["expert_budget_gib"], d["configurations"], d["cache_start"], rows, vs,
+                       _fit_of(d.get("default_fit")))
         except CopeInputError as exc:
             field = where + ("." + exc.field if exc.field else "")
             raise CopeInputError(exc.detail, source=source, field=field) from None
@@ -170,12 +182,25 @@ def _item(kind: type, row: Any, at: str) -> Any:
         raise CopeInputError(exc.detail, field=f"{at}.{exc.field}") from None
 
 
+def _fit_of(d: Any) -> FitDefault | None:
+    if d is None:
+        return None
+    _check(isinstance(d, Mapping), "default_fit", d, "an object")
+    _exactly(d, [f.name for f in fields(FitDefault)], "default_fit")
+    try:
+        return FitDefault.from_dict(d)
+    except (TypeError, ValueError):
+        raise CopeInputError(f"expected fit's placement, got {dict(d)!r}",
+                             field="default_fit") from None
+
+
 def _pair(v: Any) -> Any:
     return tuple(v) if isinstance(v, list) else v
 
 
-def record_of(result: CacheSearch, versus: Sequence[Contender]) -> CacheRecord:
-    """The record of a search and its comparison."""
+def record_of(result: CacheSearch, versus: Sequence[Contender],
+              default_fit: FitDefault | None = None) -> CacheRecord:
+    """The record of a search and its comparison (and fit's placement, when compared)."""
     df = result.frame
     best = tuple(BestConfig(
         candidate=str(r.candidate), build=str(r.build), cpu_layers=int(r.n_cpu),
@@ -188,16 +213,49 @@ def record_of(result: CacheSearch, versus: Sequence[Contender]) -> CacheRecord:
         cache_start="server" if df.attrs["persist"] else "prompt", best=best,
         versus=tuple(Versus(c.name, c.tpot_us,
                             None if not np.isfinite(c.lo_us) else (c.lo_us, c.hi_us),
-                            c.cache_faster) for c in versus))
+                            c.cache_faster) for c in versus), default_fit=default_fit)
 
 
-def expert_budget(g: ModelGeometry, experts_per_layer: int, vram_gib: float | None) -> float:
-    """Bytes for routed experts the search gets: what the memory model leaves of a VRAM budget
-    (:meth:`ModelGeometry.expert_budget_bytes`), else, K given directly, K's bytes
+@dataclass(frozen=True)
+class LlamaSettings:
+    """How llama.cpp is run, for its memory: the model file's tensor table (None: made from
+    the geometry, :func:`~cope_core.estimate.llamacpp_vram.llama_model_of`), the context
+    (``-c``) and KV cache types (``-ctk``/``-ctv``), and ``--fit``'s margin (``-fitt``)."""
+
+    model: LlamaModel | None = None
+    n_ctx: int = DEFAULT_CONTEXT
+    type_k: str = "f16"
+    type_v: str = "f16"
+    margin_bytes: int = FIT_MARGIN
+
+    def table(self, g: ModelGeometry) -> LlamaModel:
+        return self.model if self.model is not None else llama_model_of(g)
+
+    def fixed_bytes(self, g: ModelGeometry) -> int:
+        """What llama.cpp counts on the GPU with every routed expert in host memory: the other
+        weights but the token embedding, the KV cache at ``n_ctx``, the compute buffer."""
+        return device_memory(self.table(g), Placement(-1, (ALL_EXPERTS,)), self.n_ctx,
+                             self.type_k, self.type_v).total
+
+
+def expert_budget(g: ModelGeometry, experts_per_layer: int, vram_gib: float | None,
+                  llama: LlamaSettings | None = None) -> float:
+    """Bytes for routed experts the search gets: what llama.cpp's own count leaves of a VRAM
+    budget (:meth:`LlamaSettings.fixed_bytes`), else, K given directly, K's bytes
     (:func:`cope_core.placement.k_budget_bytes`)."""
     if vram_gib is None:
         return k_budget_bytes(g, experts_per_layer)
-    return g.expert_budget_bytes(vram_gib * GIB)
+    return vram_gib * GIB - (llama or LlamaSettings()).fixed_bytes(g)
+
+
+def default_fit_of(g: ModelGeometry, vram_gib: float, llama: LlamaSettings | None = None
+                   ) -> FitDefault:
+    """What ``--fit`` (on by default) places with the same budget: it keeps its margin free, so
+    it sees the budget plus the margin as the device's free memory."""
+    s = llama or LlamaSettings()
+    return fit_default(s.table(g), int(vram_gib * GIB) + s.margin_bytes,
+                       margin_bytes=s.margin_bytes, n_ctx=s.n_ctx, type_k=s.type_k,
+                       type_v=s.type_v)
 
 
 def llamacpp_record(trace: Trace, profile: Profile, calibration: Trace | None, *,
@@ -205,8 +263,8 @@ def llamacpp_record(trace: Trace, profile: Profile, calibration: Trace | None, *
                     cpu_threads: int, gpu_share: float, persist: bool = True,
                     draws: int = DEFAULT_DRAWS, seed: int = 0,
                     raw_samples: Mapping[str, Sequence[float]] | None = None,
-                    counts: Mapping[Residency, ReplayCounts] | None = None
-                    ) -> CacheRecord | None:
+                    counts: Mapping[Residency, ReplayCounts] | None = None,
+                    llama: LlamaSettings | None = None) -> CacheRecord | None:
     """Search llama.cpp's space at the budget for routed experts (:func:`expert_budget`), compare
     its best with
     ``layer_partition`` at ``experts_per_layer`` and ``matrix_winner`` under the same profile
@@ -224,13 +282,19 @@ def llamacpp_record(trace: Trace, profile: Profile, calibration: Trace | None, *
     counts : mapping, optional
         The Policy Matrix's replay at ``experts_per_layer`` when the caller has it (it is
         replayed otherwise; either gives the same numbers).
+    llama : LlamaSettings, optional
+        The model file, context, cache types and fit margin llama.cpp runs with (default: the
+        geometry's table, 4096 tokens, f16, 1 GiB). With a VRAM budget, llama.cpp's default
+        (``--fit`` at the same budget, :func:`default_fit_of`) is compared too.
     """
-    budget_bytes = expert_budget(trace.model, experts_per_layer, vram_gib)
+    budget_bytes = expert_budget(trace.model, experts_per_layer, vram_gib, llama)
     if budget_bytes < 0:
         return None
     found = search(trace, profile, budget_bytes, cpu_threads=cpu_threads, gpu_share=gpu_share,
                    persist=persist)
+    fit = None if vram_gib is None else default_fit_of(trace.model, vram_gib, llama)
     versus = compare(found, trace, profile, matrix_winner, calibration=calibration,
                      experts_per_layer=experts_per_layer, draws=draws, seed=seed,
-                     raw_samples=raw_samples, counts=counts)
-    return record_of(found, versus)
+                     raw_samples=raw_samples, counts=counts,
+                     baseline=(FIT_NAME, fit.host_layers) if fit and fit.priced else None)
+    return record_of(found, versus, fit)

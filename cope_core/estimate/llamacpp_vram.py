@@ -28,7 +28,9 @@ from typing import Any
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ..errors import CopeInputError
+from ..geometry import ModelGeometry
 from ..models.gguf_file import read_table
+from ..weight_formats import PRESETS, bits_per_weight, fit_type, preset_other_type
 
 MiB = 1 << 20
 #: llama.cpp pads the KV cache's cells to a multiple of 256 (src/llama-context.cpp l. 292)
@@ -206,3 +208,52 @@ def device_memory(m: LlamaModel, placement: Placement, n_ctx: int, type_k: str =
 def host_model_bytes(m: LlamaModel, placement: Placement) -> int:
     """The weights llama.cpp keeps in host memory (the token embedding at least)."""
     return sum(b for name, b in m.tensors if not placement.on_device(m, name))
+
+
+def llama_model_of(g: ModelGeometry, n_ctx_train: int = 0) -> LlamaModel:
+    """A tensor table for a geometry without a file (a catalog model, or one in a
+    llama-quantize preset), as llama.cpp would load it.
+
+    The routed experts are exact (one ``blk.N.ffn_{gate,up,down}_exps`` tensor per projection,
+    ``n_experts`` times one expert's stored bytes); the token embedding is ``vocab x hidden`` at
+    the preset's type for the non-expert matrices (:func:`~cope_core.models.formats.
+    apply_preset`'s rule), the output ``vocab x hidden`` at the head's; the rest of the
+    non-expert bytes are split evenly over the blocks, a dense block's FFN and a MoE block's
+    shared experts as their own ``ffn_*`` tensors (fit's partial-layer patterns match them).
+    The KV cache has ``n_kv_heads x head_dim`` values per row in every block (a hybrid
+    model's recurrent blocks have none: the cache is over-counted for them).
+    """
+    fmt = g.weight_format.upper()
+    if fmt in PRESETS:
+        other_bpw = bits_per_weight(fit_type(preset_other_type(fmt), g.hidden))
+        head_bpw = bits_per_weight(fit_type("Q6_K", g.hidden)) \
+            if PRESETS[fmt][0].endswith("_K") else other_bpw
+    else:
+        other_bpw = head_bpw = 8.0 * g.dtype_bytes
+    n_blocks = g.dense_layers + g.n_layers
+    embd = int(g.vocab * g.hidden * other_bpw / 8)
+    head = int(g.head_params * head_bpw / 8)
+    shexp = int(g.n_shared_experts * g.hidden * g.expert_intermediate * other_bpw / 8)
+    dense_ffn = int(g.hidden * g.dense_intermediate * other_bpw / 8)
+    rest = g.non_expert_bytes - embd - head - 3 * (shexp * g.n_layers + dense_ffn * g.dense_layers)
+    attn = max(rest, 0) // n_blocks
+    tensors: list[tuple[str, int]] = [("token_embd.weight", embd)]
+    for b in range(n_blocks):
+        tensors.append((f"blk.{b}.attn_qkv.weight", attn))
+        if b < g.dense_layers:
+            tensors += [(f"blk.{b}.ffn_{p}.weight", dense_ffn) for p in ("gate", "up", "down")]
+            continue
+        x = g.expert_layers[b - g.dense_layers] if g.expert_layers else None
+        one = (g.hidden * g.expert_intermediate * g.dtype_bytes,) * 3 if x is None \
+            else (x.gate_bytes, x.up_bytes, x.down_bytes)
+        tensors += [(f"blk.{b}.ffn_{p}_exps.weight", g.n_experts * n)
+                    for p, n in zip(("gate", "up", "down"), one)]
+        if shexp:
+            tensors += [(f"blk.{b}.ffn_{p}_shexp.weight", shexp) for p in ("gate", "up", "down")]
+    tensors.append(("output.weight", head))
+    width = g.n_kv_heads * g.head_dim
+    return LlamaModel(
+        path=f"{g.name} ({g.format_name})", architecture="catalog", tensors=tuple(tensors),
+        n_layer=n_blocks, n_ctx_train=int(n_ctx_train), n_expert=g.n_experts, n_embd=g.hidden,
+        n_vocab=g.vocab, n_head=g.n_heads, top_k=g.top_k, n_ff_exp=g.expert_intermediate,
+        kv_widths=((width, width),) * n_blocks)
