@@ -2,7 +2,7 @@
 table, a custom spec, this dataset's profile — best TPOT against the budget and the winners."""
 import streamlit as st
 
-from cope_core.app import compare_view, figures, results, session
+from cope_core.app import compare_view, figures, results, session, whatif
 from cope_core.app import dataset as dsm
 from cope_core.app.settings import op_label
 
@@ -36,13 +36,14 @@ with session.user_errors():
 first = cmp.at_budget.iloc[0]
 best = cmp.at_budget.sort_values("tpot_us").iloc[0]
 st.success(f"At {gib:g} GiB, {best.platform} is fastest: {best.winner} at "
-           f"{best.tpot_us / 1e3:.3f} ms/token, {best.speedup:.2f}x {first.platform}.")
+           f"{whatif.speed(best.tpot_us)}, {best.speedup:.2f}x {first.platform}.")
 st.plotly_chart(figures.compare_figure(cmp.sweep, current_gib=gib,
                                        title=f"Best TPOT against the VRAM budget · {est} · "
                                              f"{dsm.trace_label(ds.trace)}"),
                 key="compare_chart")
 st.dataframe(compare_view.table(cmp), hide_index=True,
              column_config={"TPOT ms": st.column_config.NumberColumn(format="%.3f"),
+                            "tokens/s": st.column_config.NumberColumn(format="%.1f"),
                             "win probability": st.column_config.NumberColumn(format="%.2f"),
                             "speed-up": st.column_config.NumberColumn(format="%.2fx"),
                             "layer partition ms": st.column_config.NumberColumn(format="%.3f")})

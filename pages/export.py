@@ -4,7 +4,7 @@ takes (one tab per record of `cope_core.export.EXPORT_FORMATS`), by the same fun
 import streamlit as st
 
 from cope_core.app import dataset as dsm
-from cope_core.app import export_view, results, session
+from cope_core.app import export_view, results, session, whatif
 from cope_core.errors import CopeInputError, UnsupportedByRuntime
 from cope_core.export import EXPORT_FORMATS, render
 from cope_core.matrix import CANDIDATE_IDS
@@ -32,7 +32,7 @@ with session.user_errors():
     policy = results.policy_for(ds, gib, op, cand)
 chosen = policy.candidate
 row = df[df["candidate"] == chosen].iloc[0]
-st.markdown(f"**{chosen}** at K = {k} ({gib:g} GiB): predicted {row.tpot_us / 1e3:.3f} ms/token "
+st.markdown(f"**{chosen}** at K = {k} ({gib:g} GiB): predicted {whatif.speed(row.tpot_us)} "
             f"by COPE, rank {int(row['rank'])} of {len(df)} · {dsm.provenance(ds)}")
 
 stem = f"{policy.model.name}-{chosen.replace('/', '-')}-K{policy.experts_per_layer}"

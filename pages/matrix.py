@@ -47,7 +47,7 @@ else:
 base = table["baseline"]["description"]
 st.markdown(f"**Baseline `layer_partition`** "
             f"({', '.join(get_candidate(LAYER_PARTITION).prior_systems)}): "
-            f"{lp.tpot_us / 1e3:.3f} ms/token (rank {int(lp['rank'])} of {len(df)}). "
+            f"{whatif.speed(lp.tpot_us)} (rank {int(lp['rank'])} of {len(df)}). "
             f"{base[:1].upper()}{base[1:]}.")
 with st.expander("What the rows and columns mean; what is outside the matrix"):
     for r in table["residencies"]:

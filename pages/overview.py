@@ -49,7 +49,7 @@ with session.user_errors():
 w = whatif.winner_of(df)
 lp = df[df["candidate"] == LAYER_PARTITION].iloc[0]
 
-c1, c2, c3, c4 = st.columns([3, 2, 2, 2])
+c1, c2, c3, c4, c5 = st.columns([3, 2, 2, 2, 2])
 c1.metric("Predicted winner", w.named, help=w.sentence())
 c2.metric("TPOT", f"{w.tpot_us / 1e3:.3f} ms",
           help="95 % interval with the model's measured error "
@@ -60,10 +60,13 @@ c3.metric("Win probability",
 margin = "—" if w.margin_pct is None else (
     "tie" if w.margin_pct == 0 else f"+{w.margin_pct:.1f} %")
 c4.metric("Runner-up", margin, help=f"runner-up: {w.runner_up}")
+c5.metric("Speed", f"{whatif.tokens_per_s(w.tpot_us):.1f} tokens/s",
+          help="decode tokens per second: 1000 / TPOT in ms")
 (st.success if w.sure else st.warning)(w.sentence() + ".")
 slower = (lp.tpot_us / w.tpot_us - 1) * 100
 st.markdown(f"For scale: the layer-partition baseline (whole MoE layers on CPU or GPU, as "
-            f"llama.cpp's `--n-cpu-moe`) takes **{lp.tpot_us / 1e3:.3f} ms/token**"
+            f"llama.cpp's `--n-cpu-moe`) takes **{lp.tpot_us / 1e3:.3f} ms/token** "
+            f"({whatif.tokens_per_s(lp.tpot_us):.1f} tokens/s)"
             + ("" if w.candidate == LAYER_PARTITION else f", {slower:.1f} % slower") + ".")
 st.caption(f"{session.vram_caption(g, gib, k)} · {op_label(*op)} · estimator {est} · "
            f"{dsm.provenance(ds)}. Change these on the Landscape page.")

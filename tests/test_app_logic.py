@@ -447,7 +447,8 @@ def test_winner_skips_equivalents_and_says_how_sure():
     assert (w.runner_up, w.margin_pct) == ("layer_partition", 50.0)
     assert (w.tpot_lo_us, w.tpot_hi_us, w.win_probability) == (900.0, 1100.0, 0.6)
     assert not w.sure
-    assert w.sentence() == ("fixed/parallel wins at 1.000 ms/token (95 % interval [0.900, 1.100] "
+    assert w.sentence() == ("fixed/parallel wins at 1.000 ms/token · 1000.0 tokens/s (95 % "
+                            "interval [0.900, 1.100] "
                             "with the model's measured error), 50.0% ahead of layer_partition "
                             "(1.500 ms/token); it is fastest in 60 % of draws, layer_partition "
                             "in 40 % — not a confident pick")

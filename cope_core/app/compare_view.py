@@ -41,8 +41,11 @@ def options(profile: Profile) -> list[str]:
 
 def label(name: str, profile: Profile) -> str:
     if name == THIS:
+        plat = profile.platform or {}
+        if "machine" in plat:          # chosen in the sidebar's "Your machine"
+            return f"your machine (ANALYTIC, {plat['machine']})"
         kind = "analytic" if profile.analytic else "measured"
-        return f"this profile ({kind}, {(profile.platform or {}).get('gpu', '?')})"
+        return f"this profile ({kind}, {plat.get('gpu', '?')})"
     if name == CUSTOM:
         return "custom platform"
     return name
@@ -97,9 +100,11 @@ def build(names: Sequence[str], profile: Profile, custom: Sequence[float],
     out = []
     for name in names:
         if name == THIS:
-            gpu = str((profile.platform or {}).get("gpu", "")).lower()
-            out.append(Platform(label(THIS, profile), profile,
-                                GPUS[gpu].vram_bytes / 2**30 if gpu in GPUS else None))
+            plat = profile.platform or {}
+            gpu = str(plat.get("gpu", "")).lower()
+            vram = plat.get("vram_gib") or (GPUS[gpu].vram_bytes / 2**30 if gpu in GPUS
+                                            else None)      # "Your machine": its card's memory
+            out.append(Platform(label(THIS, profile), profile, vram))
         elif name == CUSTOM:
             spec, vram = custom_spec(custom, op[0])
             out.append(spec_platform(g, spec, vram, cpu_threads=op[0], gpu_share=op[1],
@@ -117,7 +122,7 @@ def table(cmp: Comparison) -> pd.DataFrame:
     return pd.DataFrame({
         "platform": a["platform"], "kind": np.where(a["analytic"], "ANALYTIC", "MEASURED"),
         "budget GiB": a["budget_gib"], "K": a["experts_per_layer"], "winner": a["winner"],
-        "TPOT ms": a["tpot_us"] / 1e3,
+        "TPOT ms": a["tpot_us"] / 1e3, "tokens/s": 1e6 / a["tpot_us"],
         "95 % interval ms": [f"[{lo / 1e3:.3f}, {hi / 1e3:.3f}]" if np.isfinite(lo) else ""
                              for lo, hi in zip(a["tpot_lo_us"], a["tpot_hi_us"])],
         "win probability": a["win_probability"], "speed-up": a["speedup"],

@@ -21,7 +21,7 @@ def _budget(ds: Dataset) -> tuple[float, float, float, str | None]:
     """The budget setting for this dataset's model, with the slider's bounds: a budget beyond
     them (a link made for a bigger model) is clamped and a note says so, never reset."""
     g = ds.trace.model
-    lo, hi = whatif.budget_range(g)
+    lo, hi = whatif.budget_range(g, whatif.gpu_gib(ds.profile.platform))
     default = whatif.default_budget(g, ds.profile.platform)
     asked = resolve("vram", default, lambda v: math.isfinite(v), lambda v: whatif.snap(float(v)))
     gib = min(max(asked, lo), hi)
@@ -29,6 +29,11 @@ def _budget(ds: Dataset) -> tuple[float, float, float, str | None]:
         f"The budget asked for, {asked:g} GiB, is {'more' if asked > hi else 'less'} than "
         f"this page offers for {g.name} ({lo:g} to {hi:g} GiB; every expert fits at "
         f"{whatif.budget_gib(g, g.n_experts):.2f} GiB): shown at {gib:g} GiB.")
+    mine = whatif.gpu_gib(ds.profile.platform)
+    if note is None and mine is not None and mine < lo:
+        note = (f"Your GPU's {mine:g} GiB is less than the {lo:g} GiB that K = 0 needs for "
+                f"{g.name} (non-expert weights, KV cache, workspace): the budgets shown are "
+                "more than your card holds.")
     return gib, lo, hi, note
 
 

@@ -82,6 +82,14 @@ CODECS: dict[str, Codec] = {
     "strict": _FLAG,           # Export: a runtime that cannot run the candidate is an error
     "plat": _NAMES,            # Compare: platforms (catalog names, "this", "custom")
     "custom": Codec(parse_custom, format_custom),  # Compare: the custom platform's numbers
+    # Your machine (sidebar): parts of the catalog ("example": the example's own profile;
+    # memory or link "default": the CPU's usual memory, the card's own link) and a catalog
+    # model's weights ("catalog": as the catalog has it)
+    "gpu": _TEXT,
+    "cpu": _TEXT,
+    "mem": _TEXT,
+    "link": _TEXT,
+    "quant": _TEXT,
 }
 
 

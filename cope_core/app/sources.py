@@ -25,7 +25,9 @@ from ..profile.analytic import analytic_for_model
 from ..profile.data import Profile
 from ..trace.data import Trace
 from ..verify import VerifyRecord, parse_verify, read_verify
+from . import your_machine
 from .dataset import Dataset, Example, assemble, matching_measurements, provenance, scan_examples
+from .machine_choice import catalog_models
 from .url_state import bound, rebind, resolve
 
 EXAMPLES_DIR = Path(os.environ.get("COPE_EXAMPLES_DIR")
@@ -139,7 +141,17 @@ def _chosen_example() -> Example | None:
     names = [e.name for e in exs]
     if not names:
         return None
-    return exs[names.index(resolve("example", _default_example(names), lambda v: v in names))]
+    name = _chosen_name()
+    return exs[names.index(name)] if name in names else None
+
+
+def _chosen_name() -> str | None:
+    """The example chosen, or a catalog model without one (its trace is made here)."""
+    names = [e.name for e in examples()]
+    if not names:
+        return None
+    every = names + catalog_models(names)
+    return resolve("example", _default_example(names), lambda v: v in every)
 
 
 def sidebar() -> None:
@@ -150,13 +162,21 @@ def sidebar() -> None:
         st.sidebar.warning(f"No shipped examples found in {EXAMPLES_DIR}; upload a trace and a "
                            "profile on the Overview page.")
         return
+    made = catalog_models(names)
     name = bound("example", st.sidebar.selectbox, default=_default_example(names),
-                 valid=lambda v: v in names, label="Example data", options=names,
+                 valid=lambda v: v in names + made, label="Model (example data)",
+                 options=names + made,
+                 format_func=lambda v: v if v in names else f"{v} (catalog: trace made here)",
                  help="Shipped examples under data/examples: SYNTHETIC traces with ANALYTIC "
                       "profiles, one with a MEASURED profile and measurements, and the "
-                      "controlled grid of emulated platforms (one profile per setting); "
-                      "uploads on the Overview page replace single files.")
+                      "controlled grid of emulated platforms (one profile per setting); then "
+                      "the other models of `cope models`, whose SYNTHETIC trace is made here as "
+                      "the shipped ones were; uploads on the Overview page replace single files.")
     _drop_stale_uploads(name)
+    your_machine.sidebar_weights(name)
+    your_machine.sidebar()
+    if name not in names:
+        return
     ex = exs[names.index(name)]
     if len(ex.profiles) > 1:
         files = [Path(p).name for p in ex.profiles]
@@ -201,6 +221,12 @@ def dataset() -> Dataset:
 
     Raises CopeInputError when there is no trace or profile at all."""
     paths, origin = _paths()
+    made = _chosen_name() if _chosen_example() is None else None
+    if made is not None:        # a catalog model without an example: its trace is made here
+        origin = {"trace": "SYNTHETIC, made here as the shipped examples'",
+                  "profile": f"ANALYTIC, made here ({your_machine.DEFAULT_GPU})"}
+        return _assembled(f"catalog={made}",
+                          *your_machine.synthetic(made, your_machine.quant(made)), None, origin)
     missing = [s for s in ("trace", "profile") if not paths[s]]
     if missing:
         raise CopeInputError(f"no {' and no '.join(missing)} loaded; expected a shipped example "
@@ -217,8 +243,19 @@ def dataset() -> Dataset:
             note = (f"{origin['model']} not used: {exc.detail}; upload the model file of the "
                     "trace's model")
             origin["model"] += " (not used)"
-    ds = assemble(key, trace, cal, profile, objs["measurements"], origin)
+    ds = _assembled(key, trace, cal, profile, objs["measurements"], origin)
     return dataclasses.replace(ds, notes=ds.notes + (note,)) if note else ds
+
+
+def _assembled(key: str, trace: Trace, cal: Trace | None, profile: Profile,
+               measurements: Any, origin: dict[str, str]) -> Dataset:
+    """The inputs in the sidebar's weights and on its machine, assembled; measurements made
+    on another machine are set aside while a machine is chosen."""
+    got = your_machine.apply(key, trace, cal, profile, origin)
+    if got.machine and measurements is not None:
+        measurements = None
+        origin["measurements"] = "set aside: made on the example's machine, not yours"
+    return assemble(got.key, got.trace, got.calibration, got.profile, measurements, origin)
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -237,6 +274,9 @@ def banner(ds: Dataset) -> None:
     dropped = st.session_state.pop(_DROPPED, None)
     if dropped:
         st.info(dropped)
+    mine = your_machine.machine_note(ds.profile)
+    if mine:
+        st.info(mine)
     for note in ds.notes:
         st.warning(note)
 

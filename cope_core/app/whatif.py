@@ -28,6 +28,16 @@ def plain(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(df, copy=False)
 
 
+def tokens_per_s(tpot_us: float) -> float:
+    """Decode tokens per second of a time per output token in µs."""
+    return 1e6 / tpot_us
+
+
+def speed(tpot_us: float) -> str:
+    """A TPOT as users read it: ``"8.241 ms/token · 121.3 tokens/s"``."""
+    return f"{tpot_us / 1e3:.3f} ms/token · {tokens_per_s(tpot_us):.1f} tokens/s"
+
+
 def budget_gib(g: ModelGeometry, k: int) -> float:
     """Smallest VRAM budget (GiB) that buys ``K = k`` experts per layer."""
     return g.vram_for_experts_per_layer(int(k)) / GIB
@@ -38,12 +48,21 @@ def k_for_budget(g: ModelGeometry, gib: float) -> int:
     return g.experts_per_layer_for_vram(float(gib) * GIB)
 
 
-def budget_range(g: ModelGeometry) -> tuple[float, float]:
+def budget_range(g: ModelGeometry, gpu_gib: float | None = None) -> tuple[float, float]:
     """Slider bounds in GiB, on its steps: from the first that K = 0 fits (a smaller budget is an
-    error) to a step past the budget that holds every expert."""
-    top = budget_gib(g, g.n_experts)
-    return (math.ceil(budget_gib(g, 0) / BUDGET_STEP) * BUDGET_STEP,
-            math.ceil((top + 1.0) / BUDGET_STEP) * BUDGET_STEP)
+    error) to a step past the budget that holds every expert, or to the chosen GPU's memory
+    ``gpu_gib`` when that is more (the slider spans your card)."""
+    top = math.ceil((budget_gib(g, g.n_experts) + 1.0) / BUDGET_STEP) * BUDGET_STEP
+    lo = math.ceil(budget_gib(g, 0) / BUDGET_STEP) * BUDGET_STEP
+    if gpu_gib is not None:
+        top = max(top, math.floor(gpu_gib / BUDGET_STEP) * BUDGET_STEP)
+    return lo, max(top, lo)
+
+
+def gpu_gib(platform: dict | None) -> float | None:
+    """The GPU memory of a machine chosen in the sidebar (None for an example's profile)."""
+    v = (platform or {}).get("vram_gib")
+    return float(v) if isinstance(v, (int, float)) else None
 
 
 def snap(gib: float) -> float:
@@ -53,7 +72,12 @@ def snap(gib: float) -> float:
 
 def default_budget(g: ModelGeometry, platform: dict | None) -> float:
     """The profiled GPU's memory if the catalog knows it, capped where half the experts of
-    each layer fit (so the default view still has misses to trade off); else that cap."""
+    each layer fit (so the default view still has misses to trade off); else that cap. A
+    machine chosen in the sidebar: all of its GPU's memory (the question is your card)."""
+    mine = gpu_gib(platform)
+    if mine is not None:
+        lo, hi = budget_range(g, mine)
+        return min(max(snap(math.floor(mine / BUDGET_STEP) * BUDGET_STEP), lo), hi)
     cap = budget_gib(g, g.n_experts // 2)
     gpu = GPUS.get(str((platform or {}).get("gpu", "")).lower())
     value = min(gpu.vram_bytes / GIB, cap) if gpu else cap
@@ -125,9 +149,9 @@ class Winner:
         return f"[{self.tpot_lo_us / 1e3:.3f}, {self.tpot_hi_us / 1e3:.3f}]"
 
     def sentence(self) -> str:
-        text = (f"{self.named}: {self.candidate} at {self.tpot_us / 1e3:.3f} ms/token"
+        text = (f"{self.named}: {self.candidate} at {speed(self.tpot_us)}"
                 if self.verdict is not None and self.verdict.tied
-                else f"{self.candidate} wins at {self.tpot_us / 1e3:.3f} ms/token")
+                else f"{self.candidate} wins at {speed(self.tpot_us)}")
         if self.tpot_lo_us is not None:
             text += f" (95 % interval {self.interval_text()} with the model's measured error)"
         if self.runner_up is not None and self.runner_up_us == self.tpot_us:

@@ -1,0 +1,134 @@
+"""The sidebar's "Your machine" as pure logic: which parts and models can be chosen, the machine
+they compose (:func:`cope_core.machine.compose_machine`), the ANALYTIC profile every page then
+uses, and how a speed is shown (ms/token and tokens/s).
+
+A choice is a :class:`MachineChoice` of catalog names (:data:`DEFAULT` for a part left at its
+default: the CPU's usual memory, the card's own link). No GPU chosen means the example's own
+profile, as before "Your machine" existed.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .. import parts
+from ..geometry import CATALOG, GIB, ModelGeometry
+from ..machine import Machine, compose_machine
+from ..models import COMMON, resolve_model
+from ..models.formats import NATIVE_MXFP4
+from ..platforms import DEFAULT_CPU
+from ..profile.analytic import analytic_profile, default_threads
+from ..profile.data import Profile
+
+#: The GPU setting that keeps the example's own profile.
+EXAMPLE = "example"
+#: The weights setting that keeps the example's (or the catalog entry's) format.
+AS_IS = "catalog"
+#: The memory or link setting of a part left at its default.
+DEFAULT = "default"
+#: Memory offered besides the catalog CPUs' usual ones (any TYPE-MTSxCHANNELS is valid).
+_MORE_MEMORY = ("ddr4-2666x2", "ddr4-3600x2", "ddr5-6000x2", "ddr5-7200x2", "ddr5-8000x2")
+#: Slots offered: PCIe generation x lanes.
+LINKS = tuple(f"pcie{g}x{n}" for g in (5, 4, 3) for n in (16, 8, 4))
+
+
+def gpu_options() -> list[str]:
+    """``example`` (the example's own profile), then every catalog GPU."""
+    return [EXAMPLE, *parts.gpus()]
+
+
+def gpu_label(name: str) -> str:
+    if name == EXAMPLE:
+        return "the example's own profile"
+    g = parts.gpus()[name]
+    return f"{g.label} · {g.memory_bytes / GIB:g} GiB"
+
+
+def cpu_options() -> list[str]:
+    return list(parts.cpus())
+
+
+def cpu_label(name: str) -> str:
+    c = parts.cpus()[name]
+    return f"{c.label} · {c.cores} cores"
+
+
+def memory_options() -> list[str]:
+    """:data:`DEFAULT` (the CPU's usual memory), then the catalog CPUs' memories and a few
+    common ones."""
+    names = {c.memory for c in parts.cpus().values()} | set(_MORE_MEMORY)
+    return [DEFAULT, *sorted(names, key=lambda n: (n.split("-")[0],
+                                                   parts.memory_part(n).bandwidth))]
+
+
+def memory_label(name: str, cpu: str) -> str:
+    if name == DEFAULT:
+        return f"the CPU's usual ({parts.cpus()[cpu].memory})" if cpu in parts.cpus() \
+            else "the CPU's usual"
+    return f"{name} · {parts.memory_part(name).bandwidth / 1e9:g} GB/s"
+
+
+def link_options() -> list[str]:
+    return [DEFAULT, *LINKS]
+
+
+def link_label(name: str, gpu: str) -> str:
+    if name == DEFAULT:
+        g = parts.gpus().get(gpu)
+        return f"the card's own (pcie{g.pcie_gen}x{g.pcie_lanes})" if g else "the card's own"
+    return name
+
+
+@dataclass(frozen=True)
+class MachineChoice:
+    """Catalog names of the chosen parts (``memory``/``link`` :data:`DEFAULT`: the CPU's usual
+    memory, the card's own link)."""
+
+    gpu: str
+    cpu: str = DEFAULT_CPU
+    memory: str = DEFAULT
+    link: str = DEFAULT
+
+    @property
+    def key(self) -> str:
+        """The parts as one name, ``gpu+link+cpu+memory``."""
+        return "+".join((self.gpu, self.link, self.cpu, self.memory))
+
+    def compose(self) -> Machine:
+        """The machine (CopeInputError, one line, for a part the catalog does not know)."""
+        return compose_machine(gpu=self.gpu, cpu=self.cpu,
+                               memory=None if self.memory == DEFAULT else self.memory,
+                               link=None if self.link == DEFAULT else self.link)
+
+
+def machine_profile(g: ModelGeometry, m: Machine) -> Profile:
+    """The ANALYTIC profile of ``g`` on ``m``: CPU threads at powers of two up to the CPU's
+    cores and its cores (the default operating point), the machine's label and GPU memory in
+    the platform record (:func:`cope_core.app.whatif.default_budget` reads ``vram_gib``)."""
+    assert m.spec is not None           # the sidebar always composes a GPU
+    threads = sorted(set(default_threads(m.spec)) | {m.threads})
+    p = analytic_profile(g, m.spec, cpu_threads=threads)
+    plat = {**p.platform, "machine": m.spec.name, "vram_gib": m.vram_bytes / GIB}
+    return dataclasses.replace(p, platform=plat)
+
+
+def is_your_machine(profile: Profile) -> bool:
+    return "machine" in (profile.platform or {})
+
+
+def quant_options(name: str) -> list[str]:
+    """Weights a catalog model can be priced in: as the catalog has it (BF16), or a
+    llama-quantize preset its published files use (gpt-oss: MXFP4 experts only)."""
+    native = name.startswith(NATIVE_MXFP4)
+    return [AS_IS, *(p for p in COMMON if p != "BF16"
+                     and not (native and p != "MXFP4_MOE"))]
+
+
+def catalog_geometry(name: str, quant: str) -> ModelGeometry:
+    """A catalog model in ``quant`` (:data:`AS_IS`: as the catalog stores it)."""
+    return resolve_model(name, None if quant == AS_IS else quant)
+
+
+def catalog_models(shipped: list[str]) -> list[str]:
+    """Catalog models with no shipped example (the app makes their trace)."""
+    return [n for n in CATALOG if n not in shipped]

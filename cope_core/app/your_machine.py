@@ -1,0 +1,141 @@
+"""The sidebar's "Your machine" (Streamlit layer): the GPU, CPU, memory and link chosen from the
+parts catalog and the weights of a catalog model, kept in the session's settings and the URL
+(``gpu``, ``cpu``, ``mem``, ``link``, ``quant``), and what they make of the inputs every page
+shows: a catalog model without a shipped example gets a SYNTHETIC trace made here (cached), and
+a chosen machine replaces the profile by the ANALYTIC one of the composed machine (cached). The
+pure logic is :mod:`.machine_choice`.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import streamlit as st
+
+from .. import parts
+from ..geometry import CATALOG, ModelGeometry
+from ..platforms import DEFAULT_CPU, platform_spec
+from ..profile.analytic import analytic_for_model, analytic_profile
+from ..profile.data import Profile
+from ..trace.data import Trace
+from ..trace.synth_defaults import synthetic_inputs
+from . import machine_choice as mc
+from .url_state import bound, resolve
+
+#: The GPU of a catalog model's profile when no machine is chosen (as the shipped examples').
+DEFAULT_GPU = "rtx4090"
+
+
+def sidebar_weights(model: str | None) -> None:
+    """The weights chooser, for a model whose geometry is a catalog entry's."""
+    if model not in CATALOG:
+        return
+    opts = mc.quant_options(model)
+    bound("quant", st.sidebar.selectbox, default=mc.AS_IS, valid=lambda v: v in opts,
+          label="Weights", options=opts,
+          format_func=lambda v: "as the catalog has it (BF16)" if v == mc.AS_IS else v,
+          help="The llama-quantize preset of the file you run (`cope models` lists each "
+               "preset's expert size): the routing stays, every byte and cost is priced anew.")
+
+
+def sidebar() -> None:
+    """GPU, CPU, memory and link from the parts catalog (docs/parts.md)."""
+    st.sidebar.subheader("Your machine")
+    gpus = mc.gpu_options()
+    gpu = bound("gpu", st.sidebar.selectbox, default=mc.EXAMPLE, valid=lambda v: v in gpus,
+                label="GPU", options=gpus, format_func=mc.gpu_label,
+                help="Choose yours: every page then prices an ANALYTIC what-if of the machine "
+                     "these parts make (published numbers, `cope parts`), not the example's "
+                     "profile.")
+    if gpu == mc.EXAMPLE:
+        return
+    cpus = mc.cpu_options()
+    cpu = bound("cpu", st.sidebar.selectbox, default=DEFAULT_CPU, valid=lambda v: v in cpus,
+                label="CPU", options=cpus, format_func=mc.cpu_label,
+                help="Threads run on its physical cores (a hybrid CPU's P-cores).")
+    mems = mc.memory_options()
+    bound("mem", st.sidebar.selectbox, default=mc.DEFAULT, valid=lambda v: v in mems,
+          label="Memory", options=mems, format_func=lambda v: mc.memory_label(v, cpu),
+          help="type-MT/s x channels: the host memory the CPU's experts are read from")
+    links = mc.link_options()
+    bound("link", st.sidebar.selectbox, default=mc.DEFAULT, valid=lambda v: v in links,
+          label="GPU slot", options=links, format_func=lambda v: mc.link_label(v, gpu),
+          help="The slot's PCIe generation x lanes; the card runs at the lower of the two.")
+
+
+def choice() -> mc.MachineChoice | None:
+    """The machine chosen in the sidebar, or None (the example's own profile)."""
+    gpu = resolve("gpu", mc.EXAMPLE, lambda v: v in parts.gpus())
+    if gpu == mc.EXAMPLE:
+        return None
+    mems, links = mc.memory_options(), mc.link_options()
+    return mc.MachineChoice(gpu=gpu, cpu=resolve("cpu", DEFAULT_CPU, lambda v: v in parts.cpus()),
+                            memory=resolve("mem", mc.DEFAULT, lambda v: v in mems),
+                            link=resolve("link", mc.DEFAULT, lambda v: v in links))
+
+
+def quant(model: str) -> str:
+    return resolve("quant", mc.AS_IS, lambda v: v in mc.quant_options(model))
+
+
+# --- cached inputs ------------------------------------------------------------------------------
+@st.cache_data(show_spinner="Making a synthetic trace …", max_entries=8)
+def synthetic(name: str, weights: str) -> tuple[Trace, Trace, Profile]:
+    """A catalog model without a shipped example: its SYNTHETIC trace and calibration, made as
+    the shipped examples' (:func:`cope_core.trace.synth_defaults.synthetic_inputs`), and the
+    ANALYTIC profile the shipped examples have (on :data:`DEFAULT_GPU`)."""
+    g = mc.catalog_geometry(name, weights)
+    trace, cal = synthetic_inputs(g)
+    return trace, cal, analytic_profile(g, platform_spec(DEFAULT_GPU))
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _machine_profile(machine: str, model_key: str, _choice: mc.MachineChoice,
+                     _g: ModelGeometry) -> Profile:
+    return mc.machine_profile(_g, _choice.compose())
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _weights(model_key: str, weights: str, _trace: Trace, _cal: Trace | None,
+             _profile: Profile) -> tuple[Trace, Trace | None, Profile]:
+    g = mc.catalog_geometry(_trace.model.name, weights)
+    return (_trace.with_model(g), _cal.with_model(g) if _cal is not None else None,
+            analytic_for_model(_profile, g) if _profile.analytic else _profile)
+
+
+class Inputs(NamedTuple):
+    """The inputs after the sidebar's weights and machine: what :func:`apply` returns."""
+
+    key: str
+    trace: Trace
+    calibration: Trace | None
+    profile: Profile
+    machine: bool       # the profile is the chosen machine's
+
+
+def apply(key: str, trace: Trace, cal: Trace | None, profile: Profile,
+          origin: dict[str, str]) -> Inputs:
+    """Price the inputs in the chosen weights (a catalog model's trace) and on the chosen
+    machine (its ANALYTIC profile replaces the profile); ``origin`` is updated in place."""
+    g = trace.model
+    weights = quant(g.name) if g.name in CATALOG and CATALOG[g.name] == g else mc.AS_IS
+    if weights != mc.AS_IS:
+        trace, cal, profile = _weights(key, weights, trace, cal, profile)
+        key += f"|weights={weights}"
+        origin["model"] = f"catalog {g.name} in {weights}"
+    m = choice()
+    if m is not None:
+        profile = _machine_profile(m.key, key, m, trace.model)   # key: the inputs' files
+        key += f"|machine={m.key}"
+        origin["profile"] = f"your machine {profile.platform['machine']} (ANALYTIC, made here)"
+    return Inputs(key, trace, cal, profile, m is not None)
+
+
+def machine_note(profile: Profile) -> str | None:
+    """What the pages say when a chosen machine replaced the example's profile."""
+    plat = profile.platform or {}
+    if not mc.is_your_machine(profile):
+        return None
+    return (f"**Your machine: {plat['machine']}** ({plat['vram_gib']:g} GiB of GPU memory) — an "
+            "**ANALYTIC what-if**: every cost is computed from the parts' published numbers "
+            "(docs/parts.md), not measured; the example's own profile is not used. Choose "
+            "\"the example's own profile\" in the sidebar to go back.")

@@ -1,0 +1,202 @@
+"""The sidebar's "Your machine" (issue 40): parts from the catalog and a catalog model (with a
+trace made here when none is shipped) reach every page, are in the URL and survive page
+changes; nothing chosen keeps the examples' own profiles."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cope_core import parquet_io, predict
+from cope_core.app import compare_view, whatif
+from cope_core.app import machine_choice as mc
+from cope_core.app.apptest import open_app_test
+from cope_core.geometry import get_model
+from cope_core.machine import compose_machine
+from cope_core.matrix import CANDIDATE_IDS
+from cope_core.models import resolve_model
+from cope_core.profile.analytic import analytic_for_model
+from cope_core.trace.synth_defaults import synthetic_inputs
+
+ROOT = Path(__file__).resolve().parents[1]
+EX = ROOT / "data" / "examples"
+MINE = {"gpu": "rtx3090", "cpu": "ryzen-7-5700x", "mem": "ddr4-3200x2", "link": "pcie4x16"}
+PAGES = ("overview", "matrix", "landscape", "export", "compare")
+
+
+def open_app(page: str | None = None, **query: str):
+    at = open_app_test(ROOT / "app.py", default_timeout=300)
+    at.query_params.update(query)
+    at.run()
+    if page and page != "overview":
+        at.switch_page(f"pages/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def query(at) -> dict[str, str]:
+    return {k: (v[-1] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+
+
+def expected_winner(trace, cal, profile, gib: float, threads: int) -> whatif.Winner:
+    k = whatif.k_for_budget(trace.model, gib)
+    return whatif.winner_of(predict(trace, profile, [k], calibration=cal, cpu_threads=threads,
+                                    candidates=CANDIDATE_IDS))
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return tuple(parquet_io.read_trace(EX / f"qwen3-30b-a3b-{s}.parquet")
+                 for s in ("trace", "calibration"))
+
+
+# --- pure logic ---------------------------------------------------------------------------------
+def test_a_choice_composes_the_catalog_machine_and_its_profile():
+    m = mc.MachineChoice("rtx3090", "ryzen-7-5700x", "ddr4-3200x2", "pcie4x16").compose()
+    ref = compose_machine(gpu="rtx3090", cpu="ryzen-7-5700x", memory="ddr4-3200x2",
+                          link="pcie4x16")
+    assert m.spec == ref.spec and m.threads == 8
+    # defaults: the CPU's usual memory and the card's own link (an RTX 4060 Ti is PCIe 4.0 x8)
+    d = mc.MachineChoice("rtx4060ti-16gb", "ryzen-7-5700x").compose()
+    assert (d.memory.name, d.link.name) == ("ddr4-3200x2", "pcie4x8")
+    g = get_model("olmoe-1b-7b")
+    p = mc.machine_profile(g, m)
+    assert p.analytic and mc.is_your_machine(p)
+    assert sorted({t for t, _ in p.operating_points()}) == [1, 2, 4, 8]
+    assert p.choose()[0] == 8                                  # the CPU's cores by default
+    assert p.platform["vram_gib"] == 24.0 and p.platform["machine"] == m.spec.name
+
+
+def test_the_budget_slider_spans_the_chosen_gpus_memory():
+    g = resolve_model("qwen3-30b-a3b", "Q4_K_M")
+    lo, hi = whatif.budget_range(g)
+    assert hi < 24                              # every expert fits well below a 24 GiB card
+    assert whatif.budget_range(g, 32.0) == (lo, 32.0)
+    assert whatif.budget_range(g, 8.1) == (lo, hi)   # a smaller card keeps the model's range
+    # a chosen machine's default is all of its card; an example's is as before (capped)
+    assert whatif.default_budget(g, {"gpu": "rtx5090", "vram_gib": 32.0}) == 32.0
+    assert whatif.default_budget(g, {"gpu": "rtx5090"}) < 32.0
+
+
+def test_weights_offered_are_the_presets_a_family_publishes():
+    assert mc.quant_options("gpt-oss-120b") == [mc.AS_IS, "MXFP4_MOE"]
+    assert "Q4_K_M" in mc.quant_options("glm-4.5-air")
+    assert mc.catalog_geometry("glm-4.5-air", mc.AS_IS) == get_model("glm-4.5-air")
+    assert {"glm-4.5-air", "gpt-oss-120b"} <= set(mc.catalog_models(["qwen3-30b-a3b"]))
+    assert "qwen3-30b-a3b" not in mc.catalog_models(["qwen3-30b-a3b"])
+
+
+def test_speed_is_ms_per_token_and_tokens_per_second():
+    assert whatif.speed(8241.0) == "8.241 ms/token · 121.3 tokens/s"
+    assert whatif.tokens_per_s(20_000.0) == 50.0
+
+
+# --- pages --------------------------------------------------------------------------------------
+def test_nothing_chosen_keeps_the_examples_own_profile(qwen):
+    at = open_app()
+    assert query(at)["gpu"] == mc.EXAMPLE
+    assert not [i for i in at.info if "Your machine" in i.value]
+    prof = parquet_io.read_profile(EX / "qwen3-30b-a3b-rtx4090-analytic.parquet")
+    gib = whatif.default_budget(qwen[0].model, prof.platform)
+    w = expected_winner(*qwen, prof, gib, prof.choose()[0])
+    assert at.metric[1].value == f"{w.tpot_us / 1e3:.3f} ms"
+    assert at.metric[4].value == f"{whatif.tokens_per_s(w.tpot_us):.1f} tokens/s"
+
+
+def test_the_overview_answers_for_a_machine_from_the_catalog(qwen):
+    at = open_app(**MINE)
+    m = compose_machine(gpu="rtx3090", cpu="ryzen-7-5700x", memory="ddr4-3200x2",
+                        link="pcie4x16")
+    prof = mc.machine_profile(qwen[0].model, m)
+    w = expected_winner(*qwen, prof, 24.0, 8)          # all of the card, the CPU's 8 cores
+    assert [x.value for x in at.metric][:2] == [w.named, f"{w.tpot_us / 1e3:.3f} ms"]
+    assert at.metric[4].value == f"{whatif.tokens_per_s(w.tpot_us):.1f} tokens/s"
+    assert any("ANALYTIC what-if" in i.value and m.spec.name in i.value for i in at.info)
+    assert query(at) | MINE == query(at)               # the machine is in the URL
+    default = open_app()
+    assert default.metric[1].value != at.metric[1].value
+
+
+@pytest.mark.parametrize("page", PAGES[1:])
+def test_every_page_answers_for_the_machine(page):
+    mine, default = open_app(page, **MINE), open_app(page)
+    assert any("ANALYTIC what-if" in i.value for i in mine.info)
+    assert not any("ANALYTIC what-if" in i.value for i in default.info)
+
+    def shown(at):
+        return [x.value for x in (*at.success, *at.warning, *at.markdown)]
+    assert shown(mine) != shown(default)                # the numbers are the machine's
+    assert query(mine) | MINE == query(mine)
+    if page == "landscape":       # the slider spans the card and starts at it
+        s = mine.slider(key="_w_vram")
+        assert s.value == 24.0 and s.max >= 24.0
+    if page == "compare":
+        assert mine.dataframe[0].value["platform"][0].startswith("your machine (ANALYTIC, ")
+        assert mine.dataframe[0].value["budget GiB"][0] == 24.0
+        t = mine.dataframe[0].value
+        assert list(t["tokens/s"]) == pytest.approx(list(1e3 / t["TPOT ms"]))
+        assert compare_view.label(compare_view.THIS, default_profile()).startswith("this profile")
+
+
+def default_profile():
+    return parquet_io.read_profile(EX / "qwen3-30b-a3b-rtx4090-analytic.parquet")
+
+
+def test_the_sidebar_choice_survives_page_changes_and_reaches_the_url():
+    at = open_app()
+    at.selectbox(key="_w_gpu").set_value("rtx5090").run()
+    at.selectbox(key="_w_cpu").set_value("ryzen-9-9950x").run()
+    assert not at.exception
+    assert (query(at)["gpu"], query(at)["cpu"]) == ("rtx5090", "ryzen-9-9950x")
+    for page in ("landscape", "export", "overview"):
+        at.switch_page(f"pages/{page}.py").run()
+        assert not at.exception and not at.error
+        assert at.selectbox(key="_w_gpu").value == "rtx5090"
+        assert at.selectbox(key="_w_cpu").value == "ryzen-9-9950x"
+        assert any("rtx5090+" in i.value and "ryzen-9-9950x" in i.value for i in at.info)
+
+
+def test_a_catalog_model_without_an_example_gets_a_synthetic_trace():
+    at = open_app(example="glm-4.5-air", quant="Q4_K_M", gpu="rtx4060ti-16gb",
+                  cpu="ryzen-7-5700x")
+    g = resolve_model("glm-4.5-air", "Q4_K_M")
+    trace, cal = synthetic_inputs(g)
+    m = mc.MachineChoice("rtx4060ti-16gb", "ryzen-7-5700x").compose()
+    prof = mc.machine_profile(g, m)
+    w = expected_winner(trace, cal, prof, whatif.default_budget(g, prof.platform), 8)
+    assert [x.value for x in at.metric][:2] == [w.named, f"{w.tpot_us / 1e3:.3f} ms"]
+    assert any("SYNTHETIC" in c.value for c in at.caption)
+    assert query(at)["example"] == "glm-4.5-air" and query(at)["quant"] == "Q4_K_M"
+    # gpt-oss-120b in its published weights, on every page
+    for page in PAGES:
+        at = open_app(page, example="gpt-oss-120b", quant="MXFP4_MOE", gpu="rtx5080",
+                      cpu="ryzen-9-9950x", mem="ddr5-6000x2")
+        assert any("ANALYTIC what-if" in i.value for i in at.info)
+
+
+def test_the_weights_reprice_an_example_of_a_catalog_model(qwen):
+    at = open_app(quant="Q4_K_M")
+    g = resolve_model("qwen3-30b-a3b", "Q4_K_M")
+    prof = analytic_for_model(default_profile(), g)
+    tr, cal = (t.with_model(g) for t in qwen)
+    w = expected_winner(tr, cal, prof, whatif.default_budget(g, prof.platform),
+                        prof.choose()[0])
+    assert at.metric[1].value == f"{w.tpot_us / 1e3:.3f} ms"
+    assert any("Q4_K_M" in c.value for c in at.caption)
+
+
+def test_nonsense_in_the_url_falls_back_to_the_defaults():
+    at = open_app(gpu="rtx9999", cpu="pentium", quant="Q1")
+    assert query(at)["gpu"] == mc.EXAMPLE and query(at)["quant"] == mc.AS_IS
+    assert not [i for i in at.info if "Your machine" in i.value]
+
+
+def test_a_card_too_small_for_the_model_says_so():
+    g = resolve_model("deepseek-v3", "Q4_K_M")
+    assert whatif.budget_gib(g, 0) > 24.0           # its non-expert weights alone: 25.3 GiB
+    at = open_app("landscape", example="deepseek-v3", quant="Q4_K_M", gpu="rtx3090",
+                  cpu="ryzen-7-5700x")
+    assert any("Your GPU's 24 GiB is less than the 25.5 GiB that K = 0 needs" in i.value
+               for i in at.info)
+    assert at.slider(key="_w_vram").value == 25.5
