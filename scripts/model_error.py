@@ -22,10 +22,12 @@ calibrated one). ``--check`` exits 1 when the file is not current.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -150,16 +152,30 @@ def ratio_errors(groups: dict[str, pd.DataFrame]) -> list[np.ndarray]:
     return out
 
 
-def _without_the_file() -> None:
+@contextlib.contextmanager
+def _without_the_file() -> Iterator[None]:
     """The draws' interval this script reads does not depend on data/model-error.json; a zero
-    error stands in for it, so that a missing or outdated file can be rebuilt."""
+    error stands in for it, so that a missing or outdated file can be rebuilt. Restored on
+    exit: run in-process (the tests call ``main``), the stand-in must not outlive the build."""
     zero = ModelError({}, 0.0, 0.0, "none (being rebuilt)")
-    for name in ("cope_core.estimate.predict", "cope_core.estimate.uncertainty"):
-        importlib.import_module(name).model_error = lambda: zero
+    modules = [importlib.import_module(name) for name in
+               ("cope_core.estimate.predict", "cope_core.estimate.uncertainty")]
+    saved = [m.model_error for m in modules]
+    for m in modules:
+        m.model_error = lambda: zero
+    try:
+        yield
+    finally:
+        for m, f in zip(modules, saved):
+            m.model_error = f
 
 
 def build() -> dict:
-    _without_the_file()
+    with _without_the_file():
+        return _build()
+
+
+def _build() -> dict:
     measured = {gid: measured_group(files) for gid, files in MEASURED.items()}
     published = published_groups()
     doc: dict = {"schema": SCHEMA, "level": LEVEL, "made_by": COMMAND,
