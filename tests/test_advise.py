@@ -154,3 +154,23 @@ def test_bad_input_is_one_line_exit_2(argv, field, capsys):
     assert main(args + argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("cope: error:") and field in err
+
+
+def test_llamacpp_answer_is_the_export_and_its_default_is_fit():
+    """The llama.cpp answer pastes the export's first command, predicts what that command runs
+    (the record's best configuration) and divides by --fit's placement priced under the same
+    draws."""
+    from cope_core.estimate.llamacpp_default import baseline_of
+    from cope_core.export import render
+    g = resolve_model(GGUF, None)
+    m = compose_machine(gpu="rtx3060-12gb", cpu="ryzen-7-5700x", memory="ddr4-3200x2")
+    a = advise(g, m, runtimes=("llama.cpp",))
+    (r,) = a.answers
+    text = render(a.policy, "llama.cpp").text
+    assert r.command == next(ln for ln in text.splitlines() if not ln.startswith("#"))
+    rec = a.policy.llamacpp_cache
+    base = baseline_of(rec)
+    assert r.speed.tpot_us == rec.versus[0].tpot_us and r.runs == rec.best[0].candidate
+    assert r.default.tpot_us == base.tpot_us
+    assert r.gain_over_default == pytest.approx(base.tpot_us / rec.versus[0].tpot_us)
+    assert a.baseline.tpot_us == base.tpot_us

@@ -725,12 +725,14 @@ def test_predict_table_names_winner_and_runner_up(capsys, pipeline):
     v = df.attrs["uncertainty"]["per_k"][3]["verdict"]
     assert not v["tied"] and v["leader"] == w.candidate
     assert last[0] == (f"winner: {w.candidate} {w.tpot_us / 1e3:.3f} ms/token "
-                       f"[{w.tpot_lo_us / 1e3:.3f}, {w.tpot_hi_us / 1e3:.3f}]; {w.candidate} is "
+                       f"[{w.tpot_lo_us / 1e3:.3f}, {w.tpot_hi_us / 1e3:.3f}] · "
+                       f"{1e6 / w.tpot_us:.1f} tokens/s [{1e6 / w.tpot_hi_us:.1f}, "
+                       f"{1e6 / w.tpot_lo_us:.1f}]; {w.candidate} is "
                        f"fastest in {100 * w.win_probability:.0f} % of the paired draws, faster "
                        f"than {v['rival']} in {100 * v['beats_rival']:.0f} %")
     runner = [line for line in out.splitlines() if line.startswith("runner-up:")]
-    assert runner == [f"runner-up: {ru.candidate} {ru.tpot_us / 1e3:.3f} ms/token "
-                      f"(+{margin:.1f}%)"]
+    assert runner == [f"runner-up: {ru.candidate} {ru.tpot_us / 1e3:.3f} ms/token · "
+                      f"{1e6 / ru.tpot_us:.1f} tokens/s (+{margin:.1f}%)"]
     assert "ANALYTIC" in out
     for cid in CANDIDATE_IDS:
         assert cid in out
@@ -750,7 +752,8 @@ def test_predict_sweep_table(capsys, pipeline):
         w = sub.iloc[0]["candidate"]
         ru = next(c for c, e in zip(sub["candidate"][1:], sub["equivalent_to"][1:])
                   if (e or c) != w)
-        assert r[1] == w and r[3] == ru
+        assert r[1] == w and r[4] == ru
+        assert float(r[3]) == pytest.approx(1e3 / float(r[2]), rel=2e-3)     # tok/s beside ms
 
 
 def test_warning_without_calibration(capsys, pipeline):

@@ -8,6 +8,7 @@ import pandas as pd
 
 from ..estimate.model_error import z_of
 from ..estimate.ranking import frame_runner_up
+from ..estimate.speed import tokens_per_s
 from ..estimate.uncertainty import confidence_lines
 
 
@@ -53,13 +54,14 @@ def format_table(df: pd.DataFrame) -> str:
     k = int(df["experts_per_layer"].iloc[0])
     show = df.sort_values("tpot_us", kind="stable")
     lines = [*interval_notes(df),
-             f"{'rank':>4}  {'candidate':<36}{'TPOT ms':>10}  {'95 % interval':<19}"
+             f"{'rank':>4}  {'candidate':<36}{'TPOT ms':>10}{'tok/s':>8}  {'95 % interval':<19}"
              f"{'shared':>9}{'experts':>9}{'prefetch':>9}{'hit rate':>9}{'prefetches':>11}"
              f"  wins"]
     for r in show.itertuples(index=False):
         ci = ("" if not math.isfinite(r.tpot_lo_us)
               else f"[{r.tpot_lo_us / 1e3:.3f}, {r.tpot_hi_us / 1e3:.3f}]")
-        lines.append(f"{r.rank:>4}  {r.candidate:<36}{r.tpot_us / 1e3:>10.3f}  {ci:<19}"
+        lines.append(f"{r.rank:>4}  {r.candidate:<36}{r.tpot_us / 1e3:>10.3f}"
+                     f"{tokens_per_s(r.tpot_us):>8.1f}  {ci:<19}"
                      f"{r.shared_us / 1e3:>9.3f}{r.experts_us / 1e3:>9.3f}"
                      f"{r.prefetch_us / 1e3:>9.3f}{r.hit_rate:>9.3f}{r.prefetches:>11}"
                      f"  {_wins(r)}")
@@ -89,7 +91,7 @@ def interval_notes(df: pd.DataFrame) -> list[str]:
 
 def format_sweep(df: pd.DataFrame) -> str:
     """The winner, the runner-up and the winner's win probability at each K."""
-    lines = [f"{'K':>4}  {'winner':<36}{'TPOT ms':>10}  {'runner-up':<36}{'margin':>8}"
+    lines = [f"{'K':>4}  {'winner':<36}{'TPOT ms':>10}{'tok/s':>8}  {'runner-up':<36}{'margin':>8}"
              f"{'wins':>7}"]
     for k, sub in df.groupby("experts_per_layer", sort=True):
         w = sub.sort_values("rank").iloc[0]
@@ -98,7 +100,8 @@ def format_sweep(df: pd.DataFrame) -> str:
         if ru is not None:
             tail = f"  {ru.candidate:<36}{(ru.tpot_us - w.tpot_us) / w.tpot_us * 100:>7.1f}%"
         wins = "" if not math.isfinite(w.win_probability) else f"{100 * w.win_probability:.0f}%"
-        lines.append(f"{k:>4}  {w.candidate:<36}{w.tpot_us / 1e3:>10.3f}{tail}{wins:>7}")
+        lines.append(f"{k:>4}  {w.candidate:<36}{w.tpot_us / 1e3:>10.3f}"
+                     f"{tokens_per_s(w.tpot_us):>8.1f}{tail}{wins:>7}")
     return "\n".join(lines)
 
 

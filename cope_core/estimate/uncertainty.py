@@ -40,6 +40,7 @@ from ..profile.raw_samples import raw_key
 from .costs import LayerCosts, atomic_costs, cope_costs
 from .model_error import around_point, model_error
 from .ranking import CLEAR, Verdict, frame_runner_up, most_likely_fastest
+from .speed import speed as speed_words
 
 DEFAULT_DRAWS = 1000
 LEVEL = 0.95
@@ -276,11 +277,11 @@ def _pct(p: float) -> str:
 
 
 def speed_text(row: pd.Series) -> str:
-    """``"16.944 ms/token [13.7, 21.2]"``: a prediction row's TPOT with its interval on absolute
-    speed (the words of the CLI's winner line and the app's)."""
-    ci = ("" if not np.isfinite(row["tpot_lo_us"]) else
-          f" [{row['tpot_lo_us'] / 1e3:.3f}, {row['tpot_hi_us'] / 1e3:.3f}]")
-    return f"{row['tpot_us'] / 1e3:.3f} ms/token{ci}"
+    """``"16.944 ms/token [13.700, 21.200] · 59.0 tokens/s [47.2, 73.0]"``: a prediction row's
+    TPOT and speed, each with its interval on absolute speed (the words of the CLI's winner line
+    and the app's)."""
+    finite = np.isfinite(row["tpot_lo_us"])
+    return speed_words(row["tpot_us"], (row["tpot_lo_us"], row["tpot_hi_us"]) if finite else None)
 
 
 def confidence_lines(df: pd.DataFrame, experts_per_layer: int) -> list[str]:
@@ -293,7 +294,7 @@ def confidence_lines(df: pd.DataFrame, experts_per_layer: int) -> list[str]:
     w = ranked.iloc[0]
     conf = df.attrs.get("uncertainty", {}).get("per_k", {}).get(int(experts_per_layer))
     if conf is None or not np.isfinite(w["tpot_lo_us"]):
-        lines = [f"winner: {w.candidate} {w.tpot_us / 1e3:.3f} ms/token (no interval: the "
+        lines = [f"winner: {w.candidate} {speed_words(w.tpot_us)} (no interval: the "
                  f"bootstrap is off, --draws 0)"]
     else:
         v = Verdict.from_dict(conf["verdict"])
@@ -319,7 +320,7 @@ def confidence_lines(df: pd.DataFrame, experts_per_layer: int) -> list[str]:
     ru = frame_runner_up(sub, w.candidate)
     if ru is not None:
         margin = (ru.tpot_us - w.tpot_us) / w.tpot_us * 100
-        lines.append(f"runner-up: {ru.candidate} {ru.tpot_us / 1e3:.3f} ms/token (+{margin:.1f}%)")
+        lines.append(f"runner-up: {ru.candidate} {speed_words(ru.tpot_us)} (+{margin:.1f}%)")
     elif len(ranked) > 1:
         lines.append("runner-up: none (every other candidate is the same policy here)")
     return lines

@@ -30,7 +30,9 @@ from typing import Any
 
 from ..errors import CopeInputError
 from ..estimate.cpu_only import cpu_only_price
+from ..estimate.llamacpp_default import KEEP_LEVEL, baseline_of
 from ..estimate.llamacpp_fit import FIT_MARGIN
+from ..estimate.speed import tokens_per_s
 from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
 from ..machine import Machine
 from ..matrix import LAYER_PARTITION
@@ -44,16 +46,15 @@ from ..trace.synth_defaults import (
     synthetic_inputs,
 )
 from .build import build_policy
-from .formats import get_format, render
+from .formats import EXPORT_FORMATS, get_format, render
 from .policy import Policy
 
 #: The runtimes ``cope advise`` answers for, in the order it prints them.
-RUNTIMES: tuple[str, ...] = ("llama.cpp", "ik_llama.cpp", "exllamav3", "sglang-kt", "vllm")
+RUNTIMES: tuple[str, ...] = tuple(f.name for f in EXPORT_FORMATS if f.advised)
 #: VRAM kept free by default: llama.cpp's ``--fit`` margin (``-fitt``, 1 GiB)
 RESERVE_BYTES = FIT_MARGIN
 RESERVE_SOURCE = ("llama.cpp's --fit margin (-fitt 1 GiB, common/common.h l. 486 of b11434), "
                   "kept free for every runtime")
-US = 1e6
 
 
 @dataclass(frozen=True)
@@ -65,12 +66,12 @@ class Speed:
 
     @property
     def tokens_per_s(self) -> float:
-        return US / self.tpot_us
+        return tokens_per_s(self.tpot_us)
 
     @property
     def tokens_per_s_interval(self) -> tuple[float, float] | None:
         ci = self.tpot_ci_us
-        return None if ci is None else (US / ci[1], US / ci[0])
+        return None if ci is None else (tokens_per_s(ci[1]), tokens_per_s(ci[0]))
 
 
 @dataclass(frozen=True)
@@ -254,6 +255,11 @@ def _answer(policy: Policy, runtime: str) -> RuntimeAnswer:
         runs, speed = best.candidate, Speed(v.tpot_us, v.tpot_ci_us)
         if best.cache_mib:
             notes.append(f"needs llama.cpp {best.build} or newer (its MoE expert cache)")
+        base = baseline_of(rec)
+        if base is not None and base.faster_share is not None:
+            keep = "" if base.faster_share >= KEEP_LEVEL else ": not sure enough, keep the default"
+            notes.append(f"faster than the default in {100 * base.faster_share:.0f} % of the "
+                         f"paired draws{keep}")
     what, default = runtime_default(policy, runtime)
     if runs is None:
         notes.append(f"{get_format(runtime).label}'s setting is outside the Policy Matrix: not "
@@ -265,23 +271,29 @@ def _answer(policy: Policy, runtime: str) -> RuntimeAnswer:
 def runtime_default(policy: Policy, runtime: str) -> tuple[str, Speed | None]:
     """What ``runtime`` does with no placement flag, and its predicted speed (None: unknown, or
     it does not load at this VRAM)."""
-    if runtime == "llama.cpp":
+    f = get_format(runtime)
+    if f.default_kind == "fit":
         return llamacpp_default(policy)
-    K, E = policy.experts_per_layer, policy.model.n_experts
-    if runtime in ("exllamav3", "vllm"):
-        flags = "-mcs/-mcl" if runtime == "exllamav3" else "--cpu-offload-gb"
-        what = f"without {flags} every expert on the GPU"
-        if K < E:
-            return what + ": does not fit this VRAM", None
-        return what, _speed(policy, LAYER_PARTITION)
-    return {"ik_llama.cpp": "without -ngl/-ot: not read from its source, unknown",
-            "sglang-kt": "without --kt-num-gpu-experts: not read from its source, unknown"
-            }[runtime], None
+    if f.default_kind == "gpu":
+        if policy.experts_per_layer < policy.model.n_experts:
+            return f.default + ": does not fit this VRAM", None
+        return f.default, _speed(policy, LAYER_PARTITION)
+    return f.default + ", unknown", None
 
 
 def llamacpp_default(policy: Policy) -> tuple[str, Speed | None]:
-    """llama.cpp with no placement flag: ``--fit`` (on by default) places the model itself."""
-    return "--fit (no placement flags): not yet predicted", None
+    """llama.cpp with no placement flag: the placement ``--fit`` (on by default) chooses at the
+    same budget, priced under the same draws as the best configuration
+    (:func:`cope_core.estimate.llamacpp_default.baseline_of` of the policy's llama.cpp
+    record)."""
+    f = get_format("llama.cpp")
+    base = baseline_of(policy.llamacpp_cache)
+    if base is None:
+        return f.default + ": not compared (llama.cpp's search did not run)", None
+    what = f"{f.default}: {base.default.describe()}"
+    if base.tpot_us is None:
+        return f"{what}; not priced: {base.default.why_not_priced}", None
+    return what, Speed(base.tpot_us, base.tpot_ci_us)
 
 
 def _cpu_only(model: ModelGeometry, machine: Machine, order: list[str], context: int,
@@ -292,7 +304,7 @@ def _cpu_only(model: ModelGeometry, machine: Machine, order: list[str], context:
     speed = Speed(price.tpot_us, price.tpot_ci_us)
     answers = []
     for r in order:
-        if r in ("llama.cpp", "ik_llama.cpp"):
+        if get_format(r).cpu_only:
             answers.append(RuntimeAnswer(
                 r, f"llama-server -m MODEL.gguf -ngl 0 -t {machine.threads}", "cpu_only", speed,
                 "the same: with no GPU every weight is on the CPU", speed,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..estimate.speed import speed, tokens_per_s_interval
 from ..matrix import LAYER_PARTITION, Execution, Residency, get_candidate
 from .policy import Policy
 
@@ -58,7 +59,7 @@ def header(policy: Policy, runtime: str) -> list[str]:
         f"top-{g.top_k} of {E} experts",
         f"candidate {policy.candidate} (chosen: {policy.chosen_by}), K = {K} of {E} experts per "
         f"MoE layer; {vram}",
-        f"predicted TPOT (cope) {ms(policy.cope_us())}/token on {gpu}, cpu_threads="
+        f"predicted TPOT (cope) {speed(policy.cope_us())} on {gpu}, cpu_threads="
         f"{policy.cpu_threads}, gpu_share={policy.gpu_share:g}; {kind}",
     ]
     ci, win = policy.interval_us(), policy.win_probability()
@@ -72,7 +73,8 @@ def header(policy: Policy, runtime: str) -> list[str]:
                 if "profile" not in policy.confidence.get("sources", []) else
                 "the trace's prompts and the analytic model's constants" if model else
                 "the trace's prompts and the profile's spread")
-        lines.append(f"95 % interval [{ms(ci[0])}, {ms(ci[1])}]/token with the model's measured "
+        lines.append(f"95 % interval [{ms(ci[0])}, {ms(ci[1])}]/token = "
+                     f"{tokens_per_s_interval(ci[0], ci[1])} with the model's measured "
                      f"error (docs/design.md#uncertainty); {wins} (bootstrap of {what})")
     if policy.fill.get("source") == "trace":
         lines.append("resident experts filled from the evaluated trace (no calibration trace): "

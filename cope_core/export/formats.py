@@ -72,6 +72,15 @@ class ExportFormat:
         for ``.NAME.sh`` (see :attr:`file_suffix`).
     side_file : SideFile or None
         The file the format writes beside its text, if any (``cope export`` then needs ``-o``).
+    advised : bool
+        ``cope advise`` answers for this runtime (:mod:`cope_core.export.advise`).
+    default : str
+        For ``cope advise``: what the runtime does with no placement flag, in words.
+    default_kind : str
+        ``fit`` (llama.cpp's ``--fit`` places the model), ``gpu`` (every expert on the GPU: it
+        loads only when the whole model fits) or ``unknown`` (not read from its source).
+    cpu_only : bool
+        Runs on a machine without a GPU (every weight on the CPU).
     """
 
     name: str
@@ -87,6 +96,10 @@ class ExportFormat:
     language: str = "bash"
     suffix: str = ""
     side_file: SideFile | None = None
+    advised: bool = False
+    default: str = "not read from its source"
+    default_kind: str = "unknown"
+    cpu_only: bool = False
 
     @property
     def module(self) -> str:
@@ -132,14 +145,16 @@ EXPORT_FORMATS: tuple[ExportFormat, ...] = (
         "cache, [below](#llamacpps-own-moe-cache)); then the layer partition at K, `-ngl 99 -fit "
         "off --n-cpu-moe N`, or the same with `-ot 'REGEX=CPU'`",
         "`layer_partition`, and its own cache candidates `llamacpp_cache/lru`, "
-        "`llamacpp_cache/classlru`", _SAME_VRAM, render_llamacpp),
+        "`llamacpp_cache/classlru`", _SAME_VRAM, render_llamacpp, advised=True,
+        default="--fit (no placement flags)", default_kind="fit", cpu_only=True),
     ExportFormat(
         "ik_llama.cpp", "ik_llama.cpp", "ik_llama.cpp", "8337e4cd3861 (2026-08-15)",
         "ik_llama.cpp flags: -ot of the first MoE layers, or its -ncmoe N (the last N)",
         "`-ngl 999 -t T -ot 'blk\\.(...)\\.ffn_(up|down|gate|gate_up)_exps\\.(weight|scale)=CPU'` "
         "(the first MoE layers, exactly), or its own `-ncmoe N` (the **last** N MoE layers, at "
         "the N that fits the same VRAM); no `-fit`",
-        "`layer_partition`", _SAME_VRAM, render_ik_llamacpp),
+        "`layer_partition`", _SAME_VRAM, render_ik_llamacpp, advised=True,
+        default="without -ngl/-ot: not read from its source", cpu_only=True),
     ExportFormat(
         "exllamav3", "exllamav3", "exllamav3", "1.6.5, the PyPI wheel",
         "exllamav3 -mcs E-K with an expert-statistics file (-o OUT: the .json), or -mcl N",
@@ -150,7 +165,8 @@ EXPORT_FORMATS: tuple[ExportFormat, ...] = (
         "`fixed/parallel`, `layer_partition` (and any fixed candidate at K = E)",
         "`fixed/parallel` with the same resident experts",
         render_exllamav3, options=("stats_path", "exl3_bits"),
-        side_file=SideFile(".json", "expert-statistics")),
+        side_file=SideFile(".json", "expert-statistics"), advised=True,
+        default="without -mcs/-mcl every expert on the GPU", default_kind="gpu"),
     ExportFormat(
         "ktransformers", "KTransformers", "legacy KTransformers (<= 0.4.1)", "95009ea6856c",
         "optimize-rule YAML of legacy KTransformers (<= 0.4.1)",
@@ -164,12 +180,15 @@ EXPORT_FORMATS: tuple[ExportFormat, ...] = (
         "--init-expert-location FILE.pt`, M the kt-kernel kernel the profile priced (`BF16` for "
         "16-bit experts, `LLAMAFILE` for GGUF ones, `MXFP4`) instead of the default `AMXINT4`",
         "`fixed/parallel`, `layer_partition`", "`fixed/parallel` with the same resident experts",
-        render_sglang_kt, options=("pt_path",), side_file=SideFile(".pt", "tensor")),
+        render_sglang_kt, options=("pt_path",), side_file=SideFile(".pt", "tensor"),
+        advised=True, default="without --kt-num-gpu-experts: not read from its source"),
     ExportFormat(
         "vllm", "vLLM", "vLLM", "0.33.0; the flags from 0.17.0",
         "vLLM weight offloading (--cpu-offload-gb): exact only at K = E",
         "`--offload-backend uva --cpu-offload-gb G --cpu-offload-params experts`",
-        "nothing (only at K = E)", "a setting outside the Policy Matrix", render_vllm),
+        "nothing (only at K = E)", "a setting outside the Policy Matrix", render_vllm,
+        advised=True, default="without --cpu-offload-gb every expert on the GPU",
+        default_kind="gpu"),
     ExportFormat(
         "freetoken", "FreeToken", "FreeToken", "0.2.1, the PyPI wheel",
         "FreeToken ft serve --moe-strategy, with its LRU slot cache",

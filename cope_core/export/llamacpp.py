@@ -25,6 +25,7 @@ a model's dense blocks sit between MoE ones, since the block numbers here would 
 from __future__ import annotations
 
 from ..estimate.llamacpp_record import CacheRecord
+from ..estimate.speed import tokens_per_s
 from ..geometry import ModelGeometry
 from ..matrix import LAYER_PARTITION, get_candidate
 from ..placement import LayerPlan
@@ -103,7 +104,8 @@ def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int) -> 
         tail = "" if v.cache_faster is None else \
             f"; the configuration above is faster in {100 * v.cache_faster:.0f} % of draws"
         label = "this configuration" if v is rec.versus[0] else v.name
-        lines.append(f"# predicted {label}: {v.tpot_us / 1e3:.3f} ms/token{ci}{tail}")
+        lines.append(f"# predicted {label}: {v.tpot_us / 1e3:.3f} ms/token{ci} · "
+                     f"{tokens_per_s(v.tpot_us):.1f} tokens/s{tail}")
     lines.append(f"llama-server -m MODEL.gguf {flags}")
     if others := rec.best[1:]:
         lines.append("# the fastest of each other kind: " + "; ".join(
