@@ -421,8 +421,19 @@ def test_an_upload_then_another_example_leaves_every_page_working(server, page):
                          arg=f"model: upload {gguf.name}")
     _settle(pg)
     _walk_to(pg, "Export")
-    lead = pg.locator('[data-testid="stCode"]').first.inner_text()
-    assert lead.startswith("llama-server -m ") and gguf.name in lead, lead
+    # the shown tab's first block; waited for, as a late rerun can still be replacing the
+    # tabs' contents (CI once read another tab's folded file as the first block)
+    lead_js = ("() => { const p = document.querySelector('[role=\"tabpanel\"]:not([hidden])');"
+               " const c = p && p.querySelector('[data-testid=\"stCode\"]');"
+               " return c ? c.innerText : ''; }")
+    try:
+        pg.wait_for_function(f"() => ({lead_js})().startsWith('llama-server -m ')",
+                             timeout=60_000)
+    except Exception:
+        pass                                 # the assertion below says what was there
+    lead = pg.evaluate(lead_js)
+    tabs = pg.locator('[role="tab"]').all_inner_texts()
+    assert lead.startswith("llama-server -m ") and gguf.name in lead, (tabs, lead)
     assert "MODEL.gguf" not in lead
     # another example: the upload was made for qwen3-30b-a3b
     pg.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
