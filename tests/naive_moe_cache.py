@@ -36,9 +36,14 @@ def _use(crf, last, now, key):
 
 
 def replay(routed, prompt_start, cached, groups_of, n_slots, E, version, share=0.0,
-           persist=True):
+           persist=True, clock_of="token", order="coldest"):
     """routed[t][l]: expert ids; cached: MoE layers cached in order; groups_of[i]: group of the
-    i-th cached layer; n_slots[g]. Returns cnt[p][(h, c)] as dicts."""
+    i-th cached layer; n_slots[g]. Returns cnt[p][(h, c)] as dicts.
+
+    The class-LRU's reading: ``clock_of`` "token" (one clock, ticked per decoded token),
+    "layer" (each cached layer's own clock, ticked after its lookup; a key's age is measured on
+    its layer's clock) or "layer-first" (ticked before its lookup); ``order`` "coldest" (the CPU
+    share takes the misses of lowest decayed score) or "ascending" (the lowest ids)."""
     out = []
     touch = [0]
 
@@ -47,10 +52,17 @@ def replay(routed, prompt_start, cached, groups_of, n_slots, E, version, share=0
 
     groups, crf, last = fresh()
     clock = 0
+    lclk = [0] * len(cached)
+
+    def age_now(key):
+        """The clock a key's age is read on: the token's, or its layer's own."""
+        return clock if clock_of == "token" else lclk[key // E]
+
     for p in range(len(prompt_start) - 1):
         if p > 0 and not persist:
             groups, crf, last = fresh()
             clock = 0
+            lclk = [0] * len(cached)
         cnt = {}
         for t in range(prompt_start[p], prompt_start[p + 1]):
             for i, layer in enumerate(cached):
@@ -58,8 +70,11 @@ def replay(routed, prompt_start, cached, groups_of, n_slots, E, version, share=0
                 ids = routed[t][layer]
                 keys = [i * E + e for e in ids]
                 used = set()
+                if clock_of == "layer-first":
+                    lclk[i] += 1
+                now = clock if clock_of == "token" else lclk[i]
 
-                def use(key, state=(crf, last, clock)):
+                def use(key, state=(crf, last, now)):
                     return _use(*state, key)
 
                 h = 0
@@ -78,8 +93,9 @@ def replay(routed, prompt_start, cached, groups_of, n_slots, E, version, share=0
                     g.credit += share * len(misses)
                     n_cpu = min(int(math.floor(g.credit + 1e-9)), len(misses))
                     g.credit -= n_cpu
-                    order = sorted(misses, key=lambda key: (_score(crf, last, key, clock), key))
-                    for key in order[:n_cpu]:
+                    to_cpu = sorted(misses, key=lambda key: (
+                        _score(crf, last, key, now) if order == "coldest" else 0.0, key))
+                    for key in to_cpu[:n_cpu]:
                         use(key)
                         misses.remove(key)
                 for key in misses:                     # uploads, ascending id
@@ -94,7 +110,7 @@ def replay(routed, prompt_start, cached, groups_of, n_slots, E, version, share=0
                             if not mine:
                                 continue
                             v = min(mine, key=lambda x: g.stamp[x])
-                            score = (clock - last[g.slots[v]]) / 2.0 ** c
+                            score = (age_now(g.slots[v]) - last[g.slots[v]]) / 2.0 ** c
                             if best is None or score > best[0]:
                                 best = (score, v)
                         s = best[1]
@@ -108,6 +124,8 @@ def replay(routed, prompt_start, cached, groups_of, n_slots, E, version, share=0
                         g.cls[s] = use(key)
                     used.add(s)
                 cnt[(h, n_cpu)] = cnt.get((h, n_cpu), 0) + 1
+                if clock_of == "layer":
+                    lclk[i] += 1
             clock += 1
         out.append(cnt)
     return out

@@ -35,7 +35,8 @@ EX = "data/examples/"
 LRU, CLS = CacheVersion.LRU, CacheVersion.CLASS_LRU
 
 
-def _one_layer(tokens, E, slots, version, share=0.0, prompts=None, persist=True):
+def _one_layer(tokens, E, slots, version, share=0.0, prompts=None, persist=True, clock=0,
+               order=0):
     """The kernel on a one-layer, one-group cache; counts per prompt as dicts."""
     routed = np.array(tokens, np.int16)[:, None, :]
     T, k = routed.shape[0], routed.shape[2]
@@ -44,7 +45,7 @@ def _one_layer(tokens, E, slots, version, share=0.0, prompts=None, persist=True)
     _cache_kernels._cache_sweep(routed, starts, np.zeros((1, 1), np.int64), np.array([1]),
                                 np.zeros((1, 1), np.int64), np.array([0, slots]),
                                 np.array([0, 2]), np.array([0 if version is LRU else 1]),
-                                np.array([share]), persist, E, cnt)
+                                np.array([share]), persist, E, clock, order, cnt)
     return [{(h, c): int(n) for (h, c), n in np.ndenumerate(cnt[0, p]) if n}
             for p in range(starts.size - 1)]
 
@@ -103,19 +104,22 @@ def test_kernels_agree_with_the_plain_python_reference(seed):
     layers[0, :len(cached)] = cached
     grp = np.zeros((1, L), np.int64)
     grp[0, :len(cached)] = groups
-    for version, share, persist in itertools.product((LRU, CLS), (0.0, 0.5, 0.9), (True, False)):
-        if version is LRU and share:
+    clocks = {"token": 0, "layer": 1, "layer-first": 2}
+    for version, share, persist, (clock, order) in itertools.product(
+            (LRU, CLS), (0.0, 0.5, 0.9), (True, False),
+            itertools.product(clocks, ("coldest", "ascending"))):
+        if version is LRU and (share or clock != "token" or order != "coldest"):
             continue
         cnt = np.zeros((1, P, k + 1, k + 1), np.int64)
         _cache_kernels._cache_sweep(routed, np.array(starts, np.int64), layers,
                                     np.array([len(cached)]), grp, off, np.array([0, off.size]),
                                     np.array([0 if version is LRU else 1]), np.array([share]),
-                                    persist, E, cnt)
+                                    persist, E, clocks[clock], int(order == "ascending"), cnt)
         want = naive.replay(routed.tolist(), starts, cached, groups, slots, E, version.value,
-                            share, persist)
+                            share, persist, clock, order)
         for p in range(P):
             got = {(h, c): int(n) for (h, c), n in np.ndenumerate(cnt[0, p]) if n}
-            assert got == want[p], (version, share, persist, p)
+            assert got == want[p], (version, share, persist, clock, order, p)
 
 
 # --- MiB -> slots -------------------------------------------------------------------------------

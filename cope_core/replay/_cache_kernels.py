@@ -26,6 +26,11 @@ from ._kernels import _append, _to_tail, _unlink
 #: class-LRU constants of llama.cpp b12170 (src/llama-moe-cache.cpp, struct moe_cache_lru)
 N_CLASS = 8
 HALF_LIFE = 128.0
+#: the class-LRU's clock, as read (``moe_cache.Reading``): one tick per decoded token; each cached
+#: layer's own clock, ticked after its lookup; or ticked before it
+TOKEN_CLOCK, LAYER_CLOCK, LAYER_CLOCK_FIRST = 0, 1, 2
+#: which misses the CPU share takes: the coldest; or the first in the plan (ascending id)
+COLDEST, ASCENDING = 0, 1
 
 
 @numba.njit(forceinline=True, **NJIT)
@@ -109,10 +114,14 @@ def _use(crf, last, key, clock):
 
 
 @numba.njit(**NJIT)
-def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E, share, cnt):
+def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E, share, clock_of,
+                  order, cnt):
     """b12170's class-LRU (with b12191's CPU share ``share``): one LRU list per frequency class
     per group; the victim is an empty slot, else of each list's least recently used slot not
-    used by this lookup, the one with the largest age / 2**class (ties: the lower class)."""
+    used by this lookup, the one with the largest age / 2**class (ties: the lower class).
+
+    ``clock_of`` (TOKEN_CLOCK, LAYER_CLOCK, LAYER_CLOCK_FIRST) says what a key's age is measured
+    in; ``order`` (COLDEST, ASCENDING) which misses the CPU share takes."""
     P = prompt_start.shape[0] - 1
     k = routed.shape[2]
     G = off.shape[0] - 1
@@ -131,6 +140,7 @@ def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E
     last = np.empty(n_cached * E, np.int64)
     miss = np.empty(k, np.int64)
     cold = np.empty(k, np.float64)
+    lclk = np.zeros(max(n_cached, 1), np.int64)     # each cached layer's own clock
     clock = 0
     lookup = 0
     for p in range(P):
@@ -144,6 +154,7 @@ def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E
             tail[:] = -1
             filled[:] = 0
             credit[:] = 0.0
+            lclk[:] = 0
             clock = 0
         for t in range(prompt_start[p], prompt_start[p + 1]):
             for i_l in range(n_cached):
@@ -151,6 +162,9 @@ def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E
                 g = group[i_l]
                 base = i_l * E
                 lookup += 1
+                if clock_of == LAYER_CLOCK_FIRST:
+                    lclk[i_l] += 1
+                now = clock if clock_of == TOKEN_CLOCK else lclk[i_l]
                 h = 0
                 for j in range(k):
                     key = base + routed[t, l, j]
@@ -159,7 +173,7 @@ def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E
                         h += 1
                         li = g * N_CLASS + cls_of[s]
                         head[li], tail[li] = _unlink(prv, nxt, head[li], tail[li], s)
-                        c = _use(crf, last, key, clock)
+                        c = _use(crf, last, key, now)
                         cls_of[s] = c
                         li = g * N_CLASS + c
                         head[li], tail[li] = _append(prv, nxt, head[li], tail[li], s)
@@ -170,17 +184,18 @@ def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E
                     credit[g] += share * m
                     n_cpu = min(int(math.floor(credit[g] + 1e-9)), m)
                     credit[g] -= n_cpu
-                    # the coldest misses (lowest decayed score, then lower id) go to the CPU
+                    # the coldest misses (lowest decayed score, then lower id) go to the CPU;
+                    # in ASCENDING order all score 0 and the lowest ids go
                     for i in range(m):
                         key = base + miss[i]
-                        cold[i] = (crf[key] * math.exp2(-(clock - last[key]) / HALF_LIFE)
-                                   if last[key] >= 0 else 0.0)
+                        cold[i] = (crf[key] * math.exp2(-(now - last[key]) / HALF_LIFE)
+                                   if last[key] >= 0 and order == COLDEST else 0.0)
                     for _ in range(n_cpu):
                         b = -1
                         for i in range(m):
                             if miss[i] >= 0 and (b < 0 or cold[i] < cold[b]):
                                 b = i
-                        _use(crf, last, base + miss[b], clock)
+                        _use(crf, last, base + miss[b], now)
                         miss[b] = -1
                 for i in range(m):
                     if miss[i] < 0:
@@ -197,7 +212,10 @@ def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E
                             while v >= 0 and mark[v] == lookup:
                                 v = nxt[v]
                             if v >= 0:
-                                score = (clock - last[key_of[v]]) / (2.0 ** c)
+                                kv = key_of[v]
+                                age = (clock if clock_of == TOKEN_CLOCK else lclk[kv // E]) \
+                                    - last[kv]
+                                score = age / (2.0 ** c)
                                 if s < 0 or score > best:
                                     s = v
                                     best = score
@@ -206,21 +224,24 @@ def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E
                         head[li], tail[li] = _unlink(prv, nxt, head[li], tail[li], s)
                     key_of[s] = key
                     slot_of[key] = s
-                    c = _use(crf, last, key, clock)
+                    c = _use(crf, last, key, now)
                     cls_of[s] = c
                     li = g * N_CLASS + c
                     head[li], tail[li] = _append(prv, nxt, head[li], tail[li], s)
                     mark[s] = lookup
                 cnt[p, h, n_cpu] += 1
+                if clock_of == LAYER_CLOCK:
+                    lclk[i_l] += 1
             clock += 1
 
 
 @numba.njit(parallel=True, **NJIT)
 def _cache_sweep(routed, prompt_start, layers, n_cached, group, off, off_of, version, share,
-                 persist, E, cnt):
+                 persist, E, clock_of, order, cnt):
     """Configuration ``i`` caches the MoE layers ``layers[i, :n_cached[i]]``, in groups
     ``group[i]``, with slot offsets ``off[off_of[i]:off_of[i+1]]`` (from 0); ``version[i]`` 0
-    is LRU, 1 class-LRU."""
+    is LRU, 1 class-LRU; ``clock_of`` and ``order``: the class-LRU's reading (see
+    :func:`_classlru_one`)."""
     for i in prange(n_cached.shape[0]):
         o = off[off_of[i]:off_of[i + 1]]
         if version[i] == 0:
@@ -228,4 +249,4 @@ def _cache_sweep(routed, prompt_start, layers, n_cached, group, off, off_of, ver
                      cnt[i])
         else:
             _classlru_one(routed, prompt_start, layers[i], n_cached[i], group[i], o, persist, E,
-                          share[i], cnt[i])
+                          share[i], clock_of, order, cnt[i])

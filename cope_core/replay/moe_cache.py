@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,6 +27,31 @@ ALIGNMENT = 128
 #: the CPU shares moe-cache-tune.py chooses among (scripts/moe-cache-tune.py @ b12191, SHARES)
 TUNER_SHARES = (0.0, 0.5, 0.8, 0.9, 0.95, 0.98)
 
+class Reading(NamedTuple):
+    """One reading of the class-LRU rules the readable source does not show
+    (docs/design.md#llamacpp-moe-cache): what a key's age is measured on, and which misses
+    the CPU share takes.
+
+    ``clock``: ``token`` (one clock, one tick per decoded token: COPE's reading), ``layer``
+    (each layer's own clock, ticked after its lookup: the header's "layer clock at the last
+    use") or ``layer-first`` (ticked before it). ``cpu_order``: ``coldest`` (lowest decayed
+    score: COPE's) or ``ascending`` (the lowest ids, the order the plan uploads misses in)."""
+
+    clock: str
+    cpu_order: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.clock} clock, {self.cpu_order} to the CPU"
+
+
+_CLOCKS = {"token": _cache_kernels.TOKEN_CLOCK, "layer": _cache_kernels.LAYER_CLOCK,
+           "layer-first": _cache_kernels.LAYER_CLOCK_FIRST}
+_ORDERS = {"coldest": _cache_kernels.COLDEST, "ascending": _cache_kernels.ASCENDING}
+#: every plausible reading, COPE's first; the class-LRU's predictions are replayed under each
+READINGS = tuple(Reading(c, o) for c in _CLOCKS for o in _ORDERS)
+OURS = READINGS[0]
+
 #: Rules that the readable source does not state, and the reading chosen for each.
 INFERRED = (
     "class-LRU score update: score = score * 2**(-age/128) + 1 at each use (hit, upload or "
@@ -34,6 +60,8 @@ INFERRED = (
     "CPU share: decided per lookup once the group has no empty slot; a running credit per "
     "group makes the long-run share F exactly (credit += F*m, floor of it to the CPU); the "
     "coldest misses (lowest decayed score) go to the CPU; they are not uploaded",
+    "the clock and which misses the CPU share takes are replayed under every reading of "
+    "READINGS; predictions state the spread",
 )
 
 
@@ -279,7 +307,7 @@ class CacheCounts:
 
 
 def replay_cache(trace: Trace, configs: Sequence[CacheConfig], *,
-                 persist: bool = True) -> CacheCounts:
+                 persist: bool = True, reading: Reading = OURS) -> CacheCounts:
     """Replay each configuration over ``trace`` (configurations run in parallel).
 
     Parameters
@@ -291,10 +319,15 @@ def replay_cache(trace: Trace, configs: Sequence[CacheConfig], *,
         True (upstream: the cache belongs to the server's context and is never cleared): the
         cache starts empty and carries over from prompt to prompt in trace order. False: every
         prompt starts from an empty cache (a server started per prompt).
+    reading : Reading
+        The class-LRU's inferred rules (:data:`READINGS`); the LRU has none.
     """
     g = trace.model
     if not configs:
         raise CopeInputError("no llama.cpp cache configuration given", field="configs")
+    if reading not in READINGS:
+        raise CopeInputError(f"expected one of {[r.label for r in READINGS]}, got {reading!r}",
+                             field="reading")
     layouts = tuple(cache_layout(g, c.n_cpu, c.cache_mib) for c in configs)
     n = len(configs)
     L, k = g.n_layers, g.top_k
@@ -317,5 +350,6 @@ def replay_cache(trace: Trace, configs: Sequence[CacheConfig], *,
     _cache_kernels._cache_sweep(trace.routed, trace.prompt_start.astype(np.int64), layers,
                                 n_cached, group, np.asarray(offs, np.int64),
                                 np.asarray(off_of, np.int64), version, share, bool(persist),
-                                g.n_experts, cnt)
+                                g.n_experts, _CLOCKS[reading.clock], _ORDERS[reading.cpu_order],
+                                cnt)
     return CacheCounts(tuple(configs), layouts, cnt)
