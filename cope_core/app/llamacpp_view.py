@@ -6,6 +6,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..estimate.llamacpp_cache import LABEL
+from ..estimate.llamacpp_default import baseline_of
+from ..estimate.llamacpp_fit import FIT_NAME
 from ..estimate.llamacpp_record import CacheRecord
 from ..export.llamacpp import cache_flags
 from ..geometry import ModelGeometry
@@ -27,9 +29,18 @@ def best_table(rec: CacheRecord, g: ModelGeometry, cpu_threads: int) -> pd.DataF
     return pd.DataFrame(rows)
 
 
+def default_line(rec: CacheRecord | None) -> str | None:
+    """llama.cpp's default (``--fit``) against the best configuration, the sentence every
+    llama.cpp answer leads with (None: no record, or no VRAM budget to fit)."""
+    base = baseline_of(rec)
+    return None if base is None else base.lines()[0] + "."
+
+
 def verdict(rec: CacheRecord) -> str:
-    """The best configuration against layer_partition and the Policy Matrix's winner."""
-    v = rec.versus
+    """llama.cpp's default, then the best configuration against layer_partition and the Policy
+    Matrix's winner."""
+    lead = default_line(rec)
+    v = [x for x in rec.versus if x.name != FIT_NAME]
     best = rec.best[0]
     ci = v[0].tpot_ci_us
     head = (f"llama.cpp's best here: {best.candidate} at {best.tpot_us / 1e3:.3f} ms/token"
@@ -37,7 +48,8 @@ def verdict(rec: CacheRecord) -> str:
     parts = [f"{x.name} {x.tpot_us / 1e3:.3f} ms (the cache faster in "
              f"{100 * x.cache_faster:.0f} % of draws)" if x.cache_faster is not None
              else f"{x.name} {x.tpot_us / 1e3:.3f} ms" for x in v[1:]]
-    return head + ("; against " + ", ".join(parts) if parts else "") + \
+    return ("" if lead is None else lead + "\n\n") + head + (
+        "; against " + ", ".join(parts) if parts else "") + \
         f" · {rec.configurations} configurations searched"
 
 

@@ -33,6 +33,7 @@ from ..export.formats import epilog
 from ..files import check_writable, sha256_file, write_atomic
 from ..platforms import resolve_platform
 from ..verify import read_verify
+from . import cache_report
 from .args import add_model_options, priced_as_model
 
 #: Options that describe how to build a policy; --from-policy takes none of them.
@@ -78,6 +79,7 @@ def register(subparsers) -> None:
     s.add_argument("--exl3-bits", type=float, metavar="BPW",
                    help="exllamav3: the model's bits per weight (config.json "
                         "quantization_config.bits), to size its experts in VRAM and RAM")
+    cache_report.add_llama_options(s)
     s.add_argument("--force", action="store_true", help="overwrite existing files")
     s.add_argument("--strict", action="store_true",
                    help="fail (exit 2) when the runtime cannot run exactly the chosen candidate")
@@ -145,7 +147,8 @@ def _policy(args: argparse.Namespace):
     return build_policy(trace, profile, cal, experts_per_layer=args.k, vram_gib=args.vram_gib,
                         cpu_threads=args.cpu_threads, gpu_share=args.gpu_share,
                         candidate=args.candidate,
-                        fill_by_id=args.fill_by_id, spec=spec)
+                        fill_by_id=args.fill_by_id, spec=spec,
+                        llama=cache_report.llama_settings_of(args))
 
 
 def cmd_export(args: argparse.Namespace) -> int:

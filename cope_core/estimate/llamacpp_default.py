@@ -23,7 +23,7 @@ from ..profile.data import Profile
 from ..trace.data import Trace
 from .llamacpp_fit import FIT_MARGIN, FIT_NAME, FitDefault
 from .llamacpp_record import CacheRecord, LlamaSettings, llamacpp_record
-from .llamacpp_vram import LlamaModel, read_llama_model
+from .llamacpp_vram import LlamaModel, read_llama_model, row_bytes
 from .uncertainty import DEFAULT_DRAWS, LEVEL
 
 #: the recommended configuration is worth its flags when it is faster in at least this share
@@ -96,9 +96,10 @@ class FitBaseline:
         gain = self.gain_pct or 0.0
         share = "" if self.faster_share is None else \
             f" (faster in {100 * self.faster_share:.0f} % of draws)"
-        verdict = ("keep the default: the gain is within the interval" if self.keep_default
-                   else "worth its flags")
-        return [f"{head} at {_speed(self.tpot_us, self.tpot_ci_us)}; {rec}, {gain:+.1f} %"
+        verdict = (f"keep the default (llama-server -m MODEL.gguf -c {d.n_ctx}, no placement "
+                   "flag): the gain is within the interval" if self.keep_default
+                   else "our flags are worth pasting")
+        return [f"{head}: {_speed(self.tpot_us, self.tpot_ci_us)}; {rec}, {gain:+.1f} %"
                 f"{share}: {verdict}", f"fit's placement: {short_args(d.args)}; {SWITCHES_OFF}"]
 
     def to_dict(self) -> dict[str, Any]:
@@ -158,6 +159,11 @@ def llama_settings(model: str | os.PathLike | LlamaModel | None, *,
     if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1:
         raise CopeInputError(f"expected a positive whole number of tokens, got {n_ctx!r}",
                              field="--ctx")
+    for flag, t in (("--cache-type-k", type_k), ("--cache-type-v", type_v)):
+        try:
+            row_bytes(t, 256)
+        except CopeInputError as exc:
+            raise CopeInputError(exc.detail, field=flag) from None
     table = read_llama_model(model) if isinstance(model, (str, os.PathLike)) else model
     return LlamaSettings(table, n_ctx, type_k, type_v, int(margin_bytes))
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from ..errors import CopeInputError
 from ..estimate.costs import ESTIMATORS, hrm_spec
-from ..estimate.llamacpp_record import llamacpp_record
+from ..estimate.llamacpp_record import LlamaSettings, llamacpp_record
 from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from ..estimate.ranking import fastest_first
 from ..files import describe_input
@@ -30,7 +30,7 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
                  candidate: str = "best",
                  fill_by_id: bool = False, spec: PlatformSpec | None = None,
                  created: str | None = None, verified: dict | None = None,
-                 llamacpp: bool = True) -> Policy:
+                 llamacpp: bool = True, llama: LlamaSettings | None = None) -> Policy:
     """Predict every candidate at one cache size and record the chosen one as a policy.
 
     Parameters
@@ -63,6 +63,9 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
     llamacpp : bool
         Also search llama.cpp's own MoE expert cache at the same VRAM (``--n-cpu-moe`` x
         ``--moe-cache-mib`` x ``--moe-cache-cpu-share``) for the llama.cpp format to lead with.
+    llama : LlamaSettings, optional
+        The model file, context, KV cache types and --fit margin llama.cpp runs with (its
+        memory, and its default ``--fit`` placement compared; default: 4096 tokens, f16).
 
     Returns
     -------
@@ -123,7 +126,7 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
         cache = llamacpp_record(trace, profile, calibration, experts_per_layer=K,
                                 vram_gib=vram_gib, matrix_winner=matrix_winner,
                                 cpu_threads=attrs["cpu_threads"], gpu_share=attrs["gpu_share"],
-                                counts=counts)
+                                counts=counts, llama=llama)
     order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
     resident = tuple(tuple(int(e) for e in row[:K]) for row in order)
     vram = {"budget_gib": None if vram_gib is None else float(vram_gib),

@@ -24,6 +24,8 @@ a model's dense blocks sit between MoE ones, since the block numbers here would 
 """
 from __future__ import annotations
 
+from ..estimate.llamacpp_default import baseline_of
+from ..estimate.llamacpp_fit import FIT_NAME
 from ..estimate.llamacpp_record import CacheRecord
 from ..estimate.speed import tokens_per_s
 from ..geometry import ModelGeometry
@@ -77,15 +79,18 @@ def cache_flags(n_blocks: int, n_cpu_moe: int, cache_mib: int, cpu_share: float,
 def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int) -> list[str]:
     """The lines that lead the llama.cpp export (and close ``cope predict``): the fastest
     configuration llama.cpp can run at this VRAM, its build, prediction and margins, from a
-    ``llamacpp_cache`` record (none without one)."""
+    ``llamacpp_cache`` record (none without one), led by llama.cpp's default (``--fit``) and
+    what the configuration gains over it (:mod:`cope_core.estimate.llamacpp_default`)."""
     if not rec:
         return []
+    base = baseline_of(rec)
+    lead = [] if base is None else ["# " + line for line in base.lines()]
     best = rec.best[0]
     flags = cache_flags(g.dense_layers + g.n_layers, best.n_cpu_moe, best.cache_mib,
                         best.cpu_share, cpu_threads)
     what = ("its own MoE expert cache" if best.cache_mib else
             "no cache: the plain --n-cpu-moe placement is fastest")
-    lines = [f"# Best configuration llama.cpp can run at this VRAM ({what}); searched "
+    lines = lead + [f"# Best configuration llama.cpp can run at this VRAM ({what}); searched "
              f"{rec.configurations} configurations (--n-cpu-moe x --moe-cache-mib x "
              "--moe-cache-cpu-share; cache empty at server start, kept across prompts)"
              if rec.cache_start == "server" else
@@ -99,6 +104,8 @@ def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int) -> 
                      f"{best.hits:.1f} hits, {best.uploads:.1f} uploads, "
                      f"{best.cpu_misses:.1f} CPU misses")
     for v in rec.versus:
+        if v.name == FIT_NAME:
+            continue                                   # the lead says it
         ci = "" if v.tpot_ci_us is None else \
             f" [{v.tpot_ci_us[0] / 1e3:.3f}, {v.tpot_ci_us[1] / 1e3:.3f}]"
         tail = "" if v.cache_faster is None else \

@@ -1,0 +1,185 @@
+"""llama.cpp's default (--fit) as the baseline of every llama.cpp answer (issue 39): fit's
+placement priced under the same draws as the best configuration, the gain and the verdict; the
+search's budget as llama.cpp counts it; `cope predict` and `cope export --format llama.cpp`
+leading with the default for the shipped Q4_K_M header and two catalog models at three budgets."""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from cope_core import parquet_io
+from cope_core.cli.main import main
+from cope_core.errors import CopeInputError
+from cope_core.estimate.llamacpp_cache import search
+from cope_core.estimate.llamacpp_default import (
+    KEEP_LEVEL,
+    FitBaseline,
+    baseline_of,
+    default_fit_baseline,
+    llama_settings,
+    short_args,
+)
+from cope_core.estimate.llamacpp_fit import ALL_EXPERTS, FIT_MARGIN, FIT_NAME, fit_default
+from cope_core.estimate.llamacpp_record import CacheRecord, LlamaSettings, expert_budget
+from cope_core.estimate.llamacpp_vram import (
+    Placement,
+    device_memory,
+    llama_model_of,
+    read_llama_model,
+)
+from cope_core.geometry import GIB
+from cope_core.models import resolve_model
+
+HEADER = "data/models/qwen3-30b-a3b-Q4_K_M.header.gguf"
+EX = "data/examples/"
+#: (what --model says, example stem, three budgets in GiB)
+CASES = [(HEADER, "gguf-qwen3-30b-a3b-q4_k_m", "rtx4090", (8, 12, 20)),
+         ("qwen3.5-35b-a3b", "qwen3.5-35b-a3b", "rtx5090", (16, 24, 32)),
+         ("olmoe-1b-7b", "olmoe-1b-7b", "rtx4090", (4, 8, 16))]
+
+
+def _files(stem: str, gpu: str) -> list[str]:
+    return ["--trace", f"{EX}{stem}-trace.parquet", "--calibration",
+            f"{EX}{stem}-calibration.parquet", "--profile", f"{EX}{stem}-{gpu}-analytic.parquet"]
+
+
+def _run(capsys, *argv: str) -> str:
+    assert main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def _table(model: str):
+    return read_llama_model(model) if model.endswith(".gguf") else \
+        llama_model_of(resolve_model(model))
+
+
+def test_catalog_table_matches_the_files_own():
+    """The table made from a geometry counts what the GGUF's own table counts on the GPU."""
+    real = read_llama_model(HEADER)
+    made = llama_model_of(resolve_model(HEADER))
+    assert sum(b for _, b in made.tensors) == pytest.approx(sum(b for _, b in real.tensors),
+                                                           rel=1e-6)
+    for p in (Placement(), Placement(-1, (ALL_EXPERTS,)), Placement(20)):
+        a, b = device_memory(real, p, 4096), device_memory(made, p, 4096)
+        assert a.context == b.context and a.compute == b.compute
+        assert a.model == pytest.approx(b.model, rel=2e-3)
+    assert dict(made.tensors)["token_embd.weight"] == dict(real.tensors)["token_embd.weight"]
+
+
+def test_budget_counts_as_llama_cpp_does():
+    """The routed experts get what is left after the non-expert weights but the embedding, the
+    KV cache at -c and -ctk/-ctv, and the compute buffer (by hand from the table)."""
+    g = resolve_model(HEADER)
+    m = read_llama_model(HEADER)
+    rest = sum((n + 255) // 256 * 256 for name, n in m.tensors
+               if "_exps" not in name and name != "token_embd.weight")
+    kv = 48 * 4096 * 2 * 512 * 2                # 48 blocks x 4096 cells x (K + V) 512 f16
+    fixed = device_memory(m, Placement(-1, (ALL_EXPERTS,)), 4096)
+    assert fixed.model == rest and fixed.context == kv
+    s = LlamaSettings(m)
+    assert expert_budget(g, 0, 12.0, s) == 12 * GIB - rest - kv - fixed.compute
+    q8 = LlamaSettings(m, n_ctx=8192, type_k="q8_0", type_v="q8_0")
+    kv8 = 48 * 8192 * 2 * (512 // 32 * 34)
+    assert expert_budget(g, 0, 12.0, q8) == 12 * GIB - rest - kv8 - device_memory(
+        m, Placement(-1, (ALL_EXPERTS,)), 8192, "q8_0", "q8_0").compute
+
+
+def test_settings_refuse_bad_input():
+    with pytest.raises(CopeInputError, match="--ctx"):
+        llama_settings(None, n_ctx=0)
+    with pytest.raises(CopeInputError, match="--cache-type-k"):
+        llama_settings(None, type_k="q3_zz")
+
+
+def test_short_args_cuts_the_override_list():
+    args = '-c 4096 -ngl 49 -ot "a=CPU,b=CPU,c=CPU"'
+    assert short_args(args) == '-c 4096 -ngl 49 -ot "a=CPU,b=CPU,…" (3 patterns)'
+    assert short_args('-c 4096 -ngl -1') == '-c 4096 -ngl -1'
+
+
+def _baseline(tpot, best, share) -> FitBaseline:
+    fd = fit_default(read_llama_model(HEADER), 13 * GIB, n_ctx=4096)
+    return FitBaseline(fd, tpot, None, "--n-cpu-moe 20", best, None, share)
+
+
+def test_verdict_follows_the_paired_share():
+    assert _baseline(10.0, 8.0, 0.99).keep_default is False
+    assert _baseline(10.0, 8.0, KEEP_LEVEL - 0.01).keep_default is True
+    assert _baseline(10.0, 8.0, 0.99).gain_pct == pytest.approx(25.0)
+    assert "our flags are worth pasting" in _baseline(10.0, 8.0, 0.99).lines()[0]
+    assert "keep the default" in _baseline(10.0, 8.0, 0.5).lines()[0]
+    assert "-fit off" in _baseline(10.0, 8.0, 0.5).lines()[1]
+
+
+def test_fit_is_priced_as_the_same_plain_placement():
+    """At a budget where fit moves whole layers' experts, its TPOT is the search's plain
+    --n-cpu-moe row with as many host layers (the profile prices every MoE layer alike), and
+    the record reads back with fit's placement."""
+    trace = parquet_io.read_trace(f"{EX}gguf-qwen3-30b-a3b-q4_k_m-trace.parquet")
+    cal = parquet_io.read_trace(f"{EX}gguf-qwen3-30b-a3b-q4_k_m-calibration.parquet")
+    prof = parquet_io.read_profile(f"{EX}gguf-qwen3-30b-a3b-q4_k_m-rtx4090-analytic.parquet")
+    base = default_fit_baseline(HEADER, 12.0, trace, prof, cal, draws=100)
+    assert base is not None
+    fd = base.default
+    assert fd.args == fit_default(read_llama_model(HEADER), 12 * GIB + FIT_MARGIN,
+                                  n_ctx=4096).args
+    assert fd.host_layers == len(fd.host_blocks) == 17          # no partial layer here
+    s = LlamaSettings(read_llama_model(HEADER))
+    found = search(trace, prof, expert_budget(trace.model, 0, 12.0, s))
+    plain = found.frame[(found.frame["cache_mib"] == 0) & (found.frame["n_cpu"] == 17)]
+    assert base.tpot_us == pytest.approx(float(plain["tpot_us"].iloc[0]), rel=1e-12)
+    assert base.faster_share is not None and 0 <= base.faster_share <= 1
+    assert base.keep_default == (base.faster_share < KEEP_LEVEL)
+    lo, hi = base.tpot_ci_us
+    assert lo <= base.tpot_us <= hi
+
+
+def _check_answer(text: str, fd_args: str) -> tuple[float, float, float]:
+    """The lead of a llama.cpp answer: fit's placement with tok/s, the best configuration's
+    tok/s, the gain, and the verdict; returns (fit tok/s, best tok/s, gain %)."""
+    m = re.search(r"llama\.cpp's default \(--fit, no placement flag\) places (.+?): "
+                  r"([\d.]+) tok/s \[[\d.]+, [\d.]+\]; the best runnable configuration "
+                  r"\((.+?)\) at ([\d.]+) tok/s \[[\d.]+, [\d.]+\], ([+-][\d.]+) % "
+                  r"\(faster in (\d+) % of draws\): (keep the default|our flags are worth)",
+                  text)
+    assert m, text
+    assert short_args(fd_args) in text and "-fit off switches --fit off" in text
+    fit_ts, best_ts, gain = float(m.group(2)), float(m.group(4)), float(m.group(5))
+    assert gain == pytest.approx(100 * (best_ts / fit_ts - 1), abs=0.15)
+    share = int(m.group(6))                    # rounded: 95 may be either side of the level
+    assert share == 95 or (m.group(7) == "keep the default") == (share < 100 * KEEP_LEVEL)
+    return fit_ts, best_ts, gain
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,stem,gpu,budgets", CASES, ids=[c[1] for c in CASES])
+def test_predict_and_export_lead_with_the_default(capsys, model, stem, gpu, budgets):
+    """For three models at three budgets each, `cope predict` and `cope export --format
+    llama.cpp` name fit's placement (as the port places it) with its tok/s and the gain of the
+    best configuration over it, the same numbers in both."""
+    m = _table(model)
+    seen = set()
+    for gib in budgets:
+        fd = fit_default(m, int(gib * GIB) + FIT_MARGIN, n_ctx=4096)
+        seen.add(fd.args)
+        common = [*_files(stem, gpu), "--model", model, "--vram-gib", str(gib)]
+        text = _run(capsys, "predict", *common)
+        out = _run(capsys, "export", *common, "--format", "llama.cpp")
+        fit_ts, best_ts, gain = _check_answer(text, fd.args)
+        assert _check_answer(out, fd.args) == (fit_ts, best_ts, gain)
+        assert fd.describe() in text and fd.describe() in out
+        rows = json.loads(_run(capsys, "predict", *common, "--json"))
+        d = next(r["default_fit"] for r in rows if "default_fit" in r)
+        assert d["default"]["args"] == fd.args
+        assert d["tokens_per_s"] == pytest.approx(1e6 / d["tpot_us"])
+        assert round(d["tokens_per_s"], 1) == fit_ts and round(d["gain_pct"], 1) == gain
+        pol = json.loads(_run(capsys, "export", *common, "--format", "json"))
+        rec = CacheRecord.from_dict(pol["llamacpp_cache"])
+        assert rec is not None and rec.default_fit == fd
+        assert any(v.name == FIT_NAME for v in rec.versus)
+        assert baseline_of(rec).to_dict() == d
+    assert len(seen) == 3                       # three different placements of fit's
+    assert np.isfinite(gain)
