@@ -27,6 +27,7 @@ from ..matrix import EXECUTIONS, Execution, Residency, get_candidate, residencie
 from ..placement import gpu_expert_bytes, layer_plan
 from ..profile.data import Profile
 from ..profile.layout import OperatingPoint
+from ..replay.cache_cliff import below_cliff
 from ..replay.engine import ReplayCounts
 from ..replay.moe_cache import (
     TUNER_SHARES,
@@ -128,7 +129,9 @@ def search_space(g: ModelGeometry, budget_bytes: float, *,
 
     Per ``--n-cpu-moe`` (every one whose GPU layers fit, or those of ``n_cpu``): the placement
     alone (no cache), and the cache with the most MiB the rest of the budget holds (or each of
-    ``cache_mib`` that fits) under each eviction rule and, for the class-LRU, each CPU share."""
+    ``cache_mib`` that fits) under each eviction rule and, for the class-LRU, each CPU share.
+    The search's own size is never below the cliff (``replay.cache_cliff.below_cliff``: some
+    cached layer could not hit); sizes given in ``cache_mib`` are kept (a sweep shows them)."""
     if not np.isfinite(budget_bytes):
         raise CopeInputError(f"expected a finite budget, got {budget_bytes!r}", field="vram")
     L = g.n_layers
@@ -147,10 +150,13 @@ def search_space(g: ModelGeometry, budget_bytes: float, *,
         mibs = [cache_mib_for_bytes(g, n, free)] if cache_mib is None else [
             m for m in cache_mib if cache_layout(g, n, int(m)).alloc_bytes <= free]
         for mib in sorted(set(int(m) for m in mibs if m > 0)):
-            if not cache_layout(g, n, mib).cached_layers:
+            layout = cache_layout(g, n, mib)
+            if not layout.cached_layers:
                 continue            # every group below top_k slots: the cache holds nothing
             for v in versions:
                 for f in (shares if v.share_build else (0.0,)):
+                    if cache_mib is None and below_cliff(g, layout, v, f):
+                        continue
                     out.append(CacheConfig(n, mib, float(f), v))
     if not out:
         raise CopeInputError(
@@ -170,8 +176,9 @@ class CacheSearch:
 
     def best(self) -> pd.DataFrame:
         """The fastest configuration of each candidate (the cache rules and layer_partition),
-        fastest first; ties to the earlier row (fewer host layers, smaller cache, lower share)."""
-        df = self.frame
+        fastest first; ties to the earlier row (fewer host layers, smaller cache, lower share).
+        A size below the cliff (``below_cliff``) is never one of them."""
+        df = self.frame[~self.frame["below_cliff"]]
         idx = df.groupby("candidate", sort=False)["tpot_us"].idxmin()
         return df.loc[idx].sort_values("tpot_us", kind="stable")
 
@@ -189,7 +196,8 @@ def search(trace: Trace, profile: Profile, budget_bytes: float, *,
         ``frame`` columns: ``candidate, version, build, n_cpu, n_cpu_moe, cache_mib,
         cpu_share, slots, cached_layers, host_layers_uncached, cache_bytes, tpot_us, shared_us,
         experts_us, hits, uploads, cpu_misses`` (per token, summed over layers), ``hit_rate``
-        (of the cached layers' lookups), ``prompt_tpot_us``.
+        (of the cached layers' lookups), ``below_cliff`` (a size some cached layer cannot hit
+        at, :func:`cope_core.replay.cache_cliff.below_cliff`), ``prompt_tpot_us``.
     """
     g = trace.model
     configs = search_space(g, budget_bytes, versions=versions, shares=shares, n_cpu=n_cpu,
@@ -217,6 +225,8 @@ def search(trace: Trace, profile: Profile, budget_bytes: float, *,
             "hits": float(per["hits"][i].mean()), "uploads": float(per["uploads"][i].mean()),
             "cpu_misses": float(per["cpu_misses"][i].mean()),
             "hit_rate": float(per["hits"][i].mean() / lookups) if lookups else float("nan"),
+            "below_cliff": bool(cfg.cache_mib) and below_cliff(g, lay, cfg.version,
+                                                                cfg.cpu_share),
             "prompt_tpot_us": tpot[i]})
     frame = pd.DataFrame(rows)
     frame.attrs.update(cpu_threads=op.cpu_threads, gpu_share=op.gpu_share,

@@ -17,14 +17,18 @@ from ..matrix import LAYER_PARTITION, Residency
 from ..placement import k_budget_bytes
 from ..profile.data import Profile
 from ..replay.engine import ReplayCounts
+from ..replay.moe_cache import CacheVersion
 from ..trace.data import Trace
-from .llamacpp_cache import CACHE_CANDIDATES, CacheSearch, Contender, compare, search
+from .llamacpp_cache import CACHE_CANDIDATES, PREFIX, CacheSearch, Contender, compare, search
 from .llamacpp_fit import ALL_EXPERTS, FIT_MARGIN, FIT_NAME, FitDefault, fit_default
+from .llamacpp_readings import ReadingTpot, class_lru_readings, spread
 from .llamacpp_vram import LlamaModel, Placement, device_memory, llama_model_of
 from .uncertainty import DEFAULT_DRAWS
 
 #: what ``best[].candidate`` may name: the placement alone, or one eviction rule's cache
 RECORD_CANDIDATES = (LAYER_PARTITION,) + CACHE_CANDIDATES
+#: the candidate whose prediction rests on inferred rules
+CLASS_LRU = PREFIX + CacheVersion.CLASS_LRU.value
 CACHE_STARTS = ("server", "prompt")
 
 
@@ -103,7 +107,9 @@ class CacheRecord:
     fastest first, and the best one against the placement at K, the Policy Matrix's winner and
     llama.cpp's default (``default_fit``, its placement; its prediction is the ``versus`` row
     named :data:`~cope_core.estimate.llamacpp_fit.FIT_NAME`; None in a record written without
-    it)."""
+    it). ``rule_readings``: the class-LRU's fastest configuration under every reading of its
+    inferred rules (:mod:`~cope_core.estimate.llamacpp_readings`; empty without one, or in a
+    record written before them)."""
 
     expert_budget_gib: float
     configurations: int
@@ -111,6 +117,7 @@ class CacheRecord:
     best: tuple[BestConfig, ...]
     versus: tuple[Versus, ...]
     default_fit: FitDefault | None = None
+    rule_readings: tuple[ReadingTpot, ...] = ()
 
     def __post_init__(self) -> None:
         _check(isinstance(self.expert_budget_gib, (int, float))
@@ -128,6 +135,8 @@ class CacheRecord:
                self.versus, "a non-empty list of contenders")
         _check(self.default_fit is None or isinstance(self.default_fit, FitDefault),
                "default_fit", self.default_fit, "fit's placement or null")
+        _check(all(isinstance(r, ReadingTpot) for r in self.rule_readings), "rule_readings",
+               self.rule_readings, "a list of readings")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object (keys and order as cope.policy/1 has always written them)."""
@@ -138,7 +147,9 @@ class CacheRecord:
                             "tpot_ci_us": None if v.tpot_ci_us is None else list(v.tpot_ci_us),
                             "cache_faster": v.cache_faster} for v in self.versus],
                 **({} if self.default_fit is None else
-                   {"default_fit": self.default_fit.to_dict()})}
+                   {"default_fit": self.default_fit.to_dict()}),
+                **({"rule_readings": [dict(r.__dict__) for r in self.rule_readings]}
+                   if self.rule_readings else {})}
 
     @classmethod
     def from_dict(cls, d: Any, source: str | None = None) -> CacheRecord | None:
@@ -149,8 +160,9 @@ class CacheRecord:
             _check(isinstance(d, Mapping), "", d, "an object")
             if not d:
                 return None
-            keys = [f.name for f in fields(cls)]
-            _exactly(d, keys if "default_fit" in d else keys[:-1], "")
+            optional = ("default_fit", "rule_readings")     # absent from older records
+            _exactly(d, [f.name for f in fields(cls) if f.name not in optional or f.name in d],
+                     "")
             best, versus = d["best"], d["versus"]
             _check(isinstance(best, list) and bool(best), "best", best, "a non-empty list")
             _check(isinstance(versus, list) and bool(versus), "versus", versus,
@@ -159,8 +171,12 @@ class CacheRecord:
             vs = tuple(_item(Versus, {**row, "tpot_ci_us": _pair(row.get("tpot_ci_us"))}
                              if isinstance(row, Mapping) else row, f"versus[{i}]")
                        for i, row in enumerate(versus))
+            readings = d.get("rule_readings", [])
+            _check(isinstance(readings, list), "rule_readings", readings, "a list")
+            rr = tuple(_item(ReadingTpot, row, f"rule_readings[{i}]")
+                       for i, row in enumerate(readings))
             return cls(d["expert_budget_gib"], d["configurations"], d["cache_start"], rows, vs,
-                       _fit_of(d.get("default_fit")))
+                       _fit_of(d.get("default_fit")), rr)
         except CopeInputError as exc:
             field = where + ("." + exc.field if exc.field else "")
             raise CopeInputError(exc.detail, source=source, field=field) from None
@@ -199,8 +215,11 @@ def _pair(v: Any) -> Any:
 
 
 def record_of(result: CacheSearch, versus: Sequence[Contender],
-              default_fit: FitDefault | None = None) -> CacheRecord:
-    """The record of a search and its comparison (and fit's placement, when compared)."""
+              default_fit: FitDefault | None = None,
+              readings: tuple[ReadingTpot, ...] = ()) -> CacheRecord:
+    """The record of a search and its comparison (and fit's placement, when compared). When the
+    best configuration is the class-LRU's, its interval is widened to cover every reading of the
+    inferred rules (``readings``)."""
     df = result.frame
     best = tuple(BestConfig(
         candidate=str(r.candidate), build=str(r.build), cpu_layers=int(r.n_cpu),
@@ -208,12 +227,17 @@ def record_of(result: CacheSearch, versus: Sequence[Contender],
         slots=int(r.slots), tpot_us=float(r.tpot_us), hits=float(r.hits),
         uploads=float(r.uploads), cpu_misses=float(r.cpu_misses))
         for r in result.best().itertuples(index=False))
+    vs = [Versus(c.name, c.tpot_us, None if not np.isfinite(c.lo_us) else (c.lo_us, c.hi_us),
+                 c.cache_faster) for c in versus]
+    ends = spread(readings)
+    if ends and best[0].candidate == CLASS_LRU and vs[0].tpot_ci_us is not None:
+        lo, hi = vs[0].tpot_ci_us
+        vs[0] = Versus(vs[0].name, vs[0].tpot_us,
+                       (min(lo, ends[0].tpot_us), max(hi, ends[1].tpot_us)), vs[0].cache_faster)
     return CacheRecord(
         expert_budget_gib=float(df.attrs["budget_bytes"]) / GIB, configurations=len(df),
         cache_start="server" if df.attrs["persist"] else "prompt", best=best,
-        versus=tuple(Versus(c.name, c.tpot_us,
-                            None if not np.isfinite(c.lo_us) else (c.lo_us, c.hi_us),
-                            c.cache_faster) for c in versus), default_fit=default_fit)
+        versus=tuple(vs), default_fit=default_fit, rule_readings=readings)
 
 
 @dataclass(frozen=True)
@@ -297,4 +321,4 @@ def llamacpp_record(trace: Trace, profile: Profile, calibration: Trace | None, *
                      experts_per_layer=experts_per_layer, draws=draws, seed=seed,
                      raw_samples=raw_samples, counts=counts,
                      baseline=(FIT_NAME, fit.host_layers) if fit and fit.priced else None)
-    return record_of(found, versus, fit)
+    return record_of(found, versus, fit, class_lru_readings(found, trace, profile))

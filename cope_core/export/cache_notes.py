@@ -1,0 +1,49 @@
+"""What a llama.cpp cache answer says about its own footing: the size cliff (the smallest cache
+that can hit, per group) and the spread of the class-LRU's inferred rules; ``cope predict``,
+the llama.cpp export and the app show these lines (docs/design.md#llamacpp-moe-cache)."""
+from __future__ import annotations
+
+from ..estimate.llamacpp_readings import spread
+from ..estimate.llamacpp_record import CLASS_LRU, CacheRecord
+from ..geometry import ModelGeometry
+from ..replay.cache_cliff import cliff_mib, group_cliffs
+from ..replay.moe_cache import CacheVersion
+
+
+def cliff_line(g: ModelGeometry, n_cpu: int) -> str | None:
+    """The smallest ``--moe-cache-mib`` that can hit with ``n_cpu`` host MoE layers, under each
+    rule, and per group under the LRU (None without host layers)."""
+    lru = group_cliffs(g, n_cpu, CacheVersion.LRU)
+    if not lru:
+        return None
+    cls = cliff_mib(g, n_cpu, CacheVersion.CLASS_LRU)
+    groups = "; ".join(f"{len(c.layers)} layer{'s' if len(c.layers) > 1 else ''} "
+                       f"{c.slots} slots at {c.mib} MiB" for c in lru)
+    return (f"smallest --moe-cache-mib that can hit at --n-cpu-moe {g.dense_layers + n_cpu}: "
+            f"LRU {cliff_mib(g, n_cpu, CacheVersion.LRU)} MiB (per group: {groups}; a group "
+            f"with fewer slots evicts every expert before its layer comes back: 0 hits), "
+            f"class-LRU {cls} MiB; no size below is recommended")
+
+
+def readings_line(rec: CacheRecord) -> str | None:
+    """The class-LRU's best configuration under every reading of its inferred rules: which
+    reading gives each end (None without readings)."""
+    ends = spread(rec.rule_readings)
+    if ends is None:
+        return None
+    lo, hi = ends
+    covered = ("; the interval above covers them" if rec.best[0].candidate == CLASS_LRU
+               else "")
+    return (f"the class-LRU's clock and which misses its CPU share takes are inferred, not "
+            f"read: its fastest configuration under {len(rec.rule_readings)} readings runs "
+            f"{lo.tpot_us / 1e3:.3f} ms/token ({lo.reading}) to {hi.tpot_us / 1e3:.3f} "
+            f"({hi.reading}); COPE's: {rec.rule_readings[0].reading}{covered}")
+
+
+def cache_notes(rec: CacheRecord | None, g: ModelGeometry) -> list[str]:
+    """The cliff at the fastest cache configuration's host layers, and the readings' spread."""
+    if not rec:
+        return []
+    cached = next((b for b in rec.best if b.cache_mib), None)
+    lines = [cliff_line(g, cached.cpu_layers) if cached else None, readings_line(rec)]
+    return [x for x in lines if x]
