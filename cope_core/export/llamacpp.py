@@ -32,6 +32,7 @@ from ..geometry import ModelGeometry
 from ..matrix import LAYER_PARTITION, get_candidate
 from ..placement import LayerPlan
 from ..replay.moe_cache import CacheVersion
+from .cache_notes import cache_notes
 from .common import (
     Rendered,
     gap_line,
@@ -119,6 +120,7 @@ def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int) -> 
             f"{b.candidate} {b.tpot_us / 1e3:.3f} ms (--n-cpu-moe {b.n_cpu_moe}"
             + (f", {b.cache_mib} MiB" if b.cache_mib else "")
             + (f", share {b.cpu_share:g}" if b.cpu_share else "") + ")" for b in others))
+    lines += ["# " + note for note in cache_notes(rec, g)]    # the cliff, the rules' spread
     return lines + ["#"]
 
 
