@@ -200,3 +200,28 @@ def test_a_record_written_before_the_readings_reads_back(record):
     d["rule_readings"] = [{"reading": "token clock", "tpot_us": -1.0, "hits": 0.0}]
     with pytest.raises(CopeInputError, match=r"rule_readings\[0\]\.tpot_us"):
         CacheRecord.from_dict(d)
+
+
+# --- the app's llama.cpp view ---------------------------------------------------------------------
+def test_the_view_states_the_cliff_and_the_readings(record):
+    from cope_core.app.llamacpp_view import verdict
+    g = parquet_io.read_trace(SMALL + "trace.parquet").model
+    text = verdict(record, g)
+    cached = next(b for b in record.best if b.cache_mib)
+    lru = cliff_mib(g, cached.cpu_layers, LRU)
+    assert f"LRU {lru} MiB" in text and "no size below is recommended" in text
+    assert "inferred" in text and record.rule_readings[0].reading in text
+    assert "inferred" not in verdict(record)            # no geometry: no notes
+
+
+def test_the_cache_size_figure_crosses_sizes_below_the_cliff_and_draws_each_rules(q4):
+    from cope_core.app.llamacpp_view import cache_size_figure
+    trace, profile = q4
+    frame = search(trace, profile, 20 * GIB, n_cpu=[48], cache_mib=[361, 1014],
+                   versions=(LRU,)).frame
+    frame.attrs["cliff_mib"] = {v.value: cliff_mib(trace.model, 48, v) for v in CacheVersion}
+    fig = cache_size_figure(frame)
+    (lru,) = [t for t in fig.data if t.name == "lru"]
+    assert list(lru.x) == [361, 1014] and list(lru.marker.symbol) == ["x", "circle"]
+    lines = {s.x0 for s in fig.layout.shapes if s.line.dash == "dot"}
+    assert lines == {1014, 55}

@@ -9,6 +9,7 @@ from ..estimate.llamacpp_cache import LABEL
 from ..estimate.llamacpp_default import baseline_of
 from ..estimate.llamacpp_fit import FIT_NAME
 from ..estimate.llamacpp_record import CacheRecord
+from ..export.cache_notes import cache_notes
 from ..export.llamacpp import cache_flags
 from ..geometry import ModelGeometry
 
@@ -36,9 +37,10 @@ def default_line(rec: CacheRecord | None) -> str | None:
     return None if base is None else base.lines()[0] + "."
 
 
-def verdict(rec: CacheRecord) -> str:
+def verdict(rec: CacheRecord, g: ModelGeometry | None = None) -> str:
     """llama.cpp's default, then the best configuration against layer_partition and the Policy
-    Matrix's winner."""
+    Matrix's winner; then, given the geometry, the cache's cliff and the spread of the
+    class-LRU's inferred rules (:func:`cope_core.export.cache_notes.cache_notes`)."""
     lead = default_line(rec)
     v = [x for x in rec.versus if x.name != FIT_NAME]
     best = rec.best[0]
@@ -48,19 +50,24 @@ def verdict(rec: CacheRecord) -> str:
     parts = [f"{x.name} {x.tpot_us / 1e3:.3f} ms (the cache faster in "
              f"{100 * x.cache_faster:.0f} % of draws)" if x.cache_faster is not None
              else f"{x.name} {x.tpot_us / 1e3:.3f} ms" for x in v[1:]]
+    notes = cache_notes(rec, g) if g is not None else []
     return ("" if lead is None else lead + "\n\n") + head + (
         "; against " + ", ".join(parts) if parts else "") + \
-        f" · {rec.configurations} configurations searched"
+        f" · {rec.configurations} configurations searched" + "".join(
+            "\n\n" + n[0].upper() + n[1:] + "." for n in notes)
 
 
 def cache_size_figure(frame: pd.DataFrame, title: str = "") -> go.Figure:
-    """TPOT against ``--moe-cache-mib`` per rule and CPU share; the placement alone dashed."""
+    """TPOT against ``--moe-cache-mib`` per rule and CPU share; the placement alone dashed;
+    sizes below the cliff (``below_cliff``: some cached layer cannot hit) crossed, and each
+    rule's cliff (``frame.attrs["cliff_mib"]``, when given) a dotted vertical line."""
     fig = go.Figure()
     on = frame[frame["cache_mib"] > 0]
     for (rule, share), sub in on.groupby(["version", "cpu_share"], sort=True):
         sub = sub.sort_values("cache_mib")
         fig.add_trace(go.Scatter(
             x=sub["cache_mib"], y=sub["tpot_us"] / 1e3, mode="lines+markers",
+            marker_symbol=["x" if b else "circle" for b in sub["below_cliff"]],
             name=f"{rule}" + (f", share {share:g}" if share else ""),
             customdata=sub[["slots", "hits", "uploads", "cpu_misses"]].to_numpy(),
             hovertemplate="%{x} MiB: %{y:.3f} ms/token<br>%{customdata[0]} slots; per token "
@@ -70,6 +77,10 @@ def cache_size_figure(frame: pd.DataFrame, title: str = "") -> go.Figure:
     if len(off):
         fig.add_hline(y=float(off["tpot_us"].iloc[0]) / 1e3, line_dash="dash",
                       annotation_text="no cache", annotation_position="top left")
+    for rule, mib in frame.attrs.get("cliff_mib", {}).items():
+        if mib:
+            fig.add_vline(x=mib, line_dash="dot", annotation_text=f"{rule} can hit from {mib} MiB",
+                          annotation_position="top right" if rule == "lru" else "bottom right")
     fig.update_layout(title=title, xaxis_title="--moe-cache-mib", yaxis_title="TPOT (ms/token)",
                       legend_title="eviction, CPU share", height=420)
     return fig

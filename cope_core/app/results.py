@@ -27,7 +27,8 @@ from ..geometry import GIB, ModelGeometry
 from ..matrix import Residency, residencies_of
 from ..placement import gpu_expert_bytes
 from ..profile.data import Profile
-from ..replay.moe_cache import cache_mib_for_bytes
+from ..replay.cache_cliff import cliff_mib
+from ..replay.moe_cache import CacheVersion, cache_mib_for_bytes
 from ..trace.stats import TraceStats, trace_stats
 from . import whatif
 from .dataset import Dataset
@@ -275,7 +276,9 @@ def _cache_sizes_cached(key: str, gib: float, op: tuple[int, float], n_cpu: int,
     sizes = sorted({max(top * i // 12, 1) for i in range(1, 13)}) if top else []
     found = cache_search(_ds.trace, _ds.profile, budget, cpu_threads=op[0], gpu_share=op[1],
                          n_cpu=[n_cpu], cache_mib=sizes)
-    return found.frame.drop(columns=["prompt_tpot_us"])
+    out = found.frame.drop(columns=["prompt_tpot_us"])
+    out.attrs["cliff_mib"] = {v.value: cliff_mib(g, n_cpu, v) for v in CacheVersion}
+    return out
 
 
 def cache_sizes(ds: Dataset, gib: float, op: tuple[int, float], n_cpu: int) -> pd.DataFrame:
