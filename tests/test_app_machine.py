@@ -144,7 +144,8 @@ def default_profile():
 
 
 def test_the_sidebar_choice_survives_page_changes_and_reaches_the_url():
-    at = open_app()
+    at = open_app("landscape", vram="20", op="8@100")
+    assert at.slider(key="_w_vram").value == 20.0
     at.selectbox(key="_w_gpu").set_value("rtx5090").run()
     at.selectbox(key="_w_cpu").set_value("ryzen-9-9950x").run()
     assert not at.exception
@@ -155,6 +156,10 @@ def test_the_sidebar_choice_survives_page_changes_and_reaches_the_url():
         assert at.selectbox(key="_w_gpu").value == "rtx5090"
         assert at.selectbox(key="_w_cpu").value == "ryzen-9-9950x"
         assert any("rtx5090+" in i.value and "ryzen-9-9950x" in i.value for i in at.info)
+        if page != "overview":     # the budget and threads chosen for the example gave way
+            assert at.slider(key="_w_vram").value == 32.0          # all of the RTX 5090
+            assert at.selectbox(key="_w_op").value == "16@100"     # the 9950X's 16 cores
+    assert (query(at)["vram"], query(at)["op"]) == ("32", "16@100")
 
 
 def test_a_catalog_model_without_an_example_gets_a_synthetic_trace():

@@ -19,10 +19,12 @@ from ..profile.data import Profile
 from ..trace.data import Trace
 from ..trace.synth_defaults import synthetic_inputs
 from . import machine_choice as mc
-from .url_state import bound, resolve
+from .url_state import bound, resolve, settings
 
 #: The GPU of a catalog model's profile when no machine is chosen (as the shipped examples').
 DEFAULT_GPU = "rtx4090"
+#: The machine the session's budget and operating point were chosen for.
+_SET_FOR = "cope_machine_settings_for"
 
 
 def sidebar_weights(model: str | None) -> None:
@@ -47,6 +49,7 @@ def sidebar() -> None:
                      "these parts make (published numbers, `cope parts`), not the example's "
                      "profile.")
     if gpu == mc.EXAMPLE:
+        _new_machine()
         return
     cpus = mc.cpu_options()
     cpu = bound("cpu", st.sidebar.selectbox, default=DEFAULT_CPU, valid=lambda v: v in cpus,
@@ -60,6 +63,24 @@ def sidebar() -> None:
     bound("link", st.sidebar.selectbox, default=mc.DEFAULT, valid=lambda v: v in links,
           label="GPU slot", options=links, format_func=lambda v: mc.link_label(v, gpu),
           help="The slot's PCIe generation x lanes; the card runs at the lower of the two.")
+    _new_machine()
+
+
+def _new_machine() -> None:
+    """Another GPU gets its own default budget (all of the card) and another machine its own
+    operating point (the CPU's cores): the old ones were chosen for other hardware. The first
+    run of a session keeps what its link says."""
+    m = choice()
+    now = (m.gpu, m.key) if m is not None else (mc.EXAMPLE, mc.EXAMPLE)
+    before = st.session_state.get(_SET_FOR)
+    st.session_state[_SET_FOR] = now
+    if before is None or before == now:
+        return
+    for name, changed in (("vram", before[0] != now[0]), ("op", True)):
+        if changed:
+            settings().pop(name, None)
+            if name in st.query_params:
+                del st.query_params[name]
 
 
 def choice() -> mc.MachineChoice | None:
