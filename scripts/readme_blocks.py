@@ -19,6 +19,9 @@ What each NAME holds (``PARTS`` below):
   does, in the Policy Matrix's own words (``cope_core.matrix.matrix_table``);
 * ``sure`` — ``cope predict`` on the shipped measured 4-layer example at K = 32, one CPU
   thread: the command and its whole output (docs/cli.md#how-sure-is-the-pick);
+* ``advise`` — ``cope advise`` for the Qwen3-30B-A3B Q4_K_M GGUF header on a machine composed
+  from catalog parts (docs/cli.md#your-machine-in-one-command-cope-advise): the command and its
+  whole output; ``advise-command`` — the same command alone (README);
 * ``matrix`` — the Policy Matrix as a table (``matrix_table``: prior systems, new candidates);
 * ``candidates``, ``python``, ``vram-gib``, ``port``, ``runtimes`` — inline: the number of
   candidates, the lowest Python of pyproject.toml's ``requires-python``, quickstart.sh's VRAM
@@ -50,6 +53,9 @@ SURE = ("cope predict --trace data/examples/deepseek-v2-lite-4l-trace.parquet",
         "--calibration data/examples/deepseek-v2-lite-4l-calibration.parquet",
         "--profile data/examples/deepseek-v2-lite-4l-cpu-emulated-profile.parquet "
         "-K 32 --cpu-threads 1")
+# docs/cli.md's cope advise example: the issue's machine with a 12 GB card, so K < E
+ADVISE = ("cope advise --model data/models/qwen3-30b-a3b-Q4_K_M.header.gguf",
+          "--gpu rtx3060-12gb --cpu ryzen-7-5700x --memory ddr4-3200x2 --pcie 4x16")
 
 
 def quickstart_args() -> list[str]:
@@ -104,10 +110,15 @@ def answer_winner() -> str:
             f"Execution: {exe[cand['execution']]}")
 
 
-def sure() -> str:
-    args = shlex.split(" ".join(SURE))[1:]
-    shown = " \\\n    ".join(SURE)
+def shown_run(lines: tuple[str, ...]) -> str:
+    """``$ COMMAND`` (one line per part, continued) and its standard output, fenced."""
+    args = shlex.split(" ".join(lines))[1:]
+    shown = " \\\n    ".join(lines)
     return fenced(f"$ {shown}\n{cope(args)}", "console")
+
+
+def sure() -> str:
+    return shown_run(SURE)
 
 
 def matrix() -> str:
@@ -144,6 +155,8 @@ def port() -> str:
 
 PARTS: dict[str, Callable[[], str]] = {
     "answer": answer, "answer-winner": answer_winner, "sure": sure, "matrix": matrix,
+    "advise": lambda: shown_run(ADVISE),
+    "advise-command": lambda: fenced(" \\\n    ".join(ADVISE), "bash"),
     "candidates": lambda: str(len(CANDIDATE_IDS)), "python": python_min, "vram-gib": vram_gib,
     "port": port,
     "runtimes": lambda: ", ".join(f.label for f in EXPORT_FORMATS if f.name != "json"),

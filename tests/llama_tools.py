@@ -116,18 +116,14 @@ def expert_tensor(name: str) -> int | None:
     return None
 
 
-def write_tiny_moe(path: Path, n_blocks=4, n_experts=8, hidden=512, inter=1024, heads=8,
-                   kv_heads=4, head_dim=64, vocab=512, ctx_train=8192, seed=0) -> Path:
-    """A random-weight qwen3moe GGUF in F16 (about 103 MiB at the defaults), with a byte-level
-    vocabulary: what llama.cpp's own tools load (llama-fit-params, llama-bench)."""
-    from gguf import GGUFWriter
-    rng = np.random.default_rng(seed)
-    w = GGUFWriter(str(path), "qwen3moe")
+def qwen3moe_header(w, *, n_blocks, n_experts, n_used, hidden, inter, heads, kv_heads,
+                    head_dim, vocab, ctx_train) -> None:
+    """The key-value part of a random-weight qwen3moe GGUF (F16, byte-level vocabulary)."""
     for k, v in (("context_length", ctx_train), ("embedding_length", hidden),
                  ("block_count", n_blocks), ("feed_forward_length", inter),
                  ("attention.head_count", heads), ("attention.head_count_kv", kv_heads),
                  ("attention.key_length", head_dim), ("attention.value_length", head_dim),
-                 ("expert_count", n_experts), ("expert_used_count", 2),
+                 ("expert_count", n_experts), ("expert_used_count", n_used),
                  ("expert_feed_forward_length", inter)):
         w.add_uint32(f"qwen3moe.{k}", v)
     w.add_float32("qwen3moe.rope.freq_base", 10000.0)
@@ -142,6 +138,74 @@ def write_tiny_moe(path: Path, n_blocks=4, n_experts=8, hidden=512, inter=1024, 
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)
+
+
+def moe_tensor_shapes(*, n_blocks, n_experts, hidden, inter, heads, kv_heads, head_dim, vocab
+                      ) -> list[tuple[str, tuple[int, ...], bool]]:
+    """``(name, numpy shape, is_norm)`` of every tensor of the qwen3moe GGUF, in file order
+    (norms and the router in F32, the rest F16)."""
+    out: list[tuple[str, tuple[int, ...], bool]] = [
+        ("token_embd.weight", (vocab, hidden), False), ("output_norm.weight", (hidden,), True),
+        ("output.weight", (vocab, hidden), False)]
+    for b in range(n_blocks):
+        p = f"blk.{b}."
+        out += [(p + "attn_norm.weight", (hidden,), True),
+                (p + "attn_q.weight", (heads * head_dim, hidden), False),
+                (p + "attn_k.weight", (kv_heads * head_dim, hidden), False),
+                (p + "attn_v.weight", (kv_heads * head_dim, hidden), False),
+                (p + "attn_output.weight", (hidden, heads * head_dim), False),
+                (p + "attn_q_norm.weight", (head_dim,), True),
+                (p + "attn_k_norm.weight", (head_dim,), True),
+                (p + "ffn_norm.weight", (hidden,), True),
+                (p + "ffn_gate_inp.weight", (n_experts, hidden), True),
+                (p + "ffn_gate_exps.weight", (n_experts, inter, hidden), False),
+                (p + "ffn_up_exps.weight", (n_experts, inter, hidden), False),
+                (p + "ffn_down_exps.weight", (n_experts, hidden, inter), False)]
+    return out
+
+
+def write_moe_streamed(path: Path, *, n_blocks: int, n_experts: int, n_used: int, hidden: int,
+                       inter: int, heads: int, kv_heads: int, head_dim: int, vocab: int,
+                       ctx_train: int = 8192, seed: int = 0) -> Path:
+    """A random-weight qwen3moe GGUF in F16 written one tensor at a time (a file larger than
+    memory holds comfortably: Qwen3-30B-A3B's expert shapes are 1.2 GB per block)."""
+    from gguf import GGUFWriter
+    rng = np.random.default_rng(seed)
+    w = GGUFWriter(str(path), "qwen3moe")
+    qwen3moe_header(w, n_blocks=n_blocks, n_experts=n_experts, n_used=n_used, hidden=hidden,
+                    inter=inter, heads=heads, kv_heads=kv_heads, head_dim=head_dim, vocab=vocab,
+                    ctx_train=ctx_train)
+    shapes = moe_tensor_shapes(n_blocks=n_blocks, n_experts=n_experts, hidden=hidden,
+                               inter=inter, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                               vocab=vocab)
+    for name, shape, norm in shapes:
+        dt = np.dtype(np.float32 if norm else np.float16)
+        w.add_tensor_info(name, shape, dt, int(np.prod(shape)) * dt.itemsize)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for name, shape, norm in shapes:
+        if name.endswith("_norm.weight"):
+            w.write_tensor_data(np.ones(shape, np.float32))
+        elif norm:        # the router
+            w.write_tensor_data(rng.standard_normal(shape, np.float32) * 0.02)
+        else:
+            w.write_tensor_data((rng.standard_normal(shape, np.float32) * 0.02)
+                                .astype(np.float16))
+    w.close()
+    return path
+
+
+def write_tiny_moe(path: Path, n_blocks=4, n_experts=8, hidden=512, inter=1024, heads=8,
+                   kv_heads=4, head_dim=64, vocab=512, ctx_train=8192, seed=0) -> Path:
+    """A random-weight qwen3moe GGUF in F16 (about 103 MiB at the defaults), with a byte-level
+    vocabulary: what llama.cpp's own tools load (llama-fit-params, llama-bench)."""
+    from gguf import GGUFWriter
+    rng = np.random.default_rng(seed)
+    w = GGUFWriter(str(path), "qwen3moe")
+    qwen3moe_header(w, n_blocks=n_blocks, n_experts=n_experts, n_used=2, hidden=hidden,
+                    inter=inter, heads=heads, kv_heads=kv_heads, head_dim=head_dim, vocab=vocab,
+                    ctx_train=ctx_train)
 
     def f16(name, *shape):
         w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float16))

@@ -33,6 +33,7 @@ from ..export.formats import epilog
 from ..files import check_writable, sha256_file, write_atomic
 from ..platforms import resolve_platform
 from ..verify import read_verify
+from ..verify.llamabench_record import is_bench_record, read_bench_record
 from . import cache_report
 from .args import add_model_options, priced_as_model
 
@@ -84,6 +85,26 @@ def register(subparsers) -> None:
     s.add_argument("--strict", action="store_true",
                    help="fail (exit 2) when the runtime cannot run exactly the chosen candidate")
     s.set_defaults(func=cmd_export)
+
+
+def _from_bench_verify(args: argparse.Namespace) -> int:
+    """A ``cope verify --llama-bench`` record: its verified configuration's llama-server line."""
+    if args.format != "llama.cpp":
+        raise CopeInputError("a llama-bench verify record verifies a llama.cpp configuration: "
+                             "use --format llama.cpp", field="--format")
+    import json
+    record = read_bench_record(json.loads(Path(args.from_verify).read_text()), args.from_verify)
+    v = record["verified"]
+    text = (f"# verified by cope verify --llama-bench: {v['name']} at {v['measured_ts']:.2f} "
+            f"tok/s measured ({record['stop']} after {record['rounds']} rounds)\n"
+            f"{v['command']}\n")
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    check_writable(args.output, overwrite=args.force)
+    write_atomic(args.output, text.encode(), overwrite=args.force)
+    print(f"wrote {args.output}")
+    return 0
 
 
 def _from_verify(args: argparse.Namespace):
@@ -152,6 +173,8 @@ def _policy(args: argparse.Namespace):
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.from_verify and is_bench_record(args.from_verify):
+        return _from_bench_verify(args)
     out = args.output
     side_file = get_format(args.format).side_file
     suffix = side_file.suffix if side_file else None

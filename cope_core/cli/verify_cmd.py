@@ -3,6 +3,7 @@
 
     cope verify --trace T --calibration C --profile P (-K 8,16 | --vram-gib G)
                 [--cpu-threads 1,2] [--tolerance 2] [--budget-min M] [--json] [-o OUT]
+    cope verify --llama-bench PATH --model FILE.gguf [machine flags] (llamabench_verify_cmd)
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .. import parquet_io
 from ..errors import CopeInputError
 from ..verify import VerifyRecord, verify_json, write_verify
 from .args import check_output, ints, share
+from .llamabench_verify_cmd import add_arguments, cmd_verify_llamabench
 from .measure_cmd import emulation_arguments, prepare_threads
 
 
@@ -25,10 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "every candidate that could still win) in rounds of paired "
                                    "trials on the reference executor, dropping each one a "
                                    "paired test puts behind the leader.")
-    s.add_argument("--trace", required=True, help="routing trace (cope.trace/1)")
+    s.add_argument("--trace", help="routing trace (cope.trace/1)")
     s.add_argument("--calibration", help="trace whose popularity fills the cache")
-    s.add_argument("--profile", required=True, help="profile of this machine (cope.profile/*)")
-    g = s.add_mutually_exclusive_group(required=True)
+    s.add_argument("--profile", help="profile of this machine (cope.profile/*)")
+    g = s.add_mutually_exclusive_group()
     g.add_argument("--experts-per-layer", "-K", type=ints, dest="k", help="cache size(s) K")
     g.add_argument("--vram-gib", type=float, help="VRAM budget; K follows from the memory model")
     s.add_argument("--cpu-threads", type=ints, help="operating point(s), e.g. 1,2 (default: the "
@@ -62,10 +64,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--json", action="store_true", help="print the cope.verify/1 record as JSON")
     s.add_argument("-o", "--output", help="also write the record here (JSON)")
     s.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    add_arguments(s)
     s.set_defaults(func=cmd_verify)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    if args.llama_bench:
+        return cmd_verify_llamabench(args)
+    missing = [f for f, v in (("--trace", args.trace), ("--profile", args.profile),
+                              ("--experts-per-layer/-K or --vram-gib",
+                               args.k if args.k is not None else args.vram_gib)) if v is None]
+    if missing:
+        raise CopeInputError(f"cope verify: missing {', '.join(missing)} (or --llama-bench "
+                             "PATH --model FILE.gguf)")
     prepare_threads(args.device)
     from ..executor.cell import ExecutorSettings
     from ..verify import VerifySettings, verify

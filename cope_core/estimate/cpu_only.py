@@ -75,6 +75,12 @@ def host_tpot(g: ModelGeometry, c: Consts, context: float):
             + g.n_layers * (moe_block(g, c, context) + experts) + head(g, c))
 
 
+def spec_tpot(g: ModelGeometry, spec: PlatformSpec, threads: int, context: float) -> float:
+    """:func:`host_tpot` at ``threads`` of a host spec (:func:`host_spec`, or one a refit
+    moved: :mod:`cope_core.estimate.refit`), microseconds."""
+    return float(host_tpot(g, _on_host(consts(spec, threads)), context))
+
+
 def cpu_only_price(g: ModelGeometry, cpu: CpuPart, memory: MemoryPart, threads: int,
                    context: float, *, draws: int = DEFAULT_DRAWS, seed: int = 0) -> CpuOnlyPrice:
     """Predict decode on the CPU alone at ``threads`` and a KV cache of ``context`` tokens.

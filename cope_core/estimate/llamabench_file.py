@@ -161,6 +161,11 @@ def read_llama_bench(path: str | os.PathLike) -> tuple[BenchRow, ...]:
     except UnicodeDecodeError:
         raise CopeInputError("expected llama-bench's text output (json, jsonl, csv or md), got "
                              "bytes that are not UTF-8", source=src) from None
+    return parse_llama_bench(text, src)
+
+
+def parse_llama_bench(text: str, src: str) -> tuple[BenchRow, ...]:
+    """:func:`read_llama_bench` of text already read (``src`` names it in errors)."""
     body = text.lstrip()
     if not body:
         raise CopeInputError("empty file: expected llama-bench's output (-o json, jsonl, csv or "

@@ -1,0 +1,117 @@
+"""``cope verify --llama-bench``: race llama.cpp's configurations of a model file with
+llama-bench on this machine (docs/cli.md#cope-verify---llama-bench).
+
+    cope verify --llama-bench PATH --model FILE.gguf [--gpu G|none|this] [--cpu C|this]
+                [--memory M|this] [--pcie L] [--threads N] [--reps 3] [--n-gen 32]
+                [--max-rounds 5] [--tolerance 3] [--state FILE] [-o OUT [--force]] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ..errors import CopeInputError
+from ..machine import compose_machine
+from .args import check_output
+
+
+def add_arguments(s: argparse.ArgumentParser) -> None:
+    """The options of the llama-bench race (beside ``cope verify``'s own)."""
+    b = s.add_argument_group("with --llama-bench (llama.cpp's configurations)")
+    b.add_argument("--llama-bench", metavar="PATH",
+                   help="race llama.cpp's configurations of --model with this llama-bench")
+    b.add_argument("--model", metavar="FILE.gguf", help="the GGUF file llama-bench loads")
+    b.add_argument("--gpu", default="none", help="catalog GPU, GPU part file, 'this' or 'none' "
+                                                 "(default: none, CPU only)")
+    b.add_argument("--cpu", default="this", help="catalog CPU, CPU part file or 'this' "
+                                                 "(default)")
+    b.add_argument("--memory", help="TYPE-MTSxCHANNELS or 'this' (measured); default the CPU's "
+                                    "usual memory")
+    b.add_argument("--pcie", help="the slot, pcieGENxLANES (default: the card's interface)")
+    b.add_argument("--threads", type=int, help="CPU threads (default: the physical cores)")
+    b.add_argument("--probe-seconds", type=float, default=1.0,
+                   help="how long the memory probe of 'this' runs (default 1)")
+    b.add_argument("--reps", type=int, default=3, help="llama-bench -r per measurement "
+                                                       "(default 3)")
+    b.add_argument("--n-gen", type=int, default=32, help="llama-bench -n (default 32)")
+    b.add_argument("--state", help="the race's state file, written after every round; a run "
+                                   "given it again resumes (default: OUT.state.json)")
+    b.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="environment of the llama-bench runs (e.g. GGML_VK_VISIBLE_DEVICES=0)")
+
+
+def cmd_verify_llamabench(args: argparse.Namespace) -> int:
+    from ..verify.llamabench_record import bench_record, write_bench_record
+    from ..verify.llamabench_run import probe_build
+    from ..verify.llamabench_verify import BenchSettings, plan, race
+    if not args.model:
+        raise CopeInputError("needs --model FILE.gguf (the file llama-bench loads)",
+                             field="--llama-bench")
+    if not os.path.isfile(args.model):
+        raise CopeInputError("no such file", source=args.model, field="--model")
+    for flag, v, lo in (("--reps", args.reps, 1), ("--n-gen", args.n_gen, 1),
+                        ("--max-rounds", args.max_rounds, 1), ("--min-rounds", args.min_rounds, 1)):
+        if v < lo:
+            raise CopeInputError(f"expected >= {lo}, got {v}", field=flag)
+    if args.output:
+        check_output(args.output, args.force)
+    state = args.state or ((args.output + ".state.json") if args.output else None)
+    if state is None:
+        raise CopeInputError("give -o OUT or --state FILE (the race resumes from it)",
+                             field="--state")
+    env = {}
+    for item in args.env:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            raise CopeInputError(f"expected NAME=VALUE, got {item!r}", field="--env")
+        env[name] = value
+    build = probe_build(args.llama_bench, env)
+    machine = compose_machine(gpu=args.gpu, cpu=args.cpu, memory=args.memory, link=args.pcie,
+                              threads=args.threads, probe_seconds=args.probe_seconds)
+    settings = BenchSettings(repetitions=args.reps, n_gen=args.n_gen,
+                             max_rounds=args.max_rounds, min_rounds=args.min_rounds,
+                             tolerance=args.tolerance / 100.0, draws=args.draws, seed=args.seed)
+    p = plan(args.model, machine, build, settings)
+    log = (lambda s: None) if args.no_progress else (lambda s: print(s, file=sys.stderr))
+    log("contenders: " + ", ".join(f"{c.name} ({1e6 / c.predicted_us:.1f} tok/s predicted)"
+                                   for c in p.contenders))
+    st = race(p, build, args.model, settings, state, env=env, log=log)
+    record = bench_record(p, st, build, machine, settings, args.model)
+    if args.output:
+        write_bench_record(record, args.output, overwrite=args.force)
+    if args.json:
+        sys.stdout.write(json.dumps(record, indent=1, allow_nan=False) + "\n")
+    else:
+        print("\n".join(report_lines(record)))
+        if args.output:
+            print(f"wrote {args.output}")
+    return 0
+
+
+def report_lines(r: dict) -> list[str]:
+    """The text report of a ``cope.verify-llamabench/1`` record."""
+    v = r["verified"]
+    err = "" if v["error_pct"] is None else f", prediction {v['error_pct']:+.1f} %"
+    out = [f"cope verify --llama-bench: {r['model']['path']} with {r['llama_bench']['path']} "
+           f"({r['stop']} after {r['rounds']} rounds)",
+           f"VERIFIED {v['name']} at {v['measured_ts']:.2f} tok/s (predicted "
+           f"{v['predicted_ts']:.2f}{err}); "
+           + ("the prediction's pick" if r["predicted_pick"] == v["name"] else
+              f"predicted {r['predicted_pick']}, "
+              + ("within noise of it" if r["agrees"] else "dropped"))]
+    for c in r["contenders"]:
+        m = "not measured" if c["measured_ts"] is None else f"{c['measured_ts']:.2f} tok/s"
+        gone = (f", dropped after round {c['dropped_after_round']}"
+                if c["dropped_after_round"] else "")
+        out.append(f"  {c['name']}: predicted {c['predicted_ts']:.2f}, measured {m}{gone}")
+    for s in r["skipped"]:
+        out.append(f"  skipped {s['name']}: {s['why']}")
+    f = r.get("refit")
+    if f:
+        knobs = ", ".join(f"{k['name']} x{k['factor']:.3f}" for k in f["knobs"])
+        held = f["mae_held_out_before_pct"], f["mae_held_out_after_pct"]
+        out.append(f"  refit: {knobs}; held-out error {held[0]:.1f} % -> {held[1]:.1f} %")
+    out.append(f"  run it: {v['command']}")
+    return out
