@@ -53,7 +53,7 @@ for spec, tab in zip(shown, st.tabs([f.label for f in shown])):
         text = export_view.with_model_file(out.text, model_file)
         command, others = export_view.lead_command(text, language)
         if fmt == "llama.cpp" and (lead := llamacpp_view.default_line(policy.llamacpp_cache)):
-            st.info(lead)                  # every llama.cpp answer leads with the default
+            st.markdown(lead)              # every llama.cpp answer leads with the default
         st.code(command, language=language, wrap_lines=True)    # the copy button is its own
         if fmt == "json":
             st.caption("The policy record: every runtime format renders from it again "

@@ -37,6 +37,8 @@ else:
     if rec is None:
         st.info(f"At {gib:g} GiB not even the non-expert weights fit: no llama.cpp configuration.")
     else:
+        if lead := llamacpp_view.default_line(rec):
+            st.markdown(lead)              # every llama.cpp answer leads with the default
         st.markdown(llamacpp_view.verdict(rec, ds.trace.model))
         st.dataframe(llamacpp_view.best_table(rec, ds.trace.model, op[0]), hide_index=True)
         st.caption("llama.cpp's own GPU cache of host experts (b11480+), searched over every "

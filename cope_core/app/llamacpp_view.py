@@ -38,10 +38,10 @@ def default_line(rec: CacheRecord | None) -> str | None:
 
 
 def verdict(rec: CacheRecord, g: ModelGeometry | None = None) -> str:
-    """llama.cpp's default, then the best configuration against layer_partition and the Policy
-    Matrix's winner; then, given the geometry, the cache's cliff and the spread of the
-    class-LRU's inferred rules (:func:`cope_core.export.cache_notes.cache_notes`)."""
-    lead = default_line(rec)
+    """The best configuration against layer_partition and the Policy Matrix's winner (llama.cpp's
+    default is :func:`default_line`, shown before it); then, given the geometry, the cache's
+    cliff and the spread of the class-LRU's inferred rules
+    (:func:`cope_core.export.cache_notes.cache_notes`)."""
     v = [x for x in rec.versus if x.name != FIT_NAME]
     best = rec.best[0]
     ci = v[0].tpot_ci_us
@@ -51,7 +51,7 @@ def verdict(rec: CacheRecord, g: ModelGeometry | None = None) -> str:
              f"{100 * x.cache_faster:.0f} % of draws)" if x.cache_faster is not None
              else f"{x.name} {x.tpot_us / 1e3:.3f} ms" for x in v[1:]]
     notes = cache_notes(rec, g) if g is not None else []
-    return ("" if lead is None else lead + "\n\n") + head + (
+    return head + (
         "; against " + ", ".join(parts) if parts else "") + \
         f" · {rec.configurations} configurations searched" + "".join(
             "\n\n" + n[0].upper() + n[1:] + "." for n in notes)
