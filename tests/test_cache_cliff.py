@@ -225,3 +225,12 @@ def test_the_cache_size_figure_crosses_sizes_below_the_cliff_and_draws_each_rule
     assert list(lru.x) == [361, 1014] and list(lru.marker.symbol) == ["x", "circle"]
     lines = {s.x0 for s in fig.layout.shapes if s.line.dash == "dot"}
     assert lines == {1014, 55}
+
+
+def test_predict_json_carries_the_readings_on_the_class_lru_row(record):
+    from cope_core.cli.cache_report import json_rows
+    trace = parquet_io.read_trace(SMALL + "trace.parquet")
+    rows = {r["candidate"]: r for r in json_rows(record, trace, 16, 2)}
+    assert rows["llamacpp_cache/classlru"]["rule_readings"] == \
+        record.to_dict()["rule_readings"]
+    assert "rule_readings" not in rows.get("llamacpp_cache/lru", {})

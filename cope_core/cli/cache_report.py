@@ -12,7 +12,7 @@ import pandas as pd
 from ..errors import CopeInputError
 from ..estimate.llamacpp_cache import LABEL
 from ..estimate.llamacpp_default import baseline_of, llama_settings
-from ..estimate.llamacpp_record import CacheRecord, LlamaSettings, llamacpp_record
+from ..estimate.llamacpp_record import CLASS_LRU, CacheRecord, LlamaSettings, llamacpp_record
 from ..estimate.predict import winner
 from ..export.llamacpp import cache_flags, cache_lines
 from ..matrix import LAYER_PARTITION
@@ -101,7 +101,10 @@ def json_rows(rec: CacheRecord | None, trace: Trace, K: int, cpu_threads: int
             "tpot_ci_us": versus[0]["tpot_ci_us"] if i == 0 else None,
             "hits_per_token": b.hits, "uploads_per_token": b.uploads,
             "cpu_misses_per_token": b.cpu_misses,
-            "versus": versus[1:] if i == 0 else []})
+            "versus": versus[1:] if i == 0 else [],
+            # the class-LRU rests on inferred rules: its prediction under each reading
+            **({"rule_readings": rec.to_dict().get("rule_readings", [])}
+               if b.candidate == CLASS_LRU else {})})
     base = baseline_of(rec)
     if out and base is not None:
         out[0]["default_fit"] = base.to_dict()
