@@ -202,7 +202,7 @@ def test_a_record_written_before_the_readings_reads_back(record):
         CacheRecord.from_dict(d)
 
 
-# --- the app's llama.cpp view ---------------------------------------------------------------------
+# --- the app's llama.cpp view -----------------------------------------------------------------
 def test_the_view_states_the_cliff_and_the_readings(record):
     from cope_core.app.llamacpp_view import verdict
     g = parquet_io.read_trace(SMALL + "trace.parquet").model
@@ -234,3 +234,31 @@ def test_predict_json_carries_the_readings_on_the_class_lru_row(record):
     assert rows["llamacpp_cache/classlru"]["rule_readings"] == \
         record.to_dict()["rule_readings"]
     assert "rule_readings" not in rows.get("llamacpp_cache/lru", {})
+
+
+# --- the readings, hand-worked ----------------------------------------------------------------
+def test_the_clocks_disagree_on_which_layer_to_spare():
+    # two layers in one group, top-1, 2 slots. B routes 7 at tokens 0-2 (its score reaches
+    # class 1), A a new expert each token. At token 3 A uploads 3 over its own 2, then B's miss
+    # (6) must evict 3 (class 0) or 7 (class 1). Token clock: 3 was used this token (age 0,
+    # score 0), 7 a token ago (age 1 / 2 = 0.5): 7 goes, and at token 4 both 3 and 6 hit.
+    # Layer clock (ticked after each lookup): A's clock has moved on, so 3 is a lookup old
+    # (1 / 1 = 1 > 0.5): 3 goes; at token 4 A misses 3 (evicting 6, class 0, on the tie at
+    # 1) and B misses 6: no hit. Layer clock ticked first reads 3 as age 0, as the token clock.
+    tokens = [[[0], [7]], [[1], [7]], [[2], [7]], [[3], [6]], [[3], [6]]]
+    token, layer, first = CLOCKS
+    assert _group(tokens, 8, 2, CLS, clock=token) == {(0, 0): 6, (1, 0): 4}
+    assert _group(tokens, 8, 2, CLS, clock=layer) == {(0, 0): 8, (1, 0): 2}
+    assert _group(tokens, 8, 2, CLS, clock=first) == {(0, 0): 6, (1, 0): 4}
+
+
+def test_the_cpu_share_orders_disagree_on_which_miss_to_upload():
+    # one layer, top-2, 2 slots, share 0.5. Token 1 [2,3]: both unseen, 2 (lower id) to the
+    # CPU under either order, 3 uploaded over 0. Token 2 [2,4]: one to the CPU: the coldest is
+    # 4 (never used; 2 was used on the CPU), the lowest id is 2. Coldest uploads 2 over 1, so
+    # token 3 [2,3] hits both; ascending uploads 4, so token 3 hits 3 and uploads 2 (credit 0.5)
+    tokens = [[[0, 1]], [[2, 3]], [[2, 4]], [[2, 3]]]
+    assert _group(tokens, 6, 2, CLS, 0.5, order=_cache_kernels.COLDEST) == {
+        (0, 0): 1, (0, 1): 2, (2, 0): 1}
+    assert _group(tokens, 6, 2, CLS, 0.5, order=_cache_kernels.ASCENDING) == {
+        (0, 0): 1, (0, 1): 2, (1, 0): 1}
