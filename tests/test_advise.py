@@ -174,3 +174,16 @@ def test_llamacpp_answer_is_the_export_and_its_default_is_fit():
     assert r.default.tpot_us == base.tpot_us
     assert r.gain_over_default == pytest.approx(base.tpot_us / rec.versus[0].tpot_us)
     assert a.baseline.tpot_us == base.tpot_us
+
+
+def test_sglang_kt_text_without_its_file_is_the_same_text():
+    """advise renders SGLang-KT without its torch tensor unless asked to write it: the text is
+    the same, and the tensor's count of GPU experts is the fill's."""
+    from cope_core.export import render
+    g = resolve_model("glm-4.5-air", "Q4_K_M")
+    m = compose_machine(gpu="rtx4060ti-16gb", cpu="ryzen-7-5700x", memory="ddr4-3200x2")
+    pol = advise(g, m, runtimes=("sglang-kt",)).policy
+    full, bare = render(pol, "sglang-kt"), render(pol, "sglang-kt", with_files=False)
+    assert bare.text == full.text and bare.files == () and len(full.files) == 1
+    n = sum(len(row) for row in pol.resident_experts)
+    assert f"1.0 at the {n} GPU experts" in full.text

@@ -167,8 +167,8 @@ def default_budget(machine: Machine) -> tuple[float, str]:
 
 def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = RUNTIMES,
            vram_gib: float | None = None, context: int = DEFAULT_CONTEXT,
-           trace: Trace | None = None, calibration: Trace | None = None, seed: int = 0
-           ) -> Advice:
+           trace: Trace | None = None, calibration: Trace | None = None, seed: int = 0,
+           with_files: bool = False) -> Advice:
     """Answer ``cope advise`` (module docstring).
 
     Parameters
@@ -186,6 +186,9 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
         Routing to price (re-labelled as ``model``); default a synthetic pair made in memory.
     seed : int
         The synthetic routing's seed.
+    with_files : bool
+        Also make the files the commands read (:attr:`RuntimeAnswer.files`; SGLang-KT's needs
+        torch, so it is made only when asked).
     """
     unknown = [r for r in runtimes if r not in RUNTIMES]
     if unknown:
@@ -224,7 +227,7 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     policy = build_policy(trace, profile, calibration, vram_gib=vram_gib - shift,
                           cpu_threads=machine.threads, llamacpp="llama.cpp" in order)
     assert policy.experts_per_layer == K
-    answers = tuple(_answer(policy, r) for r in order)
+    answers = tuple(_answer(policy, r, with_files) for r in order)
     winner = (policy.candidate, _speed(policy, policy.candidate))
     return Advice(model, machine, float(vram_gib), source, K, context, routing, answers, winner,
                   policy, llamacpp_default(policy)[1])
@@ -239,14 +242,15 @@ def _command(text: str) -> str:
     return next(line for line in text.splitlines() if line and not line.startswith("#"))
 
 
-def _answer(policy: Policy, runtime: str) -> RuntimeAnswer:
+def _answer(policy: Policy, runtime: str, with_files: bool) -> RuntimeAnswer:
     """One runtime's command, what it runs and its predicted speed, and its default."""
-    r = render(policy, runtime)
+    r = render(policy, runtime, with_files=with_files)
     runs = policy.candidate if r.exact else r.deployed
     notes = [] if r.exact else [r.summary]
-    if r.files:
-        notes.append(f"the command reads {', '.join(p for p, _ in r.files)} (--output-dir DIR "
-                     "writes it there)")
+    side = get_format(runtime).side_file
+    if side is not None:
+        notes.append(f"the command reads the {side.what} file it names (--output-dir DIR writes "
+                     "it there)")
     speed = None if runs is None else _speed(policy, runs)
     rec = policy.llamacpp_cache
     if runtime == "llama.cpp" and rec is not None and policy.chosen_by == "best":

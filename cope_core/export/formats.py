@@ -180,7 +180,7 @@ EXPORT_FORMATS: tuple[ExportFormat, ...] = (
         "--init-expert-location FILE.pt`, M the kt-kernel kernel the profile priced (`BF16` for "
         "16-bit experts, `LLAMAFILE` for GGUF ones, `MXFP4`) instead of the default `AMXINT4`",
         "`fixed/parallel`, `layer_partition`", "`fixed/parallel` with the same resident experts",
-        render_sglang_kt, options=("pt_path",), side_file=SideFile(".pt", "tensor"),
+        render_sglang_kt, options=("pt_path", "with_files"), side_file=SideFile(".pt", "tensor"),
         advised=True, default="without --kt-num-gpu-experts: not read from its source"),
     ExportFormat(
         "vllm", "vLLM", "vLLM", "0.33.0; the flags from 0.17.0",
@@ -224,7 +224,7 @@ def get_format(name: str) -> ExportFormat:
 
 def render(policy: Policy, fmt: str, *, strict: bool = False,
            pt_path: str = DEFAULT_PT, stats_path: str = DEFAULT_STATS,
-           exl3_bits: float | None = None) -> Rendered:
+           exl3_bits: float | None = None, with_files: bool = True) -> Rendered:
     """Render ``policy`` for one runtime.
 
     Parameters
@@ -242,6 +242,9 @@ def render(policy: Policy, fmt: str, *, strict: bool = False,
         For ``exllamav3``: the path of the expert-statistics JSON the environment names (in
         ``Rendered.files``), and the model's bits per weight for its memory note (None: not
         sized).
+    with_files : bool
+        False: SGLang-KT's expert-location tensor is not made (its text alone, without torch:
+        ``cope advise`` makes it only when asked to write it); the other formats ignore it.
 
     Returns
     -------
@@ -250,7 +253,8 @@ def render(policy: Policy, fmt: str, *, strict: bool = False,
         the Policy Matrix) and ``summary`` says what the runtime cannot express.
     """
     spec = get_format(fmt)
-    given = {"pt_path": pt_path, "stats_path": stats_path, "exl3_bits": exl3_bits}
+    given = {"pt_path": pt_path, "stats_path": stats_path, "exl3_bits": exl3_bits,
+             "with_files": with_files}
     out = spec.render(policy, *(given[o] for o in spec.options))
     if strict and not out.exact:
         raise CopeInputError(f"{out.summary} (--strict)", field="format")

@@ -90,13 +90,25 @@ def kt_method(policy: Policy) -> tuple[str, str]:
     return "FP8" if g.dtype_bytes == 1 else "BF16", f"the experts are {g.format_name}"
 
 
-def render_sglang_kt(policy: Policy, pt_path: str = DEFAULT_PT) -> Rendered:
-    import torch
+def gpu_experts(policy: Policy) -> int:
+    """How many ones :func:`expert_location` holds (the GPU-resident experts, all layers)."""
+    if policy.candidate == LAYER_PARTITION:
+        return len(policy.layer_plan.gpu_blocks) * policy.model.n_experts
+    return sum(len(row) for row in policy.resident_experts)
+
+
+def render_sglang_kt(policy: Policy, pt_path: str = DEFAULT_PT, with_files: bool = True
+                     ) -> Rendered:
+    """The flags and, unless ``with_files`` is False (the text alone: no torch), the
+    expert-location file they name."""
     cand = get_candidate(policy.candidate)
     g = policy.model
-    t = expert_location(policy)
-    buf = io.BytesIO()
-    torch.save(expert_location_file(t), buf)
+    files: tuple[tuple[str, bytes], ...] = ()
+    if with_files:
+        import torch  # only this format's file needs torch
+        buf = io.BytesIO()
+        torch.save(expert_location_file(expert_location(policy)), buf)
+        files = ((pt_path, buf.getvalue()),)
     exact = policy.candidate in (DEPLOYED, LAYER_PARTITION)
     lines = header(policy, "SGLang-KT")
     summary = ""
@@ -146,12 +158,13 @@ def render_sglang_kt(policy: Policy, pt_path: str = DEFAULT_PT) -> Rendered:
                       "kt-kernel loads every routed expert into host RAM, the GPU-resident ones "
                       "too (kvcache-ai/ktransformers#2084)"),
         f"# {pt_path}: {{'logical_count': float32 [1, {g.dense_layers + g.n_layers} blocks, "
-        f"{g.n_experts} experts]}}, 1.0 at the {int(t.sum())} GPU experts, 0.0 elsewhere{dense}",
+        f"{g.n_experts} experts]}}, 1.0 at the {gpu_experts(policy)} GPU experts, 0.0 "
+        f"elsewhere{dense}",
         "# do not add --kt-enable-dynamic-expert-update: it would change the placement.",
         f"python -m sglang.launch_server --model-path MODEL --kt-weight-path KT_WEIGHTS "
         f"--kt-method {method} --kt-cpuinfer {policy.cpu_threads} {_count_flags(policy)} "
         f"--kt-expert-placement-strategy frequency --init-expert-location {shlex.quote(pt_path)}",
     ]
     text = "\n".join(lines) + "\n"
-    return Rendered("sglang-kt", text, files=((pt_path, buf.getvalue()),), exact=exact,
+    return Rendered("sglang-kt", text, files=files, exact=exact,
                     deployed=None if exact else DEPLOYED, summary=summary)
