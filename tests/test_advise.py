@@ -187,3 +187,14 @@ def test_sglang_kt_text_without_its_file_is_the_same_text():
     assert bare.text == full.text and bare.files == () and len(full.files) == 1
     n = sum(len(row) for row in pol.resident_experts)
     assert f"1.0 at the {n} GPU experts" in full.text
+
+
+def test_a_given_trace_is_priced_and_named(capsys):
+    ex = "data/examples/qwen3-30b-a3b-"
+    assert main(["advise", "--model", GGUF, *MACHINE, "--runtime", "exllamav3", "--trace",
+                 ex + "trace.parquet", "--calibration", ex + "calibration.parquet",
+                 "--json"]) == 0
+    doc = _strict(capsys.readouterr().out)
+    assert doc["inputs"]["routing"] == (f"SYNTHETIC trace {ex}trace.parquet, 8 prompts, "
+                                        "1024 tokens")
+    assert doc["runtimes"][0]["tokens_per_s"] > 0

@@ -206,9 +206,10 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     else:
         trace = trace.with_model(model)
         calibration = calibration.with_model(model) if calibration is not None else None
-        routing = (f"{trace.source.upper()} trace, {trace.n_prompts} prompts, {trace.n_tokens} "
-                   "tokens" + ("" if calibration is not None else
-                               "; no calibration trace: the fill is optimistic"))
+        routing = (f"{trace.source.upper()} trace" + (f" {trace.path}" if trace.path else "")
+                   + f", {trace.n_prompts} prompts, {trace.n_tokens} tokens"
+                   + ("" if calibration is not None else
+                      "; no calibration trace: the fill is optimistic"))
     if machine.cpu_only:
         if vram_gib is not None:
             raise CopeInputError("the machine has no GPU: a VRAM budget does not apply",
