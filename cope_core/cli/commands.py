@@ -10,6 +10,7 @@ import pandas as pd
 from .. import parquet_io
 from ..errors import CopeInputError
 from ..estimate.evaluate import evaluate
+from ..estimate.llamacpp_default import n_cpu_moe_memory
 from ..estimate.predict import predict
 from ..estimate.quality import check_lines, checks_to_dict, measurement_checks
 from ..estimate.uncertainty import check_draws
@@ -87,6 +88,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_vram(args: argparse.Namespace) -> int:
     g = model_from_args(args)
+    if args.n_cpu_moe is not None:
+        return _vram_llamacpp(args, g)
     if not (args.workspace_gib >= 0 and args.workspace_gib < float("inf")):
         raise CopeInputError(f"expected a finite size >= 0, got {args.workspace_gib}",
                              field="--workspace-gib")
@@ -167,6 +170,30 @@ def cmd_synth(args: argparse.Namespace) -> int:
         print("  K         " + " ".join(f"{k:>6d}" for k in fit.ks))
         print("  real hit  " + " ".join(f"{h:6.3f}" for h in fit.real_hit_rate))
         print("  synth hit " + " ".join(f"{h:6.3f}" for h in fit.synth_hit_rate))
+    return 0
+
+
+def _vram_llamacpp(args: argparse.Namespace, g) -> int:
+    """``cope vram --n-cpu-moe N --gib G``: llama.cpp's own count of that placement."""
+    if args.gib is None:
+        raise CopeInputError("needs --gib (the VRAM the placement must fit)", field="--n-cpu-moe")
+    llama = cache_report.llama_settings_of(argparse.Namespace(
+        model=args.model, ctx=args.context, cache_type_k=args.cache_type_k,
+        cache_type_v=args.cache_type_v, fitt=1024))
+    mem = n_cpu_moe_memory(g, args.n_cpu_moe, args.gib, llama)
+    out = {"model": g.name, "weights": g.format_name, "vram_gib": args.gib,
+           "n_cpu_moe": args.n_cpu_moe, "context": args.context,
+           "cache_types": [args.cache_type_k, args.cache_type_v], "fits": True,
+           "gpu_gib": mem.total / GIB, "weights_gib": mem.model / GIB,
+           "kv_cache_gib": mem.context / GIB, "compute_gib": mem.compute / GIB}
+    if args.json:
+        print_json(out)
+    else:
+        print(f"{g.name} ({g.format_name}): -ngl 99 --n-cpu-moe {args.n_cpu_moe} fits "
+              f"{args.gib:g} GiB: llama.cpp counts {mem.total / GIB:.2f} GiB on the GPU "
+              f"(weights {mem.model / GIB:.2f} without the token embedding, KV cache "
+              f"{mem.context / GIB:.2f} at -c {args.context}, compute buffer "
+              f"{mem.compute / GIB:.2f}), {(args.gib * GIB - mem.total) / GIB:.2f} GiB left")
     return 0
 
 

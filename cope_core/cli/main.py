@@ -57,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--context", type=int, default=4096, help="KV-cache tokens (default 4096)")
     s.add_argument("--workspace-gib", type=float, default=0.5,
                    help="VRAM kept free for activations and the runtime (default 0.5)")
+    s.add_argument("--n-cpu-moe", type=int, metavar="N",
+                   help="with --gib: llama.cpp's own count of -ngl 99 --n-cpu-moe N (the token "
+                        "embedding in host memory, the KV cache at --context, the compute "
+                        "buffer); refused with how much it is over")
+    s.add_argument("-ctk", "--cache-type-k", default="f16", metavar="TYPE",
+                   help="with --n-cpu-moe: llama.cpp's K cache type (default f16)")
+    s.add_argument("-ctv", "--cache-type-v", default="f16", metavar="TYPE",
+                   help="with --n-cpu-moe: llama.cpp's V cache type (default f16)")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=commands.cmd_vram)
 

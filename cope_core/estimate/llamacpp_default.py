@@ -21,9 +21,17 @@ from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
 from ..matrix import LAYER_PARTITION
 from ..profile.data import Profile
 from ..trace.data import Trace
+from .llamabench_eval import NCMOE_PATTERN
 from .llamacpp_fit import FIT_MARGIN, FIT_NAME, FitDefault
 from .llamacpp_record import CacheRecord, LlamaSettings, llamacpp_record
-from .llamacpp_vram import LlamaModel, read_llama_model, row_bytes
+from .llamacpp_vram import (
+    DeviceMemory,
+    LlamaModel,
+    Placement,
+    device_memory,
+    read_llama_model,
+    row_bytes,
+)
 from .uncertainty import DEFAULT_DRAWS, LEVEL
 
 #: the recommended configuration is worth its flags when it is faster in at least this share
@@ -224,3 +232,38 @@ def default_fit_baseline(model: str | os.PathLike | LlamaModel | ModelGeometry |
                           cpu_threads=op.cpu_threads, gpu_share=op.gpu_share, persist=persist,
                           draws=draws, seed=seed, raw_samples=raw_samples, llama=settings)
     return baseline_of(rec)
+
+
+def n_cpu_moe_memory(g: ModelGeometry, n_cpu_moe: int, vram_gib: float,
+                     llama: LlamaSettings | None = None) -> DeviceMemory:
+    """llama.cpp's count of the GPU's memory under ``-ngl 99 --n-cpu-moe N`` (the routed experts
+    of blocks ``0 .. N-1`` in host memory, common/common.h l. 1224-1230), refused with how much
+    it is over when it exceeds the budget.
+
+    Parameters
+    ----------
+    g : ModelGeometry
+        The model (its tensor table from ``llama.model`` when given, else made from it).
+    n_cpu_moe : int
+        ``--n-cpu-moe``: blocks counted from block 0, a dense prefix included.
+    vram_gib : float
+        The budget (the device memory the flags may use).
+    llama : LlamaSettings, optional
+        ``-c``, ``-ctk``/``-ctv`` and the table.
+    """
+    s = llama or LlamaSettings()
+    m = s.table(g)
+    if isinstance(n_cpu_moe, bool) or not isinstance(n_cpu_moe, int) \
+            or not 0 <= n_cpu_moe <= m.n_layer:
+        raise CopeInputError(f"expected a whole number of blocks in [0, {m.n_layer}], got "
+                             f"{n_cpu_moe!r}", field="--n-cpu-moe")
+    p = Placement(-1, tuple(NCMOE_PATTERN.format(i) for i in range(n_cpu_moe)))
+    mem = device_memory(m, p, s.n_ctx, s.type_k, s.type_v)
+    over = mem.total - float(vram_gib) * GIB
+    if over > 0:
+        raise CopeInputError(
+            f"--n-cpu-moe {n_cpu_moe} does not fit {vram_gib:g} GiB: llama.cpp counts "
+            f"{mem.total / GIB:.2f} GiB on the GPU (weights {mem.model / GIB:.2f}, KV cache "
+            f"{mem.context / GIB:.2f} at -c {s.n_ctx} {s.type_k}/{s.type_v}, compute buffer "
+            f"{mem.compute / GIB:.2f}): over by {over / GIB:.2f} GiB", field="--n-cpu-moe")
+    return mem
