@@ -234,3 +234,50 @@ def test_verify_llama_bench_end_to_end(tiny, tmp_path, capsys):
     capsys.readouterr()
     assert main(["export", "--from-verify", str(out), "--format", "llama.cpp"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == r["verified"]["command"]
+
+
+def test_plan_with_a_gpu_races_fitting_placements_and_fit(tiny):
+    """On a 24 GiB card every --n-cpu-moe placement of the tiny file fits: the contenders are
+    the fastest predicted (fewest CPU layers first) within the model's error, each priced by
+    placement_tpot; -fitt enters when the build lists it, the cache is skipped with why."""
+    from cope_core.estimate.llamacpp_cache import placement_tpot
+    from cope_core.profile.analytic import analytic_profile
+    machine = compose_machine(gpu="rtx3090", cpu="ryzen-9-7950x", threads=4)
+    build = dataclasses.replace(BUILD, flags=frozenset({"-t", "-ncmoe", "-fitt"}))
+    p = lv.plan(tiny, machine, build, lv.BenchSettings())
+    g = get_model_of(tiny)
+    assert [c.n_cpu_moe for c in p.curve] == [float(n) for n in range(g.n_layers + 1)]
+    prof = analytic_profile(g, machine.spec, cpu_threads=[4], gpu_shares=[100.0])
+    want = placement_tpot(prof, g, list(range(g.n_layers + 1)), 16.5, cpu_threads=4)
+    assert [c.predicted_us for c in p.curve] == pytest.approx(list(want))
+    names = [c.name for c in p.contenders]
+    assert names[0] == "--n-cpu-moe 0" or names[0].startswith("--fit")
+    fit = [c for c in p.contenders if c.name.startswith("--fit")]
+    assert fit and fit[0].args == ("-fitt", "1024", "-t", "4") and fit[0].n_cpu_moe == 0.0
+    assert [n for n, _ in p.skipped] == ["llama.cpp's MoE cache"]
+    no_fit = lv.plan(tiny, machine, BUILD, lv.BenchSettings())
+    assert ("--fit (llama.cpp's default)", "this llama-bench has no -fitt") in no_fit.skipped
+
+
+def test_refit_after_a_gpu_race_holds_the_verified_one_out(tiny, tmp_path, monkeypatch):
+    machine = compose_machine(gpu="rtx3090", cpu="ryzen-9-7950x", threads=4)
+    build = dataclasses.replace(BUILD, flags=frozenset({"-t", "-fitt"}))
+    p = lv.plan(tiny, machine, build, lv.BenchSettings(max_contenders=3))
+    assert len(p.contenders) == 3           # two placements within the error, and fit
+    # measured: each contender 1.5 x slower than predicted but the last, 2 x
+    ts = {c.name: 1e6 / c.predicted_us / (2.0 if i == 2 else 1.5)
+          for i, c in enumerate(p.contenders)}
+    monkeypatch.setattr(lv, "run_bench", lambda b, m, args, **kw: _row(
+        [ts[next(c.name for c in p.contenders if c.args == args)]] * 3))
+    st = lv.race(p, build, tiny, lv.BenchSettings(max_rounds=2, max_contenders=3),
+                 tmp_path / "s.json")
+    r = bench_record(p, st, build, machine, lv.BenchSettings(max_contenders=3), str(tiny))
+    f = r["refit"]
+    held = [x for x in f["points"] if x["held_out"]]
+    assert [x["label"] for x in held] == [r["verified"]["name"]]
+    assert [k["name"] for k in f["knobs"]] == ["host expert throughput",
+                                               "GPU-side base per token"][:len(f["points"]) - 1]
+    fitted = [x for x in f["points"] if not x["held_out"]]
+    assert max(abs(x["error_after_pct"]) for x in fitted) < max(
+        abs(x["error_before_pct"]) for x in fitted)
+    assert len(f["repredicted"]) == len(p.curve)
