@@ -243,3 +243,23 @@ def test_a_placement_that_fits_is_never_refused():
 def test_rx9070xt_n_cpu_moe_8_fits():
     n_cpu_moe_memory(resolve_model("qwen3.5-35b-a3b", "Q4_K_M"), 8, 16.0,
                      llama_settings(None, n_ctx=RX_CTX))
+
+
+def test_a_partial_layer_is_priced_by_its_share_of_host_experts():
+    """OLMoE at 8 GiB: fit leaves blocks 9-15's experts and block 8's ffn_down in host memory:
+    7 + 1/3 layers, priced between the plain placements at 7 and 8 host layers, linearly."""
+    stem = "olmoe-1b-7b"
+    trace = parquet_io.read_trace(f"{EX}{stem}-trace.parquet")
+    cal = parquet_io.read_trace(f"{EX}{stem}-calibration.parquet")
+    prof = parquet_io.read_profile(f"{EX}{stem}-rtx4090-analytic.parquet")
+    base = default_fit_baseline(None, 8.0, trace, prof, cal, draws=0)
+    fd = base.default
+    assert fd.host_blocks == tuple(range(9, 16))
+    assert fd.args.split('-ot "')[1].startswith(r"blk\.8\.ffn_down.*=CPU,")
+    assert fd.host_layers == pytest.approx(7 + 1 / 3)
+    assert "0.33 of one more layer's experts" in fd.describe()
+    # the plain placements at 7 and 8 host layers, whatever they need (no cache)
+    found = search(trace, prof, 1e12, n_cpu=[7, 8], cache_mib=[])
+    plain = found.frame.set_index("n_cpu")["tpot_us"]
+    assert base.tpot_us == pytest.approx(plain[7] + (plain[8] - plain[7]) / 3, rel=1e-12)
+    assert base.tpot_ci_us is None and base.faster_share is None      # no draws
