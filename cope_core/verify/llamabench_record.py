@@ -7,7 +7,6 @@ of the verified configuration (``cope export --from-verify`` prints it)."""
 from __future__ import annotations
 
 import json
-import math
 import shlex
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +19,7 @@ from ..machine import Machine
 from ..version import __version__
 from .llamabench_run import BenchBuild
 from .llamabench_verify import BenchContender, BenchSettings, Plan, RaceState, measured_us
+from .record import _finite  # NaN and infinities as null, as cope.verify/1 writes them
 
 SCHEMA = "cope.verify-llamabench/1"
 #: llama-bench's flags as llama-server (and llama-cli) spell them
@@ -95,16 +95,6 @@ def bench_record(p: Plan, st: RaceState, build: BenchBuild, machine: Machine,
         "predicted_pick": pick.name, "agrees": pick.name in st.alive,
         "verified": {**entry(win), "command": server_command(model, win.args)},
         "refit": refit_race(p, st, machine.spec is None), "runs": st.runs})
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def write_bench_record(record: dict[str, Any], path: str, *, overwrite: bool) -> None:
