@@ -205,3 +205,41 @@ def test_a_card_too_small_for_the_model_says_so():
     assert any("Your GPU's 24 GiB is less than the 25.5 GiB that K = 0 needs" in i.value
                for i in at.info)
     assert at.slider(key="_w_vram").value == 25.5
+
+
+MY_CARD = {"kind": "gpu", "label": "My card", "vendor": "nvidia", "memory": "20 GiB",
+           "bandwidth_gbs": 600, "fp16_tflops": 60.0, "flops_kind": "tensor-fp32acc",
+           "flops_basis": "published", "pcie_gen": 4, "pcie_lanes": 16,
+           "source": "vendor data sheet"}
+
+
+def test_a_gpu_the_catalog_lacks_from_a_part_file(qwen, tmp_path):
+    import json
+
+    from cope_core.parts import read_part_file
+    at = open_app()
+    box = next(u for u in at.file_uploader if u.key == "_up_part")
+    box.set_value(("my-card.json", json.dumps(MY_CARD).encode(), "application/json")).run()
+    assert not at.exception and not at.error
+    assert "My card · 20 GiB (your part file)" in at.selectbox(key="_w_gpu").options
+    at.selectbox(key="_w_gpu").set_value(mc.FILE).run()
+    at.selectbox(key="_w_cpu").set_value("ryzen-7-5700x").run()
+    assert not at.exception and not at.error
+    path = tmp_path / "my-card.json"
+    path.write_text(json.dumps(MY_CARD))
+    m = compose_machine(gpu=read_part_file(path), cpu="ryzen-7-5700x")
+    prof = mc.machine_profile(qwen[0].model, m)
+    w = expected_winner(*qwen, prof, 20.0, 8)           # all of its 20 GiB, 8 cores
+    assert at.metric[1].value == f"{w.tpot_us / 1e3:.3f} ms"
+    assert any("my-card+pcie4x16+ryzen-7-5700x" in i.value for i in at.info)
+    assert query(at)["gpu"] == mc.FILE
+
+
+def test_a_bad_part_file_is_one_error_line_without_a_server_path():
+    at = open_app()
+    box = next(u for u in at.file_uploader if u.key == "_up_part")
+    box.set_value(("broken.json", b'{"kind": "gpu", "label": "x"}', "application/json")).run()
+    assert not at.exception
+    assert len(at.error) == 1 and "broken.json" in at.error[0].value
+    assert "cope-app-parts" not in at.error[0].value and "/tmp" not in at.error[0].value
+    assert not any("your part file" in o for o in at.selectbox(key="_w_gpu").options)

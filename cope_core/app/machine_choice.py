@@ -9,6 +9,7 @@ profile, as before "Your machine" existed.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass
 
 from .. import parts
@@ -22,6 +23,8 @@ from ..profile.data import Profile
 
 #: The GPU setting that keeps the example's own profile.
 EXAMPLE = "example"
+#: The GPU or CPU setting of a part read from the user's part file (docs/parts.md).
+FILE = "file"
 #: The weights setting that keeps the example's (or the catalog entry's) format.
 AS_IS = "catalog"
 #: The memory or link setting of a part left at its default.
@@ -32,25 +35,27 @@ _MORE_MEMORY = ("ddr4-2666x2", "ddr4-3600x2", "ddr5-6000x2", "ddr5-7200x2", "ddr
 LINKS = tuple(f"pcie{g}x{n}" for g in (5, 4, 3) for n in (16, 8, 4))
 
 
-def gpu_options() -> list[str]:
-    """``example`` (the example's own profile), then every catalog GPU."""
-    return [EXAMPLE, *parts.gpus()]
+def gpu_options(own: parts.GpuPart | None = None) -> list[str]:
+    """``example`` (the example's own profile), your part file's GPU when there is one, then
+    every catalog GPU."""
+    return [EXAMPLE, *([FILE] if own is not None else []), *parts.gpus()]
 
 
-def gpu_label(name: str) -> str:
+def gpu_label(name: str, own: parts.GpuPart | None = None) -> str:
     if name == EXAMPLE:
         return "the example's own profile"
-    g = parts.gpus()[name]
-    return f"{g.label} · {g.memory_bytes / GIB:g} GiB"
+    g = own if name == FILE and own is not None else parts.gpus()[name]
+    return f"{g.label} · {g.memory_bytes / GIB:g} GiB" + (" (your part file)" if name == FILE
+                                                          else "")
 
 
-def cpu_options() -> list[str]:
-    return list(parts.cpus())
+def cpu_options(own: parts.CpuPart | None = None) -> list[str]:
+    return [*([FILE] if own is not None else []), *parts.cpus()]
 
 
-def cpu_label(name: str) -> str:
-    c = parts.cpus()[name]
-    return f"{c.label} · {c.cores} cores"
+def cpu_label(name: str, own: parts.CpuPart | None = None) -> str:
+    c = own if name == FILE and own is not None else parts.cpus()[name]
+    return f"{c.label} · {c.cores} cores" + (" (your part file)" if name == FILE else "")
 
 
 def memory_options() -> list[str]:
@@ -61,10 +66,10 @@ def memory_options() -> list[str]:
                                                    parts.memory_part(n).bandwidth))]
 
 
-def memory_label(name: str, cpu: str) -> str:
+def memory_label(name: str, usual: str) -> str:
+    """``usual``: the chosen CPU's usual memory."""
     if name == DEFAULT:
-        return f"the CPU's usual ({parts.cpus()[cpu].memory})" if cpu in parts.cpus() \
-            else "the CPU's usual"
+        return f"the CPU's usual ({usual})"
     return f"{name} · {parts.memory_part(name).bandwidth / 1e9:g} GB/s"
 
 
@@ -72,10 +77,9 @@ def link_options() -> list[str]:
     return [DEFAULT, *LINKS]
 
 
-def link_label(name: str, gpu: str) -> str:
+def link_label(name: str, card: parts.GpuPart) -> str:
     if name == DEFAULT:
-        g = parts.gpus().get(gpu)
-        return f"the card's own (pcie{g.pcie_gen}x{g.pcie_lanes})" if g else "the card's own"
+        return f"the card's own (pcie{card.pcie_gen}x{card.pcie_lanes})"
     return name
 
 
@@ -84,21 +88,30 @@ class MachineChoice:
     """Catalog names of the chosen parts (``memory``/``link`` :data:`DEFAULT`: the CPU's usual
     memory, the card's own link)."""
 
-    gpu: str
-    cpu: str = DEFAULT_CPU
+    gpu: str | parts.GpuPart
+    cpu: str | parts.CpuPart = DEFAULT_CPU
     memory: str = DEFAULT
     link: str = DEFAULT
 
     @property
     def key(self) -> str:
-        """The parts as one name, ``gpu+link+cpu+memory``."""
-        return "+".join((self.gpu, self.link, self.cpu, self.memory))
+        """The parts as one name, ``gpu+link+cpu+memory`` (a part file's part by its name and
+        a hash of its numbers)."""
+        return "+".join((part_name(self.gpu), self.link, part_name(self.cpu), self.memory))
 
     def compose(self) -> Machine:
         """The machine (CopeInputError, one line, for a part the catalog does not know)."""
         return compose_machine(gpu=self.gpu, cpu=self.cpu,
                                memory=None if self.memory == DEFAULT else self.memory,
                                link=None if self.link == DEFAULT else self.link)
+
+
+def part_name(part: str | parts.GpuPart | parts.CpuPart) -> str:
+    """A catalog name, or a part file's part as its name and a hash of its numbers."""
+    if isinstance(part, str):
+        return part
+    digest = hashlib.sha256(repr(part).encode()).hexdigest()[:8]
+    return f"{part.name}@{digest}"
 
 
 def machine_profile(g: ModelGeometry, m: Machine) -> Profile:
@@ -114,6 +127,19 @@ def machine_profile(g: ModelGeometry, m: Machine) -> Profile:
 
 def is_your_machine(profile: Profile) -> bool:
     return "machine" in (profile.platform or {})
+
+
+@dataclass(frozen=True)
+class OwnParts:
+    """A session's parts read from part files (at most one GPU and one CPU)."""
+
+    gpu: parts.GpuPart | None = None
+    cpu: parts.CpuPart | None = None
+
+    def usual_memory(self, cpu: str) -> str:
+        """The usual memory of the CPU chosen as ``cpu`` (:data:`FILE`: the part file's)."""
+        c = self.cpu if cpu == FILE and self.cpu is not None else parts.cpus()[cpu]
+        return c.memory
 
 
 def quant_options(name: str) -> list[str]:

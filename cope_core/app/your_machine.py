@@ -7,11 +7,18 @@ pure logic is :mod:`.machine_choice`.
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import re
+import tempfile
+from pathlib import Path
 from typing import NamedTuple
 
 import streamlit as st
 
 from .. import parts
+from ..errors import CopeInputError
+from ..files import write_atomic
 from ..geometry import CATALOG, ModelGeometry
 from ..platforms import DEFAULT_CPU, platform_spec
 from ..profile.analytic import analytic_for_model, analytic_profile
@@ -19,12 +26,16 @@ from ..profile.data import Profile
 from ..trace.data import Trace
 from ..trace.synth_defaults import synthetic_inputs
 from . import machine_choice as mc
+from .dataset import file_names
 from .url_state import bound, resolve, settings
 
 #: The GPU of a catalog model's profile when no machine is chosen (as the shipped examples').
 DEFAULT_GPU = "rtx4090"
 #: The machine the session's budget and operating point were chosen for.
 _SET_FOR = "cope_machine_settings_for"
+#: This session's parts read from part files: {"gpu": GpuPart, "cpu": CpuPart}.
+_OWN = "cope_own_parts"
+_PART_DIR = Path(tempfile.gettempdir()) / "cope-app-parts"
 
 
 def sidebar_weights(model: str | None) -> None:
@@ -42,28 +53,78 @@ def sidebar_weights(model: str | None) -> None:
 def sidebar() -> None:
     """GPU, CPU, memory and link from the parts catalog (docs/parts.md)."""
     st.sidebar.subheader("Your machine")
-    gpus = mc.gpu_options()
+    own = _own_parts()
+    gpus = mc.gpu_options(own.gpu)
     gpu = bound("gpu", st.sidebar.selectbox, default=mc.EXAMPLE, valid=lambda v: v in gpus,
-                label="GPU", options=gpus, format_func=mc.gpu_label,
+                label="GPU", options=gpus,
+                format_func=lambda v: mc.gpu_label(v, own.gpu),
                 help="Choose yours: every page then prices an ANALYTIC what-if of the machine "
                      "these parts make (published numbers, `cope parts`), not the example's "
                      "profile.")
     if gpu == mc.EXAMPLE:
+        _part_upload()
         _new_machine()
         return
-    cpus = mc.cpu_options()
+    cpus = mc.cpu_options(own.cpu)
     cpu = bound("cpu", st.sidebar.selectbox, default=DEFAULT_CPU, valid=lambda v: v in cpus,
-                label="CPU", options=cpus, format_func=mc.cpu_label,
+                label="CPU", options=cpus,
+                format_func=lambda v: mc.cpu_label(v, own.cpu),
                 help="Threads run on its physical cores (a hybrid CPU's P-cores).")
     mems = mc.memory_options()
+    usual = own.usual_memory(cpu)
     bound("mem", st.sidebar.selectbox, default=mc.DEFAULT, valid=lambda v: v in mems,
-          label="Memory", options=mems, format_func=lambda v: mc.memory_label(v, cpu),
+          label="Memory", options=mems, format_func=lambda v: mc.memory_label(v, usual),
           help="type-MT/s x channels: the host memory the CPU's experts are read from")
     links = mc.link_options()
+    card = own.gpu if gpu == mc.FILE and own.gpu else parts.gpus()[gpu]
     bound("link", st.sidebar.selectbox, default=mc.DEFAULT, valid=lambda v: v in links,
-          label="GPU slot", options=links, format_func=lambda v: mc.link_label(v, gpu),
+          label="GPU slot", options=links, format_func=lambda v: mc.link_label(v, card),
           help="The slot's PCIe generation x lanes; the card runs at the lower of the two.")
+    _part_upload()
     _new_machine()
+
+
+def _own_parts() -> mc.OwnParts:
+    return st.session_state.get(_OWN) or mc.OwnParts()
+
+
+def _part_upload() -> None:
+    """A GPU or CPU the catalog lacks, from a part file with its data sheet's numbers
+    (docs/parts.md): offered as "your part file" in its chooser, for this session (a link does
+    not carry the file; opened elsewhere it falls back to the default)."""
+    with st.sidebar.expander("A part the catalog lacks"):
+        f = st.file_uploader("GPU or CPU part file (JSON or TOML, docs/parts.md)",
+                             type=["json", "toml"], key="_up_part")
+        if f is None:
+            return
+        try:
+            part = read_part_upload(f.name, f.getvalue())
+        except CopeInputError as exc:
+            st.error(file_names(str(exc)))          # never a path of the server
+            return
+        own = _own_parts()
+        kind = "gpu" if isinstance(part, parts.GpuPart) else "cpu"
+        new = (dataclasses.replace(own, gpu=part) if isinstance(part, parts.GpuPart)
+               else dataclasses.replace(own, cpu=part))
+        if new != own:
+            st.session_state[_OWN] = new
+            st.rerun()                              # the chooser above offers it
+        st.caption(f"{part.label}: choose \"your part file\" as the {kind.upper()}")
+
+
+def read_part_upload(name: str, data: bytes) -> parts.GpuPart | parts.CpuPart:
+    """An uploaded part file, stored under a name made of its content's hash and read by
+    :func:`cope_core.parts.read_part_file` (one-line CopeInputError when bad)."""
+    if len(data) > 64 * 1024:
+        raise CopeInputError("a part file is a few lines; this one is over 64 KiB",
+                             source=f"upload {name}")
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", Path(name).name)[:80] or "part.json"
+    path = _PART_DIR / hashlib.sha256(data).hexdigest()[:24] / safe
+    if not path.exists():
+        write_atomic(path, data)
+    part = parts.read_part_file(path)
+    assert isinstance(part, parts.GpuPart | parts.CpuPart)
+    return part
 
 
 def _new_machine() -> None:
@@ -71,7 +132,7 @@ def _new_machine() -> None:
     operating point (the CPU's cores): the old ones were chosen for other hardware. The first
     run of a session keeps what its link says."""
     m = choice()
-    now = (m.gpu, m.key) if m is not None else (mc.EXAMPLE, mc.EXAMPLE)
+    now = (mc.part_name(m.gpu), m.key) if m is not None else (mc.EXAMPLE, mc.EXAMPLE)
     before = st.session_state.get(_SET_FOR)
     st.session_state[_SET_FOR] = now
     if before is None or before == now:
@@ -85,11 +146,14 @@ def _new_machine() -> None:
 
 def choice() -> mc.MachineChoice | None:
     """The machine chosen in the sidebar, or None (the example's own profile)."""
-    gpu = resolve("gpu", mc.EXAMPLE, lambda v: v in parts.gpus())
+    own = _own_parts()
+    gpu = resolve("gpu", mc.EXAMPLE, lambda v: v in mc.gpu_options(own.gpu))
     if gpu == mc.EXAMPLE:
         return None
+    cpu = resolve("cpu", DEFAULT_CPU, lambda v: v in mc.cpu_options(own.cpu))
     mems, links = mc.memory_options(), mc.link_options()
-    return mc.MachineChoice(gpu=gpu, cpu=resolve("cpu", DEFAULT_CPU, lambda v: v in parts.cpus()),
+    return mc.MachineChoice(gpu=own.gpu if gpu == mc.FILE and own.gpu else gpu,
+                            cpu=own.cpu if cpu == mc.FILE and own.cpu else cpu,
                             memory=resolve("mem", mc.DEFAULT, lambda v: v in mems),
                             link=resolve("link", mc.DEFAULT, lambda v: v in links))
 
