@@ -33,18 +33,15 @@ if est != "cope":
     st.caption(f"The {LABEL} rows are priced by COPE's schedule rows: choose the cope estimator.")
 else:
     with session.user_errors():
-        rec = results.llamacpp_at(ds, gib, op, w.candidate)
-    if rec is None:
-        st.info(f"At {gib:g} GiB not even the non-expert weights fit: no llama.cpp configuration.")
-    else:
-        if lead := llamacpp_view.default_line(rec):
-            st.markdown(lead)              # every llama.cpp answer leads with the default
-        st.markdown(llamacpp_view.verdict(rec, ds.trace.model))
-        st.dataframe(llamacpp_view.best_table(rec, ds.trace.model, op[0]), hide_index=True)
-        st.caption("llama.cpp's own GPU cache of host experts (b11480+), searched over every "
-                   "--n-cpu-moe that fits × the largest --moe-cache-mib the rest holds × both "
-                   "eviction rules × the CPU shares its tuner tries; the cache starts empty at "
-                   "server start and is kept across prompts (docs/design.md#llamacpp-moe-cache).")
+        rec = results.llamacpp_at(ds, gib, op)
+    if lead := llamacpp_view.default_line(rec):
+        st.markdown(lead)                  # every llama.cpp answer leads with the default
+    st.markdown(llamacpp_view.verdict(rec, ds.trace.model))
+    st.dataframe(llamacpp_view.best_table(rec, ds.trace.model, op[0]), hide_index=True)
+    st.caption("llama.cpp's own GPU cache of host experts (b11480+), searched over every "
+               "--n-cpu-moe that fits × the largest --moe-cache-mib the rest holds × both "
+               "eviction rules × the CPU shares its tuner tries; the cache starts empty at "
+               "server start and is kept across prompts (docs/design.md#llamacpp-moe-cache).")
 
 base = table["baseline"]["description"]
 st.markdown(f"**Baseline `layer_partition`** "

@@ -44,8 +44,9 @@ gib = session.current_vram(ds)
 k = whatif.k_for_budget(g, gib)
 op = session.current_op(ds.profile)
 est = session.current_estimator(ds.profile)
-with session.user_errors():
-    df = results.predict_at(ds, k, op, est, CANDIDATE_IDS)
+with session.user_errors():     # the chart below shows every K: the budget's is its row
+    view = results.sweep_view(ds, op, est, CANDIDATE_IDS)
+df = results.sweep_at(view, k)
 w = whatif.winner_of(df)
 lp = df[df["candidate"] == LAYER_PARTITION].iloc[0]
 
@@ -71,9 +72,7 @@ st.markdown(f"For scale: the layer-partition baseline (whole MoE layers on CPU o
 st.caption(f"{session.vram_caption(g, gib, k)} · {op_label(*op)} · estimator {est} · "
            f"{dsm.provenance(ds)}. Change these on the Landscape page.")
 
-with session.user_errors():
-    sw = results.sweep(ds, op, est, CANDIDATE_IDS)
-st.plotly_chart(figures.best_vs_budget(sw, g, current_gib=gib,
+st.plotly_chart(figures.best_vs_budget(view.frame, g, current_gib=gib,
                                        title="Best TPOT and the layer-partition baseline "
                                              "against the VRAM budget"),
                 key="overview_budget_chart")

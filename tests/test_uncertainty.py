@@ -107,6 +107,20 @@ def test_predict_columns_are_reproducible_and_consistent():
     assert set(u["per_k"]) == {1, 2}
 
 
+def test_a_k_has_the_same_numbers_whichever_k_are_predicted_with_it():
+    # one number per question (issue 38): a sweep's row equals the prediction at that K alone,
+    # so the app's pages (one K, or every K) and the CLI agree on interval and win share
+    tr, prof = tiny_trace(), tiny_profile()
+    cols = ["tpot_us", "tpot_lo_us", "tpot_hi_us", "draws_lo_us", "draws_hi_us",
+            "win_probability"]
+    together = predict(tr, prof, [0, 1, 2, 3], calibration=tr, seed=3)
+    for k in (3, 1):
+        alone = predict(tr, prof, k, calibration=tr, seed=3)
+        row = together[together["experts_per_layer"] == k].reset_index(drop=True)
+        np.testing.assert_array_equal(row[cols].to_numpy(), alone[cols].to_numpy())
+        assert together.attrs["uncertainty"]["per_k"][k] == alone.attrs["uncertainty"]["per_k"][k]
+
+
 def test_draws_zero_turns_the_bootstrap_off():
     tr, prof = tiny_trace(), tiny_profile()
     df = predict(tr, prof, 2, calibration=tr, draws=0)

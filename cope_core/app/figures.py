@@ -207,6 +207,7 @@ def best_vs_budget(sweep: pd.DataFrame, g: ModelGeometry, current_gib: float | N
                    title: str = "") -> go.Figure:
     """The small answer chart: the best predicted TPOT at every budget (markers coloured by the
     winning candidate, its 95 % band) and the layer-partition baseline, the budget marked."""
+    sweep = plain(sweep)
     x_all = sweep_budgets(sweep, g)
     win = sweep[sweep["winner"]].sort_values("experts_per_layer")
     xw = x_all[sweep.index.get_indexer(win.index)]

@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -18,7 +19,7 @@ from ..estimate.compare import Comparison, compare
 from ..estimate.costs import estimators_for
 from ..estimate.evaluate import Evaluation, evaluate
 from ..estimate.llamacpp_cache import search as cache_search
-from ..estimate.llamacpp_record import CacheRecord, llamacpp_record
+from ..estimate.llamacpp_record import CacheRecord
 from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from ..estimate.quality import measurement_checks
 from ..estimate.uncertainty import DEFAULT_DRAWS
@@ -28,6 +29,7 @@ from ..matrix import Residency, residencies_of
 from ..placement import gpu_expert_bytes
 from ..profile.data import Profile
 from ..replay.cache_cliff import cliff_mib
+from ..replay.engine import ReplayCounts
 from ..replay.moe_cache import CacheVersion, cache_mib_for_bytes
 from ..trace.stats import TraceStats, trace_stats
 from . import whatif
@@ -68,26 +70,40 @@ def clear_replays() -> None:
 
 T = TypeVar("T")
 
-#: Draws per K of a sweep (the band, the unsure budgets, and the Landscape's view at the slider's
-#: K, read from the sweep); other pages' one-K views use the library's default (1000). Fewer
-#: draws keep a re-priced sweep of every K quick; the band's ends move by a few tenths of a
-#: percent, not its width.
-SWEEP_DRAWS = 200
+
+def _priced(ds: Dataset, ks: tuple[int, ...], op: tuple[int, float], estimator: str,
+            candidates: tuple[str, ...], counts: dict) -> tuple[pd.DataFrame, tuple]:
+    """The library's one pricing (:func:`cope_core.estimate.predict.price`) with its default
+    draws and seed on every page: a K's numbers do not depend on the other K priced with it, so
+    one K alone (:func:`predict_at`) and a sweep's row (:func:`sweep_at`) are the same numbers,
+    and so are ``cope predict``'s and the exported policy's."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = price(ds.trace, ds.profile, counts, ks, cpu_threads=op[0], gpu_share=op[1],
+                   estimator=estimator, candidates=candidates,
+                   calibrated=ds.calibration is not None, draws=DEFAULT_DRAWS)
+    return df, tuple(sorted({" ".join(str(w.message).split()) for w in caught}))
+
+
+def _residencies(candidates: Sequence[str]) -> tuple[str, ...]:
+    return tuple(r.value for r in residencies_of(candidates))
 
 
 @st.cache_data(show_spinner=False, max_entries=512)
 def _predict_cached(key: str, ks: tuple[int, ...], op: tuple[int, float], estimator: str,
                     candidates: tuple[str, ...], _ds: Dataset) -> tuple[pd.DataFrame, tuple]:
     # the replay does not depend on the operating point or the estimator: cached on its own
-    res = tuple(r.value for r in residencies_of(candidates))
+    res = _residencies(candidates)
     counts = _counts_cached(key, ks, res, _ds) if res else {}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        df = price(_ds.trace, _ds.profile, counts, ks, cpu_threads=op[0], gpu_share=op[1],
-                   estimator=estimator, candidates=candidates,
-                   calibrated=_ds.calibration is not None,
-                   draws=DEFAULT_DRAWS if len(ks) == 1 else SWEEP_DRAWS)
-    return df, tuple(sorted({" ".join(str(w.message).split()) for w in caught}))
+    return _priced(_ds, ks, op, estimator, candidates, counts)
+
+
+def _joined(parts: list[dict]) -> dict:
+    """Replay counts of consecutive K chunks as one (priced in one call: the profile's draws are
+    made once per sweep, not once per chunk)."""
+    return {r: ReplayCounts(r, np.concatenate([p[r].ks for p in parts]),
+                            np.concatenate([p[r].hist for p in parts]),
+                            np.concatenate([p[r].ins for p in parts])) for r in parts[0]}
 
 
 def predict_at(ds: Dataset, k: int, op: tuple[int, float], estimator: str,
@@ -115,20 +131,14 @@ class SweepView(NamedTuple):
 @st.cache_resource(show_spinner="Sweeping every K …", max_entries=64, ttl=3600)
 def _sweep_view(key: str, op: tuple[int, float], estimator: str,
                 candidates: tuple[str, ...], _ds: Dataset) -> SweepView:
-    parts, msgs = [], set()
-    for ks in whatif.k_chunks(_ds.trace.model.n_experts):
-        df, w = _predict_cached(key, ks, op, estimator, candidates, _ds)
-        parts.append(df)
-        msgs |= set(w)
-    out = pd.concat(parts, ignore_index=True)
-    # each chunk's winner confidence per K, merged: the sweep says where the pick is unsure
-    unc = dict(parts[0].attrs.get("uncertainty", {}))
-    unc["per_k"] = {k: v for p in parts for k, v in p.attrs.get("uncertainty", {})
-                    .get("per_k", {}).items()}
-    out.attrs = {**parts[0].attrs, "uncertainty": unc}
+    chunks = whatif.k_chunks(_ds.trace.model.n_experts)
+    res = _residencies(candidates)
+    # the replays are cached per chunk (they do not depend on the settings); one pricing
+    counts = _joined([_counts_cached(key, ks, res, _ds) for ks in chunks]) if res else {}
+    out, msgs = _priced(_ds, tuple(k for ks in chunks for k in ks), op, estimator, candidates,
+                        counts)
     g = _ds.trace.model
-    return SweepView(out, whatif.winner_regions(out, g), whatif.uncertain_ranges(out, g),
-                     tuple(sorted(msgs)))
+    return SweepView(out, whatif.winner_regions(out, g), whatif.uncertain_ranges(out, g), msgs)
 
 
 def sweep_view(ds: Dataset, op: tuple[int, float], estimator: str,
@@ -141,9 +151,9 @@ def sweep_view(ds: Dataset, op: tuple[int, float], estimator: str,
 
 
 def sweep_at(view: SweepView, k: int) -> pd.DataFrame:
-    """The sweep's rows at one K (priced with its :data:`SWEEP_DRAWS` draws), shaped as a
-    :func:`predict_at` frame: a page that shows the sweep anyway shows its K from it, so moving
-    the budget slider prices nothing."""
+    """The sweep's rows at one K, the same numbers as :func:`predict_at`'s (the same draws; a
+    K's do not depend on the K priced with it), shaped as its frame: a page that shows the sweep
+    anyway shows its K from it, so moving the budget slider prices nothing."""
     f = whatif.plain(view.frame)
     rows = f[f["experts_per_layer"].to_numpy() == int(k)].reset_index(drop=True)
     unc = view.frame.attrs.get("uncertainty", {})
@@ -246,25 +256,20 @@ def _policy_cached(key: str, gib: float, op: tuple[int, float], candidate: str,
 def policy_for(ds: Dataset, gib: float, op: tuple[int, float], candidate: str) -> Policy:
     """The export package's policy of ``candidate`` (an id or ``"best"``) at the VRAM budget
     ``gib`` (K follows, as on every page) and the operating point ``op``, cached per dataset,
-    budget, operating point and candidate. Its llama.cpp record is :func:`llamacpp_at`'s."""
+    budget, operating point and candidate; with ``"best"`` its llama.cpp record is
+    :func:`llamacpp_at`'s."""
     return _policy_cached(ds.key, float(gib), (int(op[0]), float(op[1])), candidate, ds)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def _llamacpp_cached(key: str, gib: float, op: tuple[int, float], matrix_winner: str,
-                     _ds: Dataset) -> CacheRecord | None:
-    k = whatif.k_for_budget(_ds.trace.model, gib)
-    return llamacpp_record(_ds.trace, _ds.profile, _ds.calibration, experts_per_layer=k,
-                           vram_gib=gib, matrix_winner=matrix_winner, cpu_threads=op[0],
-                           gpu_share=op[1])
-
-
-def llamacpp_at(ds: Dataset, gib: float, op: tuple[int, float], matrix_winner: str
-                ) -> CacheRecord | None:
-    """llama.cpp's own MoE cache searched at the budget (cached): the record of
-    :func:`cope_core.estimate.llamacpp_record.llamacpp_record`, the same function and settings
-    as ``cope predict`` and ``cope export``; None when nothing fits."""
-    return _llamacpp_cached(ds.key, float(gib), (int(op[0]), float(op[1])), matrix_winner, ds)
+def llamacpp_at(ds: Dataset, gib: float, op: tuple[int, float]) -> CacheRecord:
+    """llama.cpp's own MoE cache searched at the budget: the record of the policy
+    :func:`policy_for` exports there (:func:`cope_core.export.build_policy` calls
+    :func:`cope_core.estimate.llamacpp_record.llamacpp_record`, as ``cope predict`` and ``cope
+    export`` do), so the Policy Matrix and the Export page show one search, computed once."""
+    rec = policy_for(ds, gib, op, "best").llamacpp_cache
+    # its only None is a budget below K = 0's need, which K's own check refuses first
+    assert rec is not None
+    return rec
 
 
 @st.cache_data(show_spinner=False, max_entries=32)

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import spearmanr
 
 from ..geometry import ModelGeometry
 from ..profile.data import Profile
@@ -190,6 +189,8 @@ def score_rows(matches: Sequence[BenchMatch]) -> BenchEvaluation:
         return BenchEvaluation(tuple(matches), None, None, None, None, None)
     rho = None
     if len(idx) >= 2 and np.ptp(pred) > 0 and np.ptp(meas) > 0:
+        # scipy.stats takes seconds to import: only here, not on every command's path
+        from scipy.stats import spearmanr
         rho = float(spearmanr(pred, meas).statistic)
     pick, best = idx[int(np.argmax(pred))], idx[int(np.argmax(meas))]
     regret = 100.0 * (matches[best].row.avg_ts / matches[pick].row.avg_ts - 1.0)

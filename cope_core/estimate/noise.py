@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from ..matrix import CANDIDATE_IDS
 from .ranking import fastest_first
@@ -82,6 +81,8 @@ def paired_interval(d: np.ndarray, draws: int, rng: np.random.Generator
     all equal, or ``draws`` 0)."""
     if d.size < 2 or np.ptp(d) == 0 or draws == 0:
         return None
+    # scipy.stats takes seconds to import: only where measurements are compared
+    from scipy import stats
     res = stats.bootstrap((d,), np.mean, n_resamples=draws, confidence_level=LEVEL,
                           method="percentile", vectorized=True, rng=rng)
     return float(res.confidence_interval.low), float(res.confidence_interval.high)

@@ -247,6 +247,9 @@ def _add_uncertainty(df: pd.DataFrame, trace: Trace, profile: Profile,
                             draws, rng, raw_samples, model=trace.model)
     shared_d = (None if drawn is None
                 else drawn.shared_per_prompt(trace.context, trace.prompt_start))
+    # every K resamples its prompts from the same generator state: K's numbers do not depend on
+    # which other K are priced with it (a sweep's row equals the prediction at that K alone)
+    after_profile = rng.bit_generator.state
     parts, per_k = [], {}
     n = len(cands)
     for ki in range(len(ks)):
@@ -259,6 +262,7 @@ def _add_uncertainty(df: pd.DataFrame, trace: Trace, profile: Profile,
                 part = candidate_tpot(trace, counts, drawn, cand, ki, int(ks[ki]))
                 full.append(shared_d + part.experts + part.prefetch)
         if draws:
+            rng.bit_generator.state = after_profile
             frame, conf = intervals(point, full, cands, draws, rng, estimator=costs.estimator)
             per_k[int(ks[ki])] = conf.to_dict()
         else:
@@ -330,7 +334,8 @@ def predict(trace: Trace, profile: Profile, experts_per_layer: int | Sequence[in
         Bootstrap draws of the prompts and the profile's spread (0: none); see
         :mod:`cope_core.estimate.uncertainty`.
     seed : int
-        Seed of the draws (the same seed gives the same intervals).
+        Seed of the draws (the same seed gives the same intervals; a K's are the same
+        whichever other K are predicted with it).
     raw_samples : mapping, optional
         Raw profile samples (the JSON of ``cope profile --raw-samples``): drawn from these
         instead of the median/IQR approximation.

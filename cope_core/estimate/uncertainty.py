@@ -24,10 +24,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from ..errors import CopeInputError
 from ..geometry import ModelGeometry
@@ -261,7 +261,7 @@ def _confidence(point, drawn, candidates, rivals, prob, idx, P, verdict) -> KCon
     if p_win < CONFIDENT:
         v_prompt = float(np.var(d[idx].mean(axis=1)))
         v_profile = 0.0 if drawn is None else float(np.var((drawn[c] - drawn[w]).mean(axis=1)))
-        room = (d.mean() / stats.norm.ppf(CONFIDENT)) ** 2 - v_profile
+        room = (d.mean() / NormalDist().inv_cdf(CONFIDENT)) ** 2 - v_profile
         if d.mean() <= 0:
             why = "tie"
         elif room > 0 and v_prompt > 0:
