@@ -263,3 +263,27 @@ def test_a_partial_layer_is_priced_by_its_share_of_host_experts():
     plain = found.frame.set_index("n_cpu")["tpot_us"]
     assert base.tpot_us == pytest.approx(plain[7] + (plain[8] - plain[7]) / 3, rel=1e-12)
     assert base.tpot_ci_us is None and base.faster_share is None      # no draws
+
+
+def test_host_layers_count_the_experts_fit_leaves_on_the_host():
+    """Over budgets from 2 to 16 GiB, fit's host layers times a layer's expert bytes are what its
+    placement takes off the GPU's model buffer (OLMoE BF16: projections of equal bytes, so a
+    partial layer is 1/3 or 2/3), and never a pattern for the output's index counted."""
+    m = llama_model_of(resolve_model("olmoe-1b-7b"))
+    layer = 3 * dict(m.tensors)["blk.0.ffn_gate_exps.weight"]
+    full = device_memory(m, Placement(), 4096).model
+    seen = set()
+    for gib in np.arange(2.0, 16.5, 0.5):
+        fd = fit_default(m, int(gib * GIB) + FIT_MARGIN, n_ctx=4096)
+        if not fd.priced:
+            continue
+        part = fd.host_layers - len(fd.host_blocks)
+        assert min(abs(part - x) for x in (0, 1 / 3, 2 / 3)) < 1e-12
+        seen.add(round(3 * part))
+        p = Placement(-1, tuple(t.split("=")[0] for t in fd.args.split('-ot "')[1].rstrip('"')
+                                .split(","))) if "-ot" in fd.args else Placement()
+        on = device_memory(m, p, 4096).model
+        shexp = sum(n for name, n in m.tensors if "ffn_" in name and "_exps" not in name
+                    and not p.on_device(m, name))   # fit's "attn" fraction moves these too
+        assert full - on - shexp == pytest.approx(fd.host_layers * layer, rel=1e-9)
+    assert seen == {0, 1, 2}

@@ -227,7 +227,6 @@ def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: i
 
 #: the name of llama.cpp's default among a record's contenders
 FIT_NAME = "llama.cpp's default (--fit)"
-_PART = {"up": 2 / 3, "gate": 1 / 3}   # share of a layer's routed experts a fraction leaves on host
 
 
 @dataclass(frozen=True)
@@ -247,9 +246,10 @@ class FitDefault:
     device_gib : float
         llama.cpp's count of the GPU's memory under fit's placement.
     host_layers : float
-        MoE layers' worth of routed experts fit leaves in host memory: whole layers count 1, a
-        layer with only ``ffn_(gate|gate_up|down)`` on the host 2/3 and with only ``ffn_down``
-        1/3 (its share of the layer's expert bytes, about; priced as that share of a host layer).
+        MoE layers' worth of routed experts fit leaves in host memory: each layer counts the
+        share of its routed experts' bytes on the host (a whole layer 1; one with only
+        ``ffn_(gate|gate_up|down)`` there about 2/3, with only ``ffn_down`` about 1/3); priced
+        as that share of a host layer.
     host_blocks : tuple of int
         The blocks whose routed experts are all in host memory.
     why_not_priced : str
@@ -306,10 +306,13 @@ def fit_default(m: LlamaModel, free_bytes: int, *, margin_bytes: int = FIT_MARGI
         why = (f"fit keeps {p.gpu_start(m)} whole block(s), attention included, in host memory "
                "(-ngl below every layer): COPE prices only routed experts on the CPU")
     blocks = r.host_expert_blocks(m)
-    host = float(len(blocks))
-    for pat in p.host_patterns:
-        for frac, share in _PART.items():
-            if pat.endswith(_FRACTION[frac][len(r"blk\.{}"):]):
-                host += share
+    sizes = dict(m.tensors)
+    host = 0.0
+    for b in range(m.n_layer):            # fit's patterns may name the output's index: no block
+        exps = [n for n in (f"blk.{b}.ffn_{q}_exps.weight" for q in ("gate", "up", "down"))
+                if n in sizes]
+        total = sum(sizes[n] for n in exps)
+        if total:
+            host += sum(sizes[n] for n in exps if not p.on_device(m, n)) / total
     return FitDefault(r.args(), r.status, r.n_ctx, free_bytes / GiB, margin_bytes / GiB,
                       r.device_bytes / GiB, host, blocks, why)
