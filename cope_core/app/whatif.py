@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..estimate.ranking import Verdict, frame_runner_up
+from ..estimate.speed import speed, tokens_per_s  # noqa: F401  (the app's pages read them here)
 from ..geometry import GIB, ModelGeometry
 from ..matrix import CANDIDATES, LAYER_PARTITION
 from ..platforms import GPUS
@@ -26,16 +27,6 @@ def plain(df: pd.DataFrame) -> pd.DataFrame:
     derived from it (a column, a filter, each group), and a sweep's per-K confidences made that
     most of what drawing its figure cost."""
     return pd.DataFrame(df, copy=False)
-
-
-def tokens_per_s(tpot_us: float) -> float:
-    """Decode tokens per second of a time per output token in µs."""
-    return 1e6 / tpot_us
-
-
-def speed(tpot_us: float) -> str:
-    """A TPOT as users read it: ``"8.241 ms/token · 121.3 tokens/s"``."""
-    return f"{tpot_us / 1e3:.3f} ms/token · {tokens_per_s(tpot_us):.1f} tokens/s"
 
 
 def budget_gib(g: ModelGeometry, k: int) -> float:
