@@ -198,3 +198,15 @@ def test_a_given_trace_is_priced_and_named(capsys):
     assert doc["inputs"]["routing"] == (f"SYNTHETIC trace {ex}trace.parquet, 8 prompts, "
                                         "1024 tokens")
     assert doc["runtimes"][0]["tokens_per_s"] > 0
+
+
+def test_gpt_oss_120b_on_a_16_gb_card(capsys):
+    """A catalog model priced as a llama-quantize preset: the llama.cpp command puts host layers
+    on the CPU (the model is far larger than the card) and says tokens/s."""
+    assert main(["advise", "--model", "gpt-oss-120b", "--quant", "MXFP4_MOE", "--gpu",
+                 "rtx5060ti-16gb", "--cpu", "ryzen-7-5700x", "--memory", "ddr4-3200x2",
+                 "--runtime", "llama.cpp"]) == 0
+    out = capsys.readouterr().out
+    cmd = out.splitlines()[out.splitlines().index("llama.cpp") + 1]
+    assert cmd.startswith("  llama-server -m MODEL.gguf -ngl 99 -fit off -t 8 --n-cpu-moe ")
+    assert "VRAM budget 15.00 GiB" in out and " tokens/s [" in out
