@@ -173,6 +173,14 @@ def test_a_catalog_model_without_an_example_gets_a_synthetic_trace():
     assert [x.value for x in at.metric][:2] == [w.named, f"{w.tpot_us / 1e3:.3f} ms"]
     assert any("SYNTHETIC" in c.value for c in at.caption)
     assert query(at)["example"] == "glm-4.5-air" and query(at)["quant"] == "Q4_K_M"
+    # other weights in the same session: other bytes, another answer (not a cached one)
+    at.selectbox(key="_w_quant").set_value("Q8_0").run()
+    assert not at.exception and not at.error
+    g8 = resolve_model("glm-4.5-air", "Q8_0")
+    t8, c8 = synthetic_inputs(g8)
+    p8 = mc.machine_profile(g8, m)
+    w8 = expected_winner(t8, c8, p8, whatif.default_budget(g8, p8.platform), 8)
+    assert at.metric[1].value == f"{w8.tpot_us / 1e3:.3f} ms" != f"{w.tpot_us / 1e3:.3f} ms"
     # gpt-oss-120b in its published weights, on every page
     for page in PAGES:
         at = open_app(page, example="gpt-oss-120b", quant="MXFP4_MOE", gpu="rtx5080",

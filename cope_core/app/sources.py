@@ -225,8 +225,9 @@ def dataset() -> Dataset:
     if made is not None:        # a catalog model without an example: its trace is made here
         origin = {"trace": "SYNTHETIC, made here as the shipped examples'",
                   "profile": f"ANALYTIC, made here ({your_machine.DEFAULT_GPU})"}
-        return _assembled(f"catalog={made}",
-                          *your_machine.synthetic(made, your_machine.quant(made)), None, origin)
+        weights = your_machine.quant(made)      # in the key: results are cached under it
+        return _assembled(f"catalog={made}@{weights}",
+                          *your_machine.synthetic(made, weights), None, origin)
     missing = [s for s in ("trace", "profile") if not paths[s]]
     if missing:
         raise CopeInputError(f"no {' and no '.join(missing)} loaded; expected a shipped example "
