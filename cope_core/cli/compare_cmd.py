@@ -13,6 +13,7 @@ from .. import parquet_io
 from ..errors import CopeInputError
 from ..estimate.compare import catalog_platform, compare, profile_platform
 from ..estimate.costs import ESTIMATORS
+from ..estimate.speed import tokens_per_s
 from ..files import print_json
 from .args import share
 
@@ -60,15 +61,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"trace {args.trace}: {trace.source.upper()} {trace.model.name}, {trace.n_prompts} "
           f"prompts | budget {args.vram_gib:g} GiB | estimator {args.estimator}")
     wid = max(12, *(len(x) for x in cmp.at_budget["platform"])) + 1
-    print(f"{'platform':<{wid}} {'kind':<9}{'budget':>8}{'K':>5}  {'winner':<34}{'TPOT ms':>9}  "
-          f"{'95 % interval':<19}{'wins':>6}{'speed-up':>10}")
+    print(f"{'platform':<{wid}} {'kind':<9}{'budget':>8}{'K':>5}  {'winner':<34}{'TPOT ms':>9}"
+          f"{'tok/s':>8}  {'95 % interval':<19}{'wins':>6}{'speed-up':>10}")
     for r in cmp.at_budget.itertuples(index=False):
         ci = ("" if not math.isfinite(r.tpot_lo_us) else
               f"[{r.tpot_lo_us / 1e3:.3f}, {r.tpot_hi_us / 1e3:.3f}]")
         wins = "" if not math.isfinite(r.win_probability) else f"{100 * r.win_probability:.0f} %"
         print(f"{r.platform:<{wid}} {'ANALYTIC' if r.analytic else 'MEASURED':<9}"
               f"{r.budget_gib:>7g}G{r.experts_per_layer:>5}  {r.winner:<34}"
-              f"{r.tpot_us / 1e3:>9.3f}  {ci:<19}{wins:>6}{r.speedup:>9.2f}x")
+              f"{r.tpot_us / 1e3:>9.3f}{tokens_per_s(r.tpot_us):>8.1f}  {ci:<19}{wins:>6}"
+              f"{r.speedup:>9.2f}x")
     first = cmp.at_budget.iloc[0]
     print(f"speed-up: {first.platform}'s TPOT over each platform's; a platform with less "
           "memory than the budget is compared at all of its own")

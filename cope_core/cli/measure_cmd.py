@@ -18,6 +18,7 @@ from .. import parquet_io
 from ..errors import CopeInputError
 from ..estimate.evaluate import measured_winners
 from ..estimate.quality import check_lines, measurement_checks
+from ..estimate.speed import speed
 from .args import candidate_list, check_output, ints
 
 
@@ -110,7 +111,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
           f"accelerator ({m.platform['gpu']})")
     for w in measured_winners(t).itertuples(index=False):
         print(f"  K={w.K} threads={w.cpu_threads}: measured winner {w.candidate} at "
-              f"{w.tpot_us / 1e3:.3f} ms/token")
+              f"{speed(w.tpot_us)}")
     for line in check_lines(measurement_checks(m)):
         print(line)
     return 0

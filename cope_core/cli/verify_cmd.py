@@ -14,6 +14,7 @@ import sys
 
 from .. import parquet_io
 from ..errors import CopeInputError
+from ..estimate.speed import tokens_per_s
 from ..verify import VerifyRecord, verify_json, write_verify
 from .args import check_output, ints, share
 from .llamabench_verify_cmd import add_arguments, cmd_verify_llamabench
@@ -137,7 +138,8 @@ def report_lines(r: VerifyRecord) -> list[str]:
                    f"predicted {c.predicted_winner}, " + ("within noise of it" if c.agrees
                                                           else "dropped"))
         out.append(f"K={c.K} threads={c.cpu_threads}: VERIFIED {c.verified_winner} at "
-                   f"{c.measured_us / 1e3:.3f} ms/token{iv} ({verdict}; {c.stop} after "
+                   f"{c.measured_us / 1e3:.3f} ms/token{iv} · "
+                   f"{tokens_per_s(c.measured_us):.1f} tokens/s ({verdict}; {c.stop} after "
                    f"{c.rounds} rounds)")
         probs = ", ".join(f"{x['candidate']}" + (f" (p={x['win_probability']:.2f})"
                                                   if x["win_probability"] is not None else "")
