@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..errors import CopeInputError
 from ..estimate.compare import Comparison, Platform, catalog_platform, spec_platform
+from ..estimate.speed import tokens_per_s
 from ..platforms import CPUS, DEFAULT_CPU, GPUS, LINKS, PlatformSpec, platform_spec
 from ..profile.data import Profile
 
@@ -122,7 +123,7 @@ def table(cmp: Comparison) -> pd.DataFrame:
     return pd.DataFrame({
         "platform": a["platform"], "kind": np.where(a["analytic"], "ANALYTIC", "MEASURED"),
         "budget GiB": a["budget_gib"], "K": a["experts_per_layer"], "winner": a["winner"],
-        "TPOT ms": a["tpot_us"] / 1e3, "tokens/s": 1e6 / a["tpot_us"],
+        "TPOT ms": a["tpot_us"] / 1e3, "tokens/s": [tokens_per_s(x) for x in a["tpot_us"]],
         "95 % interval ms": [f"[{lo / 1e3:.3f}, {hi / 1e3:.3f}]" if np.isfinite(lo) else ""
                              for lo, hi in zip(a["tpot_lo_us"], a["tpot_hi_us"])],
         "win probability": a["win_probability"], "speed-up": a["speedup"],
