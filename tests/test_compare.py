@@ -113,6 +113,12 @@ def test_cope_compare_prints_and_writes_strict_json(tmp_path, capsys):
     assert [p["winner"] for p in data["platforms"]] == ref.at_budget["winner"].tolist()
     assert [p["tpot_us"] for p in data["platforms"]] == ref.at_budget["tpot_us"].tolist()
     assert len(data["sweep"]) == len(ref.sweep)
+    # the text table's tok/s column: each platform's TPOT as tokens per second
+    rows = [ln.split() for ln in out.splitlines() if ln.split()[1:2] in (["ANALYTIC"],
+                                                                       ["MEASURED"])]
+    assert len(rows) == len(data["platforms"]) == 3
+    for r, p in zip(rows, data["platforms"]):
+        assert float(r[6]) == pytest.approx(1e6 / p["tpot_us"], abs=0.051)
 
 
 @pytest.mark.parametrize("extra, field", [(["--platform", "b200"], "platform"),
