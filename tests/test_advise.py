@@ -210,3 +210,14 @@ def test_gpt_oss_120b_on_a_16_gb_card(capsys):
     cmd = out.splitlines()[out.splitlines().index("llama.cpp") + 1]
     assert cmd.startswith("  llama-server -m MODEL.gguf -ngl 99 -fit off -t 8 --n-cpu-moe ")
     assert "VRAM budget 15.00 GiB" in out and " tokens/s [" in out
+
+
+def test_speed_words_by_hand():
+    from cope_core.estimate.speed import rate, speed, tokens_per_s, tokens_per_s_interval
+    assert tokens_per_s(8241.0) == 1e6 / 8241.0 and tokens_per_s(0.0) == math.inf
+    assert speed(8241.0) == "8.241 ms/token · 121.3 tokens/s"
+    assert speed(8241.0, (7100.0, 9500.0)) == \
+        "8.241 ms/token [7.100, 9.500] · 121.3 tokens/s [105.3, 140.8]"
+    assert rate(8241.0, (7100.0, 9500.0)) == "121.3 tokens/s [105.3, 140.8] (8.241 ms/token)"
+    assert rate(8241.0) == "121.3 tokens/s (8.241 ms/token)"
+    assert tokens_per_s_interval(7100.0, 9500.0) == "[105.3, 140.8] tokens/s"

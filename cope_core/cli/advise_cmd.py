@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .. import parquet_io
 from ..errors import CopeInputError
+from ..estimate.speed import rate
 from ..export.advise import RUNTIMES, Advice, RuntimeAnswer, Speed
 from ..files import check_writable, print_json, write_atomic
 from ..geometry import DEFAULT_CONTEXT
@@ -88,9 +89,7 @@ def _write_files(out: Advice, folder: str, force: bool) -> list[str]:
 
 def tps(s: Speed) -> str:
     """``154.2 tokens/s [102.2, 213.7] (6.484 ms/token)``."""
-    ci = s.tokens_per_s_interval
-    band = "" if ci is None else f" [{ci[0]:.1f}, {ci[1]:.1f}]"
-    return f"{s.tokens_per_s:.1f} tokens/s{band} ({s.tpot_us / 1e3:.3f} ms/token)"
+    return rate(s.tpot_us, s.tpot_ci_us)
 
 
 def _gain(x: float | None) -> str:

@@ -25,6 +25,14 @@ def speed(tpot_us: float, ci_us: tuple[float, float] | None = None) -> str:
             f"{tokens_per_s(lo):.1f}]")
 
 
+def rate(tpot_us: float, ci_us: tuple[float, float] | None = None) -> str:
+    """Tokens per second first, as ``cope advise`` leads with them:
+    ``"121.3 tokens/s [105.3, 140.8] (8.241 ms/token)"`` (the interval only with ``ci_us``)."""
+    band = "" if ci_us is None else \
+        f" [{tokens_per_s(ci_us[1]):.1f}, {tokens_per_s(ci_us[0]):.1f}]"
+    return f"{tokens_per_s(tpot_us):.1f} tokens/s{band} ({tpot_us / 1e3:.3f} ms/token)"
+
+
 def tokens_per_s_interval(lo_us: float, hi_us: float) -> str:
     """An interval on TPOT ``[lo, hi]`` µs as tokens per second: ``"[80.3, 95.1] tokens/s"``
     (the slow end of TPOT is the low end of the speed)."""
