@@ -64,7 +64,8 @@ def cmd_advise(args: argparse.Namespace) -> int:
     cal = parquet_io.read_trace(args.calibration) if args.calibration else None
     out = advise(g, machine, runtimes=RUNTIMES if args.runtime == "all" else (args.runtime,),
                  vram_gib=args.vram_gib, context=args.ctx, trace=trace, calibration=cal,
-                 seed=args.seed, with_files=args.output_dir is not None)
+                 seed=args.seed, with_files=args.output_dir is not None,
+                 model_file=args.model if str(args.model).lower().endswith(".gguf") else None)
     written = _write_files(out, args.output_dir, args.force) if args.output_dir else []
     if args.json:
         print_json({**out.to_dict(), "written": written})

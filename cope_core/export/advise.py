@@ -24,13 +24,14 @@ the same text ``cope export`` prints)::
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CopeInputError
 from ..estimate.cpu_only import cpu_only_price
-from ..estimate.llamacpp_default import KEEP_LEVEL, baseline_of
+from ..estimate.llamacpp_default import KEEP_LEVEL, baseline_of, llama_settings
 from ..estimate.llamacpp_fit import FIT_MARGIN
 from ..estimate.speed import tokens_per_s
 from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
@@ -168,7 +169,7 @@ def default_budget(machine: Machine) -> tuple[float, str]:
 def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = RUNTIMES,
            vram_gib: float | None = None, context: int = DEFAULT_CONTEXT,
            trace: Trace | None = None, calibration: Trace | None = None, seed: int = 0,
-           with_files: bool = False) -> Advice:
+           with_files: bool = False, model_file: str | os.PathLike | None = None) -> Advice:
     """Answer ``cope advise`` (module docstring).
 
     Parameters
@@ -189,6 +190,9 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     with_files : bool
         Also make the files the commands read (:attr:`RuntimeAnswer.files`; SGLang-KT's needs
         torch, so it is made only when asked).
+    model_file : path, optional
+        The GGUF ``model`` was read from: llama.cpp's memory (its search's budget, ``--fit``'s
+        placement) is counted from its tensor table instead of one made from the geometry.
     """
     unknown = [r for r in runtimes if r not in RUNTIMES]
     if unknown:
@@ -226,9 +230,10 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     K = model.experts_per_layer_for_vram(vram_gib * GIB, context=context)
     profile = analytic_profile(model, machine.spec, cpu_threads=[machine.threads])
     policy = build_policy(trace, profile, calibration, vram_gib=vram_gib - shift,
-                          cpu_threads=machine.threads, llamacpp="llama.cpp" in order)
+                          cpu_threads=machine.threads, llamacpp="llama.cpp" in order,
+                          llama=None if model_file is None else llama_settings(model_file))
     assert policy.experts_per_layer == K
-    answers = tuple(_answer(policy, r, with_files) for r in order)
+    answers = tuple(_answer(policy, r, with_files, context) for r in order)
     winner = (policy.candidate, _speed(policy, policy.candidate))
     return Advice(model, machine, float(vram_gib), source, K, context, routing, answers, winner,
                   policy, llamacpp_default(policy)[1])
@@ -243,11 +248,14 @@ def _command(text: str) -> str:
     return next(line for line in text.splitlines() if line and not line.startswith("#"))
 
 
-def _answer(policy: Policy, runtime: str, with_files: bool) -> RuntimeAnswer:
+def _answer(policy: Policy, runtime: str, with_files: bool, context: int) -> RuntimeAnswer:
     """One runtime's command, what it runs and its predicted speed, and its default."""
     r = render(policy, runtime, with_files=with_files)
     runs = policy.candidate if r.exact else r.deployed
     notes = [] if r.exact else [r.summary]
+    if flag := get_format(runtime).context_flag:
+        notes.append(f"add {flag} {context}: the VRAM budget holds {context} tokens of KV "
+                     "cache")
     side = get_format(runtime).side_file
     if side is not None:
         notes.append(f"the command reads the {side.what} file it names (--output-dir DIR writes "

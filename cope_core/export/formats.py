@@ -81,6 +81,9 @@ class ExportFormat:
         loads only when the whole model fits) or ``unknown`` (not read from its source).
     cpu_only : bool
         Runs on a machine without a GPU (every weight on the CPU).
+    context_flag : str
+        The flag that sets the context (the KV cache's tokens), when read from the runtime's
+        source: ``-c`` (``--ctx-size``, llama.cpp's ``common/arg.cpp``); empty when not read.
     """
 
     name: str
@@ -100,6 +103,7 @@ class ExportFormat:
     default: str = "not read from its source"
     default_kind: str = "unknown"
     cpu_only: bool = False
+    context_flag: str = ""
 
     @property
     def module(self) -> str:
@@ -146,7 +150,8 @@ EXPORT_FORMATS: tuple[ExportFormat, ...] = (
         "off --n-cpu-moe N`, or the same with `-ot 'REGEX=CPU'`",
         "`layer_partition`, and its own cache candidates `llamacpp_cache/lru`, "
         "`llamacpp_cache/classlru`", _SAME_VRAM, render_llamacpp, advised=True,
-        default="--fit (no placement flags)", default_kind="fit", cpu_only=True),
+        default="--fit (no placement flags)", default_kind="fit", cpu_only=True,
+        context_flag="-c"),
     ExportFormat(
         "ik_llama.cpp", "ik_llama.cpp", "ik_llama.cpp", "8337e4cd3861 (2026-08-15)",
         "ik_llama.cpp flags: -ot of the first MoE layers, or its -ncmoe N (the last N)",
@@ -154,7 +159,8 @@ EXPORT_FORMATS: tuple[ExportFormat, ...] = (
         "(the first MoE layers, exactly), or its own `-ncmoe N` (the **last** N MoE layers, at "
         "the N that fits the same VRAM); no `-fit`",
         "`layer_partition`", _SAME_VRAM, render_ik_llamacpp, advised=True,
-        default="without -ngl/-ot: not read from its source", cpu_only=True),
+        default="without -ngl/-ot: not read from its source", cpu_only=True,
+        context_flag="-c"),
     ExportFormat(
         "exllamav3", "exllamav3", "exllamav3", "1.6.5, the PyPI wheel",
         "exllamav3 -mcs E-K with an expert-statistics file (-o OUT: the .json), or -mcl N",
