@@ -18,7 +18,13 @@ from .args import add_model_options, model_from_args
 
 def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("advise", help="the command to paste for a model on your machine, "
-                                      "runtime by runtime, in tokens per second")
+                                      "runtime by runtime, in tokens per second",
+                       description="For a model on a machine named by its parts: per runtime "
+                                   "(llama.cpp first) the command to paste, its predicted "
+                                   "tokens/s with a 95 % interval, the runtime's default and the "
+                                   "gain over it, and the Policy Matrix's winner; SYNTHETIC "
+                                   "routing and an ANALYTIC profile of the parts unless --trace "
+                                   "(docs/cli.md#your-machine-in-one-command-cope-advise).")
     add_model_options(s, required=True)
     s.add_argument("--gpu", required=True,
                    help="catalog GPU (cope parts gpus), GPU part file, 'this' or 'none'")
