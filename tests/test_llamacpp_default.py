@@ -112,6 +112,10 @@ def test_verdict_follows_the_paired_share():
     assert _baseline(10.0, 8.0, 0.99).gain_pct == pytest.approx(25.0)
     assert "our flags are worth pasting" in _baseline(10.0, 8.0, 0.99).lines()[0]
     assert "keep the default" in _baseline(10.0, 8.0, 0.5).lines()[0]
+    assert "(faster in 94.9 % of draws): keep the default" in \
+        _baseline(10.0, 8.0, 0.949).lines()[0]
+    assert "(faster in 57 % of draws): keep" in _baseline(10.0, 8.0, 0.5749).lines()[0]
+    assert "(faster in 95 % of draws): our flags" in _baseline(10.0, 8.0, 0.95).lines()[0]
     assert "-fit off" in _baseline(10.0, 8.0, 0.5).lines()[1]
 
 
@@ -144,14 +148,14 @@ def _check_answer(text: str, fd_args: str) -> tuple[float, float, float]:
     m = re.search(r"llama\.cpp's default \(--fit, no placement flag\) places (.+?): "
                   r"([\d.]+) tok/s \[[\d.]+, [\d.]+\]; the best runnable configuration "
                   r"\((.+?)\) at ([\d.]+) tok/s \[[\d.]+, [\d.]+\], ([+-][\d.]+) % "
-                  r"\(faster in (\d+) % of draws\): (keep the default|our flags are worth)",
+                  r"\(faster in ([\d.]+) % of draws\): (keep the default|our flags are worth)",
                   text)
     assert m, text
     assert short_args(fd_args) in text and "-fit off switches --fit off" in text
     fit_ts, best_ts, gain = float(m.group(2)), float(m.group(4)), float(m.group(5))
     assert gain == pytest.approx(100 * (best_ts / fit_ts - 1), abs=0.15)
-    share = int(m.group(6))                    # rounded: 95 may be either side of the level
-    assert share == 95 or (m.group(7) == "keep the default") == (share < 100 * KEEP_LEVEL)
+    share = float(m.group(6))                  # shown below the level iff kept
+    assert (m.group(7) == "keep the default") == (share < 100 * KEEP_LEVEL)
     return fit_ts, best_ts, gain
 
 

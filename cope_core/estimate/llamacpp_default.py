@@ -11,6 +11,7 @@ configuration is faster in; below :data:`KEEP_LEVEL` the answer is "keep the def
 """
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -103,7 +104,7 @@ class FitBaseline:
             return [f"{head}: not priced ({d.why_not_priced}); {rec}", SWITCHES_OFF]
         gain = self.gain_pct or 0.0
         share = "" if self.faster_share is None else \
-            f" (faster in {100 * self.faster_share:.0f} % of draws)"
+            f" (faster in {_share(self.faster_share)} % of draws)"
         verdict = (f"keep the default (llama-server -m MODEL.gguf -c {d.n_ctx}, no placement "
                    "flag): the gain is within the interval" if self.keep_default
                    else "our flags are worth pasting")
@@ -129,6 +130,15 @@ def short_args(args: str, keep: int = 2) -> str:
     if len(items) <= keep:
         return args
     return f'{head} -ot "{",".join(items[:keep])},…" ({len(items)} patterns)'
+
+
+def _share(x: float) -> str:
+    """A share in percent, whole; one decimal, rounded down, where rounding would show the
+    level (95) for a share below it."""
+    pct = 100.0 * x
+    if x < KEEP_LEVEL and round(pct) >= 100 * KEEP_LEVEL:
+        return f"{math.floor(pct * 10 + 1e-9) / 10:.1f}"
+    return f"{pct:.0f}"
 
 
 def _speed(tpot_us: float, ci: tuple[float, float] | None) -> str:
