@@ -25,22 +25,15 @@ import contextlib
 import json
 import os
 import platform
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
+from _server import CHROMIUM, CHROMIUM_ARGS, serve  # beside this script, on sys.path when it runs
 
-ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--headless",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--no-first-run"]
 EXAMPLES = ("qwen3-30b-a3b", "deepseek-v2-lite", "qwen3.5-35b-a3b", "mixtral-8x7b",
             "olmoe-1b-7b")
 NOT_RUNNING = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
@@ -53,12 +46,6 @@ MARKER = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
           " return JSON.stringify(g[1].layout.shapes || []); }")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _proc_cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -69,38 +56,6 @@ def _proc_rss(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
-
-
-@contextlib.contextmanager
-def serve(log: Path):
-    """``streamlit run app.py`` on a free port with the rerun log on; yields (base URL, pid)."""
-    port = _free_port()
-    env = dict(os.environ, COPE_RERUN_LOG=str(log))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1",
-         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
-                    if r.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"streamlit did not start (exit {proc.poll()})")
-            time.sleep(0.5)
-        yield base, proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 class Sampler(threading.Thread):
@@ -164,7 +119,7 @@ async def run_n(base: str, pid: int, n: int, moves: int, pace: float, steps: int
     from playwright.async_api import async_playwright
     out: dict = {"n": n, "latency_s": [], "timeouts": 0, "page_errors": 0}
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         ready = asyncio.Barrier(n + 1)
         tasks = [asyncio.create_task(session(browser, base, i, moves, pace, steps, ready, out))
                  for i in range(n)]
@@ -211,7 +166,8 @@ def main() -> None:
     for n in (int(x) for x in args.sessions.split(",")):
         with tempfile.TemporaryDirectory() as tmp:       # a fresh server (empty caches) per N
             log = Path(tmp) / "reruns.jsonl"
-            with serve(log) as (base, pid):
+            with serve({"COPE_RERUN_LOG": str(log)},
+                       flags=("--server.fileWatcherType", "none")) as (base, pid):
                 sampler = Sampler(pid)
                 sampler.start()
                 r = asyncio.run(run_n(base, pid, n, args.moves, args.pace, args.steps, log))

@@ -21,68 +21,20 @@ The server's log is scanned for tracebacks and "Inotify" lines. Run:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
+from _server import CHROMIUM, CHROMIUM_ARGS, serve  # beside this script
 
-ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--headless",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--no-first-run"]
 PAGES = ["Policy Matrix", "Landscape", "Predicted vs measured", "Traces", "Profiles",
          "Compare platforms", "Export", "Overview"]
 STATE = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
          " return a ? a.getAttribute('data-test-script-state') : null; }")
 QUIET = 0.8
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def serve(numba_cache: Path, log: Path):
-    """``streamlit run app.py`` on a free port (the project's own config); yields the base URL."""
-    port = _free_port()
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(numba_cache))
-    with log.open("a") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-             "--server.port", str(port), "--server.address", "127.0.0.1",
-             "--browser.gatherUsageStats", "false"],
-            cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
-                    if r.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"streamlit did not start (exit {proc.poll()})")
-            time.sleep(0.2)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def settled(pg, t0: float, started: bool = False, timeout: float = 180) -> float:
@@ -165,10 +117,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
         cache, log = Path(tmp) / "numba", Path(tmp) / "server.log"
         cache.mkdir()
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        with serve(cache, log) as base:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        env = {"NUMBA_CACHE_DIR": str(cache)}      # the project's own config, no other flags
+        with log.open("a") as fh, serve(env, fh, poll_s=0.2) as (base, _):
             out["cold_first_page_s"] = first_page(browser, base, args.example)
-        with serve(cache, log) as base:
+        with log.open("a") as fh, serve(env, fh, poll_s=0.2) as (base, _):
             out["second_start_first_page_s"] = first_page(browser, base, args.example)
             out.update(walk(browser, base, args.example, args.repeats))
         browser.close()
