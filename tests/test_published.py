@@ -30,9 +30,14 @@ def test_a_plain_placement_is_its_layers_placed_whole():
     # the shared work per token at context 0: one dense block, two MoE blocks and the head
     shared = (row_us(t, 4, "shared", "dense_block", context=0)
               + 2 * row_us(t, 4, "shared", "moe_block", context=0) + row_us(t, 4, "shared", "head"))
+    # a CPU expert layer in llama.cpp's graph: the row, plus the second split's hand-offs (two
+    # more small transfers, one more wait: act_copy 4.4 and sync 10 by hand)
+    host = cpu + row_us(t, 4, "atomic", "act_copy", count=1) + row_us(t, 4, "atomic", "sync",
+                                                                     count=1)
     got = placement_tpot(prof, G, [0, 1, 2], 0.0, cpu_threads=4)
-    np.testing.assert_allclose(got, [shared + 2 * gpu, shared + gpu + cpu, shared + 2 * cpu])
+    np.testing.assert_allclose(got, [shared + 2 * gpu, shared + gpu + host, shared + 2 * host])
     assert gpu == exact(140.0) and cpu == exact(839.4)     # test_schedule_rows_by_hand
+    assert host == exact(839.4 + 4.4 + 10.0)
     with pytest.raises(CopeInputError, match=r"\[0, 2\]"):
         placement_tpot(prof, G, [3], 0.0, cpu_threads=4)
 

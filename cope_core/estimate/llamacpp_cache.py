@@ -10,7 +10,8 @@ Which profile rows price which part, per token:
   reads the selected expert ids back to the host before it can plan the uploads
   (``llama_moe_cache::copy``, a synchronous read per cached layer);
 * a host layer that is not cached (no cache, or its group's share holds fewer than ``top_k``
-  slots) is ``cpu_layer``; a GPU layer is ``gpu_layer`` (as ``layer_partition`` prices them);
+  slots) is ``cpu_layer`` plus llama.cpp's graph hand-offs around it (:func:`split_handoff`);
+  a GPU layer is ``gpu_layer`` (as ``layer_partition`` prices them);
 * the shared work is the same as every candidate's.
 """
 from __future__ import annotations
@@ -76,8 +77,24 @@ def cache_costs(op: OperatingPoint) -> CacheCosts:
     sched = np.asarray(op.schedule)[..., _C, :, :]
     sync = np.asarray(op.sync, np.float64)[..., None, None]
     lookup = np.where(h + c <= k, np.nan_to_num(sched) + sync, 0.0)
-    return CacheCosts(lookup, np.asarray(op.cpu_layer, np.float64),
+    return CacheCosts(lookup, np.asarray(op.cpu_layer, np.float64) + split_handoff(op),
                       np.asarray(op.gpu_layer, np.float64))
+
+
+def split_handoff(op: OperatingPoint) -> np.ndarray:
+    """What llama.cpp's scheduler adds to a CPU expert layer beyond the profile's ``cpu_layer``
+    (docs/design.md#llamacpp-graph-splits): one more ``act_copy`` and one more ``sync``.
+
+    A CPU expert layer cuts the decode graph twice (4 + 2 N splits per token at ``--n-cpu-moe``
+    N, nibor1896/Crow#159). ``ggml_backend_sched_compute_splits`` (ggml/src/ggml-backend.cpp of
+    b11434, lines 1802-1994) copies each input of a split from the backend that produced it:
+    the CPU split reads three tensors from the GPU (the normalised activation, the selected
+    expert ids and their weights), each a synchronous copy, since the CPU backend has no
+    ``cpy_tensor_async`` (lines 1939-1948; ggml-cpu.cpp line 200), and the next GPU split reads
+    the experts' sum back, also synchronously, since ``ggml_backend_cuda_cpy_tensor_async``
+    refuses a host source (ggml-cuda.cu lines 2544-2554); each boundary waits for the other
+    side. So four small transfers and two waits where ``cpu_layer`` has two and one."""
+    return (np.asarray(op.act_copy, np.float64) + np.asarray(op.sync, np.float64))
 
 
 def expert_tpot(counts: CacheCounts, costs: CacheCosts, tokens: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ import numpy as np
 from ..geometry import ModelGeometry
 from ..matrix import Execution
 from ..platforms import PlatformSpec
+from ..profile.blocks import dense_block_work, moe_block_work
 
 US = 1e6
 
@@ -69,24 +70,18 @@ def _gpu_read_us(s: PlatformSpec, params: float, dtype_bytes: float, extra_bytes
                       / s.gpu_bandwidth) * US
 
 
-def _attention_extra(g: ModelGeometry, ctx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """KV-cache bytes and attention FLOPs of one block at context ``ctx``."""
-    kv_bytes = 2.0 * g.n_kv_heads * g.head_dim * g.dtype_bytes * ctx
-    flops = 4.0 * g.n_heads * g.head_dim * ctx
-    return kv_bytes, flops
-
-
 def moe_block_us(g: ModelGeometry, s: PlatformSpec, context: np.ndarray | float) -> np.ndarray:
-    """One MoE block's policy-invariant work on the GPU: attention over the KV cache, the
-    router and the shared experts (:attr:`ModelGeometry.moe_block_params`)."""
-    kv, fl = _attention_extra(g, np.asarray(context, dtype=np.float64))
-    return _gpu_read_us(s, g.moe_block_params, g.weight_bytes_per_param, kv, fl)
+    """One MoE block's policy-invariant work on the GPU: attention over the KV cache (or the
+    recurrent state) by architecture, the router and the shared experts
+    (:func:`cope_core.profile.blocks.moe_block_work`)."""
+    w = moe_block_work(g, context)
+    return _gpu_read_us(s, w.params, g.weight_bytes_per_param, w.extra_bytes, w.extra_flops)
 
 
 def dense_block_us(g: ModelGeometry, s: PlatformSpec, context: np.ndarray | float) -> np.ndarray:
     """One leading dense block on the GPU: attention and its FFN."""
-    kv, fl = _attention_extra(g, np.asarray(context, dtype=np.float64))
-    return _gpu_read_us(s, g.dense_block_params, g.weight_bytes_per_param, kv, fl)
+    w = dense_block_work(g, context)
+    return _gpu_read_us(s, w.params, g.weight_bytes_per_param, w.extra_bytes, w.extra_flops)
 
 
 def head_us(g: ModelGeometry, s: PlatformSpec) -> float:

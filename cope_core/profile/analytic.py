@@ -29,6 +29,7 @@ from ..geometry import DEFAULT_CONTEXT, ModelGeometry
 from ..matrix import Execution
 from ..platforms import PlatformSpec
 from ..weight_formats import cpu_efficiency
+from .blocks import BlockWork, dense_block_work, moe_block_work
 from .data import COLUMNS, PREFETCH_NAMES, Profile, ProfileKey, required_keys
 
 DEFAULT_CONTEXTS = (128, 1024, 4096, 16384)
@@ -204,11 +205,11 @@ def prefetch_beside(g: ModelGeometry, c: Consts, cpu: int):
 
 
 def moe_block(g: ModelGeometry, c: Consts, ctx: float):
-    return _gpu_block(g, c, g.moe_block_params, ctx)
+    return _gpu_block(g, c, moe_block_work(g, ctx))
 
 
 def dense_block(g: ModelGeometry, c: Consts, ctx: float):
-    return _gpu_block(g, c, g.dense_block_params, ctx)
+    return _gpu_block(g, c, dense_block_work(g, ctx))
 
 
 def head(g: ModelGeometry, c: Consts):
@@ -218,11 +219,11 @@ def head(g: ModelGeometry, c: Consts):
     return work + 2 * c.launch + c.sync
 
 
-def _gpu_block(g: ModelGeometry, c: Consts, params: float, ctx: float):
-    kv = 2.0 * g.n_kv_heads * g.head_dim * g.dtype_bytes * ctx
-    flops = 2.0 * params + 4.0 * g.n_heads * g.head_dim * ctx
+def _gpu_block(g: ModelGeometry, c: Consts, w: BlockWork):
+    """A block's work by its architecture (:mod:`cope_core.profile.blocks`) plus its launches."""
+    flops = 2.0 * w.params + w.extra_flops
     work = np.maximum(flops / c.gpu_flops,
-                      (params * g.weight_bytes_per_param + kv) / c.gpu_bw) * US
+                      (w.params * g.weight_bytes_per_param + w.extra_bytes) / c.gpu_bw) * US
     return work + c.kernels_per_block * c.launch
 
 
