@@ -104,14 +104,21 @@ def around_point(point: np.ndarray, draws: np.ndarray, level: float, sigma: floa
     """The ``level`` interval of each column of ``draws`` (shape ``(B, n)``) carried to its point
     (shape ``(n,)``) and widened by the model error ``sigma`` (log space), as the module says;
     ``sigma=0`` gives the draws' spread alone. ``lo <= point <= hi`` always."""
+    h_lo, h_hi = log_spread(draws, level)
+    return widen(np.asarray(point, np.float64), h_lo, h_hi, level, sigma)
+
+
+def log_spread(draws: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """The log half-widths of the ``level`` interval of each column of ``draws`` (shape
+    ``(B, n)``) on each side of its median: what :func:`around_point` carries to the point
+    (computed once, it gives both the draws' interval and the widened one)."""
     draws = np.asarray(draws, np.float64)
-    point = np.asarray(point, np.float64)
     q_lo, med, q_hi = np.percentile(draws, [50 * (1 - level), 50, 50 * (1 + level)], axis=0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         # a lower quantile at 0 (draws cut at 0) with a positive median: the interval reaches 0
         h_lo = np.where(q_lo > 0, np.log(med / q_lo), np.where(med > 0, np.inf, 0.0))
         h_hi = np.where(med > 0, np.log(q_hi / med), 0.0)
-    return widen(point, h_lo, h_hi, level, sigma)
+    return h_lo, h_hi
 
 
 def widen(point: np.ndarray, h_lo: np.ndarray, h_hi: np.ndarray, level: float, sigma: float

@@ -30,7 +30,14 @@ from ..trace.data import Trace, fill_order
 from .costs import EXECUTIONS, LayerCosts, layer_costs, profile_spec
 from .model_error import model_error
 from .ranking import fastest_first
-from .uncertainty import DEFAULT_DRAWS, LEVEL, check_draws, drawn_costs, equivalences, intervals
+from .uncertainty import (
+    DEFAULT_DRAWS,
+    LEVEL,
+    check_draws,
+    drawn_costs,
+    equivalences,
+    interval_columns,
+)
 
 
 class OptimisticPredictionWarning(UserWarning):
@@ -263,19 +270,19 @@ def _add_uncertainty(df: pd.DataFrame, trace: Trace, profile: Profile,
                 full.append(shared_d + part.experts + part.prefetch)
         if draws:
             rng.bit_generator.state = after_profile
-            frame, conf = intervals(point, full, cands, draws, rng, estimator=costs.estimator)
+            cols, conf = interval_columns(point, full, cands, draws, rng,
+                                          estimator=costs.estimator)
             per_k[int(ks[ki])] = conf.to_dict()
         else:
-            frame = pd.DataFrame({"tpot_lo_us": np.nan, "tpot_hi_us": np.nan,
-                                  "draws_lo_us": np.nan, "draws_hi_us": np.nan,
-                                  "win_probability": np.nan,
-                                  "equivalent_to": equivalences(point, point, cands)})
-        parts.append(frame)
-    extra = pd.concat(parts, ignore_index=True)
+            nan = np.full(n, np.nan)
+            cols = {"tpot_lo_us": nan, "tpot_hi_us": nan, "draws_lo_us": nan,
+                    "draws_hi_us": nan, "win_probability": nan,
+                    "equivalent_to": equivalences(point, point, cands)}
+        parts.append(cols)
     for col in ("tpot_lo_us", "tpot_hi_us", "draws_lo_us", "draws_hi_us", "win_probability"):
-        df[col] = extra[col].to_numpy(np.float64)
+        df[col] = np.concatenate([p[col] for p in parts]).astype(np.float64)
     df["equivalent_to"] = pd.Series([e if isinstance(e, str) else None
-                                     for e in extra["equivalent_to"]], dtype=object)
+                                     for p in parts for e in p["equivalent_to"]], dtype=object)
     spread = (f"model uncertainty of the analytic profile (log-normal, throughputs "
               f"{THROUGHPUT_SPREAD:.0%}, latencies {LATENCY_SPREAD:.0%})"
               if profile.analytic and drawn is not None

@@ -38,7 +38,7 @@ from ..profile.data import Profile, ProfileKey, same_schedule
 from ..profile.layout import OperatingPoint
 from ..profile.raw_samples import raw_key
 from .costs import LayerCosts, atomic_costs, cope_costs
-from .model_error import around_point, model_error
+from .model_error import around_point, log_spread, model_error, widen
 from .ranking import CLEAR, Verdict, frame_runner_up, most_likely_fastest
 from .speed import speed as speed_words
 
@@ -228,23 +228,36 @@ def intervals(point: list[np.ndarray],
         :class:`~cope_core.estimate.ranking.Verdict` of the paired draws. Every interval holds
         its point (:func:`percentile_interval`).
     """
+    cols, conf = interval_columns(point, drawn, candidates, draws, rng, estimator=estimator)
+    return pd.DataFrame({**cols, "equivalent_to": pd.Series(cols["equivalent_to"],
+                                                             dtype=object)}), conf
+
+
+def interval_columns(point: list[np.ndarray], drawn: list[np.ndarray] | None,
+                     candidates: Sequence[Candidate], draws: int, rng: np.random.Generator, *,
+                     estimator: str | None = None) -> tuple[dict, KConfidence]:
+    """:func:`intervals`' columns as arrays (``equivalent_to`` a list) and its confidence,
+    without a frame per K (a sweep prices every K with it)."""
     P = point[0].shape[-1]
     full = drawn if drawn is not None else point
     means, idx = prompt_bootstrap(full[:len(candidates)], draws, rng)
     equivalent = equivalences(point, full, candidates)
     pt = np.array([p.mean() for p in point[:len(candidates)]])
-    lo_d, hi_d = percentile_interval(means, pt)
-    lo, hi = percentile_interval(means, pt, estimator)
+    # the draws' quantiles once, for the draws' interval and the one with the model error
+    # (:func:`percentile_interval` without and with the estimator)
+    h_lo, h_hi = log_spread(means, LEVEL)
+    sigma = 0.0 if estimator is None else model_error().sigma(estimator)
+    lo_d, hi_d = widen(pt, h_lo, h_hi, LEVEL, 0.0)
+    lo, hi = widen(pt, h_lo, h_hi, LEVEL, sigma)
     rivals = [i for i, e in enumerate(equivalent) if e is None]
     wins = np.bincount(np.argmin(means[:, rivals], axis=1), minlength=len(rivals)) / draws
     prob = np.full(len(candidates), np.nan)
     prob[rivals] = wins
     verdict = most_likely_fastest(means[:, rivals], [candidates[i].id for i in rivals],
                                   pt[rivals].tolist())
-    frame = pd.DataFrame({"tpot_lo_us": lo, "tpot_hi_us": hi, "draws_lo_us": lo_d,
-                          "draws_hi_us": hi_d, "win_probability": prob,
-                          "equivalent_to": pd.Series(equivalent, dtype=object)})
-    return frame, _confidence(point, drawn, candidates, rivals, prob, idx, P, verdict)
+    cols = {"tpot_lo_us": lo, "tpot_hi_us": hi, "draws_lo_us": lo_d, "draws_hi_us": hi_d,
+            "win_probability": prob, "equivalent_to": equivalent}
+    return cols, _confidence(point, drawn, candidates, rivals, prob, idx, P, verdict)
 
 
 def _confidence(point, drawn, candidates, rivals, prob, idx, P, verdict) -> KConfidence:
