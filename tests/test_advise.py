@@ -110,6 +110,7 @@ def test_cpu_only_machine_answers_on_the_cpu(capsys):
     assert by["llama.cpp"]["gain_over_default"] == 1.0
     assert by["vllm"]["command"] is None and by["vllm"]["tokens_per_s"] is None
     assert doc["policy_matrix_winner"] is None and doc["inputs"]["machine"]["cpu_only"]
+    assert "every weight and operation on the CPU" in doc["inputs"]["costs"]
 
 
 def test_cpu_only_price_is_bounded_by_the_bytes_it_streams():

@@ -133,8 +133,7 @@ def text_lines(out: Advice, detected: bool = False) -> list[str]:
                      f"{out.experts_per_layer} of {g.n_experts} experts per MoE layer with "
                      f"{out.context} tokens of KV cache")
     lines += [f"routing: {out.routing}",
-              "costs: ANALYTIC profile of these parts (what-if from published numbers, not "
-              "measured); intervals 95 % with the model's measured error", ""]
+              f"costs: {out.costs}; intervals 95 % with the model's measured error", ""]
     for a in out.answers:
         lines += _runtime_lines(a)
     if out.winner is not None:

@@ -131,6 +131,14 @@ class Advice:
     def threads(self) -> int:
         return self.machine.threads
 
+    @property
+    def costs(self) -> str:
+        """Where the prices come from, in one line."""
+        if self.machine.cpu_only:
+            return ("ANALYTIC, every weight and operation on the CPU (cope_core/estimate/"
+                    "cpu_only.py; what-if from published numbers, not measured)")
+        return "ANALYTIC profile of these parts (what-if from published numbers, not measured)"
+
     def inputs(self) -> dict[str, Any]:
         """The inputs as resolved, for JSON."""
         return {"model": self.model.name, "weights": self.model.format_name,
@@ -138,7 +146,7 @@ class Advice:
                 "vram_source": self.vram_source, "experts_per_layer": self.experts_per_layer,
                 "n_experts": self.model.n_experts, "threads": self.threads,
                 "context": self.context, "routing": self.routing,
-                "profile": "ANALYTIC, from the parts (what-if, not measured)"}
+                "costs": self.costs}
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON ``cope advise --json`` prints: each runtime's answer with the inputs as
