@@ -35,8 +35,19 @@ class Fact(NamedTuple):
     source: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Sourced:
+    """Where a part's figures come from, shared by every kind: ``source`` (the datasheet, page
+    or probe), a ``note``, and ``origin``: "catalog", a part file's path, or "detected".
+    Keyword-only, so that each kind's own fields keep their places in its constructor."""
+
+    source: str
+    note: str = ""
+    origin: str = "catalog"
+
+
 @dataclass(frozen=True)
-class GpuPart:
+class GpuPart(_Sourced):
     """A GPU: memory, memory bandwidth, dense FP16 FLOP/s (``flops_kind`` says which: tensor
     cores with full-rate FP32 accumulate, GeForce tensor cores with FP32 accumulate at half rate,
     AMD matrix (WMMA) or vector FP16 where a GPU has no matrix units) and its PCIe interface."""
@@ -52,13 +63,10 @@ class GpuPart:
     pcie_gen: int
     pcie_lanes: int
     link: str               # the link it is priced on by default
-    source: str
-    note: str = ""
-    origin: str = "catalog"  # "catalog", a part file's path, or "detected"
 
 
 @dataclass(frozen=True)
-class CpuPart:
+class CpuPart(_Sourced):
     """A CPU: the cores threads run on (a hybrid Intel part's P-cores; ``e_cores`` beside them),
     clocks, the FMA units that give FLOP/s, the memory it is priced with by default and the
     bandwidth one core streams alone (``measured``: a probe's figure, not an assumption)."""
@@ -75,9 +83,6 @@ class CpuPart:
     fma_bits: int
     memory: str
     per_core_bandwidth: float
-    source: str
-    note: str = ""
-    origin: str = "catalog"
     measured: bool = False
 
     @property
@@ -93,7 +98,7 @@ class CpuPart:
 
 
 @dataclass(frozen=True)
-class MemoryPart:
+class MemoryPart(_Sourced):
     """Host memory: type x speed x channels; ``bandwidth`` is the peak (MT/s x 8 bytes x
     channels) or, when ``measured``, what a probe reached."""
 
@@ -102,23 +107,17 @@ class MemoryPart:
     mts: int
     channels: int
     bandwidth: float
-    source: str
-    note: str = ""
-    origin: str = "catalog"
     measured: bool = False
 
 
 @dataclass(frozen=True)
-class LinkPart:
+class LinkPart(_Sourced):
     """A host-to-GPU link: PCIe generation x lanes; ``bandwidth`` per direction."""
 
     name: str
     gen: int
     lanes: int
     bandwidth: float
-    source: str
-    note: str = ""
-    origin: str = "catalog"
 
 
 Part = GpuPart | CpuPart | MemoryPart | LinkPart
