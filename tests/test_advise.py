@@ -41,6 +41,8 @@ def test_end_to_end_prints_a_llamacpp_command_and_tokens_per_second(capsys):
     assert "VRAM budget 23.00 GiB" in out and "K = 128 of 128" in out
     assert "SYNTHETIC" in out and "ANALYTIC" in out
     assert "Policy Matrix winner" in out
+    # the whole model fits: --fit places it as the command does, at the same speed
+    assert "x1.00 over the default" in out and "the default needs no flags" in out
 
 
 def test_json_has_every_runtime_with_its_speed_and_inputs(capsys):

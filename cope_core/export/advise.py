@@ -278,7 +278,9 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int) -> Run
         if best.cache_mib:
             notes.append(f"needs llama.cpp {best.build} or newer (its MoE expert cache)")
         base = baseline_of(rec)
-        if base is not None and base.faster_share is not None:
+        if base is not None and base.tpot_us == v.tpot_us:
+            notes.append("--fit places the model the same way: the default needs no flags")
+        elif base is not None and base.faster_share is not None:
             keep = "" if base.faster_share >= KEEP_LEVEL else ": not sure enough, keep the default"
             notes.append(f"faster than the default in {100 * base.faster_share:.0f} % of the "
                          f"paired draws{keep}")
