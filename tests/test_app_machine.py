@@ -251,3 +251,28 @@ def test_a_bad_part_file_is_one_error_line_without_a_server_path():
     assert len(at.error) == 1 and "broken.json" in at.error[0].value
     assert "cope-app-parts" not in at.error[0].value and "/tmp" not in at.error[0].value
     assert not any("your part file" in o for o in at.selectbox(key="_w_gpu").options)
+
+
+def test_a_longer_context_leaves_less_of_the_card_to_experts(qwen):
+    g = qwen[0].model                  # Qwen3-30B-A3B: 48 blocks x 4 KV heads x 128 x 2 bytes
+    per_token = 2 * 48 * 4 * 128 * 2   # K and V
+    assert whatif.kv_shift_gib(g, 32768) == per_token * (32768 - 4096) / 2**30 == 2.625
+    assert whatif.kv_shift_gib(g, 4096) == 0.0 and whatif.kv_shift_gib(g, None) == 0.0
+    plat = {"gpu": "rtx3090", "vram_gib": 24.0, "context": 32768}
+    assert whatif.default_budget(g, plat) == 21.25          # 24 - 2.625, on the slider's step
+    assert whatif.context_note(g, {**plat, "context": 4096}) is None
+    at = open_app("landscape", **MINE, ctx="32768")
+    assert at.slider(key="_w_vram").value == 21.25
+    assert any("At 32768 tokens of context the KV cache takes 2.62 GiB more" in c.value
+               for c in at.caption)
+    assert any("a 32768-token context" in i.value for i in at.info)
+    assert query(at)["ctx"] == "32768"
+    at.switch_page("pages/overview.py").run()
+    m = compose_machine(gpu="rtx3090", cpu="ryzen-7-5700x", memory="ddr4-3200x2",
+                        link="pcie4x16")
+    w = expected_winner(*qwen, mc.machine_profile(g, m), 21.25, 8)
+    assert at.metric[1].value == f"{w.tpot_us / 1e3:.3f} ms"
+    # back to 4096 tokens in the session: the budget is all of the card again
+    at.number_input(key="_w_ctx").set_value(4096).run()
+    at.switch_page("pages/landscape.py").run()
+    assert at.slider(key="_w_vram").value == 24.0

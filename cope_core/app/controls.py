@@ -57,6 +57,9 @@ def vram_widget(ds: Dataset, where: Any = st) -> tuple[float, int]:
                      "KV cache and 0.5 GiB of workspace")
     k = whatif.k_for_budget(g, gib)
     where.caption(vram_caption(g, gib, k))
+    ctx = whatif.context_note(g, ds.profile.platform)
+    if ctx:
+        where.caption(ctx)
     if note:
         where.info(note)
     return gib, k

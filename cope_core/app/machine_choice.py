@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import dataclass
 
 from .. import parts
-from ..geometry import CATALOG, GIB, ModelGeometry
+from ..geometry import CATALOG, DEFAULT_CONTEXT, GIB, ModelGeometry
 from ..machine import Machine, compose_machine
 from ..models import COMMON, resolve_model
 from ..models.formats import NATIVE_MXFP4
@@ -92,12 +92,18 @@ class MachineChoice:
     cpu: str | parts.CpuPart = DEFAULT_CPU
     memory: str = DEFAULT
     link: str = DEFAULT
+    context: int = DEFAULT_CONTEXT
 
     @property
-    def key(self) -> str:
+    def parts_key(self) -> str:
         """The parts as one name, ``gpu+link+cpu+memory`` (a part file's part by its name and
         a hash of its numbers)."""
         return "+".join((part_name(self.gpu), self.link, part_name(self.cpu), self.memory))
+
+    @property
+    def key(self) -> str:
+        """The parts and the context, ``gpu+link+cpu+memory@ctxN``."""
+        return f"{self.parts_key}@ctx{self.context}"
 
     def compose(self) -> Machine:
         """The machine (CopeInputError, one line, for a part the catalog does not know)."""
@@ -114,14 +120,16 @@ def part_name(part: str | parts.GpuPart | parts.CpuPart) -> str:
     return f"{part.name}@{digest}"
 
 
-def machine_profile(g: ModelGeometry, m: Machine) -> Profile:
+def machine_profile(g: ModelGeometry, m: Machine, context: int = DEFAULT_CONTEXT) -> Profile:
     """The ANALYTIC profile of ``g`` on ``m``: CPU threads at powers of two up to the CPU's
-    cores and its cores (the default operating point), the machine's label and GPU memory in
-    the platform record (:func:`cope_core.app.whatif.default_budget` reads ``vram_gib``)."""
+    cores and its cores (the default operating point), the machine's label, GPU memory and
+    context length in the platform record (:func:`cope_core.app.whatif.default_budget` reads
+    ``vram_gib`` and ``context``)."""
     assert m.spec is not None           # the sidebar always composes a GPU
     threads = sorted(set(default_threads(m.spec)) | {m.threads})
     p = analytic_profile(g, m.spec, cpu_threads=threads)
-    plat = {**p.platform, "machine": m.spec.name, "vram_gib": m.vram_bytes / GIB}
+    plat = {**p.platform, "machine": m.spec.name, "vram_gib": m.vram_bytes / GIB,
+            "context": int(context)}
     return dataclasses.replace(p, platform=plat)
 
 

@@ -90,6 +90,7 @@ CODECS: dict[str, Codec] = {
     "mem": _TEXT,
     "link": _TEXT,
     "quant": _TEXT,
+    "ctx": _INT,               # Your machine: context length in tokens (the KV cache)
 }
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..estimate.ranking import Verdict, frame_runner_up
 from ..estimate.speed import speed, tokens_per_s  # noqa: F401  (the app's pages read them here)
-from ..geometry import GIB, ModelGeometry
+from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
 from ..matrix import CANDIDATES, LAYER_PARTITION
 from ..platforms import GPUS
 
@@ -61,14 +61,38 @@ def snap(gib: float) -> float:
     return round(round(float(gib) / BUDGET_STEP) * BUDGET_STEP, 6)
 
 
+def kv_shift_gib(g: ModelGeometry, context: int | None) -> float:
+    """GiB the KV cache at ``context`` tokens takes beyond the :data:`DEFAULT_CONTEXT` tokens
+    every budget of the app (and of ``build_policy``, ``compare``, the llama.cpp cache search)
+    counts: a card of U GiB at that context buys the K of a budget of U less this (how ``cope
+    advise --ctx`` moves its budget too)."""
+    if not isinstance(context, int) or context == DEFAULT_CONTEXT:
+        return 0.0
+    return (g.kv_cache_bytes(context) - g.kv_cache_bytes(DEFAULT_CONTEXT)) / GIB
+
+
+def context_note(g: ModelGeometry, platform: dict | None) -> str | None:
+    """What a machine chosen with another context length means for the budget, or None."""
+    plat = platform or {}
+    mine, ctx = gpu_gib(plat), plat.get("context")
+    shift = kv_shift_gib(g, ctx)
+    if mine is None or shift == 0.0:
+        return None
+    return (f"At {ctx} tokens of context the KV cache takes {abs(shift):.2f} GiB "
+            f"{'more' if shift > 0 else 'less'} than the {DEFAULT_CONTEXT} tokens every budget "
+            f"here counts: your card's {mine:g} GiB buys what a budget of "
+            f"{mine - shift:.2f} GiB does, the default budget.")
+
+
 def default_budget(g: ModelGeometry, platform: dict | None) -> float:
     """The profiled GPU's memory if the catalog knows it, capped where half the experts of
     each layer fit (so the default view still has misses to trade off); else that cap. A
     machine chosen in the sidebar: all of its GPU's memory (the question is your card)."""
     mine = gpu_gib(platform)
-    if mine is not None:
+    if mine is not None:        # less the KV cache a longer context adds (context_note)
         lo, hi = budget_range(g, mine)
-        return min(max(snap(math.floor(mine / BUDGET_STEP) * BUDGET_STEP), lo), hi)
+        value = mine - kv_shift_gib(g, (platform or {}).get("context"))
+        return min(max(snap(math.floor(value / BUDGET_STEP) * BUDGET_STEP), lo), hi)
     cap = budget_gib(g, g.n_experts // 2)
     gpu = GPUS.get(str((platform or {}).get("gpu", "")).lower())
     value = min(gpu.vram_bytes / GIB, cap) if gpu else cap

@@ -19,7 +19,7 @@ import streamlit as st
 from .. import parts
 from ..errors import CopeInputError
 from ..files import write_atomic
-from ..geometry import CATALOG, ModelGeometry
+from ..geometry import CATALOG, DEFAULT_CONTEXT, ModelGeometry
 from ..platforms import DEFAULT_CPU, platform_spec
 from ..profile.analytic import analytic_for_model, analytic_profile
 from ..profile.data import Profile
@@ -31,6 +31,8 @@ from .url_state import bound, resolve, settings
 
 #: The GPU of a catalog model's profile when no machine is chosen (as the shipped examples').
 DEFAULT_GPU = "rtx4090"
+#: The longest context the sidebar takes (tokens).
+MAX_CONTEXT = 1 << 20
 #: The machine the session's budget and operating point were chosen for.
 _SET_FOR = "cope_machine_settings_for"
 #: This session's parts read from part files: {"gpu": GpuPart, "cpu": CpuPart}.
@@ -80,6 +82,11 @@ def sidebar() -> None:
     bound("link", st.sidebar.selectbox, default=mc.DEFAULT, valid=lambda v: v in links,
           label="GPU slot", options=links, format_func=lambda v: mc.link_label(v, card),
           help="The slot's PCIe generation x lanes; the card runs at the lower of the two.")
+    bound("ctx", st.sidebar.number_input, default=DEFAULT_CONTEXT,
+          valid=lambda v: isinstance(v, int) and 1 <= v <= MAX_CONTEXT, coerce=int,
+          label="Context length (tokens)", min_value=1, max_value=MAX_CONTEXT, step=1024,
+          help="The KV cache your runtime holds: a longer context leaves less of the card to "
+               "experts (the default budget is your card less what it adds beyond 4096).")
     _part_upload()
     _new_machine()
 
@@ -128,11 +135,12 @@ def read_part_upload(name: str, data: bytes) -> parts.GpuPart | parts.CpuPart:
 
 
 def _new_machine() -> None:
-    """Another GPU gets its own default budget (all of the card) and another machine its own
-    operating point (the CPU's cores): the old ones were chosen for other hardware. The first
-    run of a session keeps what its link says."""
+    """Another GPU or context gets its own default budget (all of the card, less the KV cache
+    a longer context adds) and another machine its own operating point (the CPU's cores): the
+    old ones were chosen for other hardware. The first run of a session keeps its link's."""
     m = choice()
-    now = (mc.part_name(m.gpu), m.key) if m is not None else (mc.EXAMPLE, mc.EXAMPLE)
+    now = ((mc.part_name(m.gpu), m.context), m.parts_key) if m is not None \
+        else ((mc.EXAMPLE, 0), mc.EXAMPLE)
     before = st.session_state.get(_SET_FOR)
     st.session_state[_SET_FOR] = now
     if before is None or before == now:
@@ -155,7 +163,9 @@ def choice() -> mc.MachineChoice | None:
     return mc.MachineChoice(gpu=own.gpu if gpu == mc.FILE and own.gpu else gpu,
                             cpu=own.cpu if cpu == mc.FILE and own.cpu else cpu,
                             memory=resolve("mem", mc.DEFAULT, lambda v: v in mems),
-                            link=resolve("link", mc.DEFAULT, lambda v: v in links))
+                            link=resolve("link", mc.DEFAULT, lambda v: v in links),
+                            context=resolve("ctx", DEFAULT_CONTEXT,
+                                            lambda v: 1 <= v <= MAX_CONTEXT, int))
 
 
 def quant(model: str) -> str:
@@ -176,7 +186,7 @@ def synthetic(name: str, weights: str) -> tuple[Trace, Trace, Profile]:
 @st.cache_resource(show_spinner=False, max_entries=16)
 def _machine_profile(machine: str, model_key: str, _choice: mc.MachineChoice,
                      _g: ModelGeometry) -> Profile:
-    return mc.machine_profile(_g, _choice.compose())
+    return mc.machine_profile(_g, _choice.compose(), _choice.context)
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -220,7 +230,9 @@ def machine_note(profile: Profile) -> str | None:
     plat = profile.platform or {}
     if not mc.is_your_machine(profile):
         return None
-    return (f"**Your machine: {plat['machine']}** ({plat['vram_gib']:g} GiB of GPU memory) — an "
+    ctx = f", a {plat['context']}-token context" if plat.get("context") != DEFAULT_CONTEXT else ""
+    return (f"**Your machine: {plat['machine']}** ({plat['vram_gib']:g} GiB of GPU memory{ctx}) "
+            "— an "
             "**ANALYTIC what-if**: every cost is computed from the parts' published numbers "
             "(docs/parts.md), not measured; the example's own profile is not used. Choose "
             "\"the example's own profile\" in the sidebar to go back.")
