@@ -26,7 +26,7 @@ asks llama.cpp for the memory of a candidate placement and searches. Here the me
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -115,6 +115,29 @@ def _placement(hp_ngl: int, layers: _Layers) -> Placement:
     return Placement(layers.n_layer, pats)
 
 
+def _false_position(cur: _Layers, used: int, high: _Layers, used_high: int, target: int,
+                    gap: Callable[[_Layers, _Layers], int],
+                    advance: Callable[[_Layers, int], _Layers],
+                    mem_for: Callable[[_Layers], int]) -> tuple[_Layers, int]:
+    """fit's search between ``cur`` (fits) and ``high`` (its memory ``used_high``), as both of
+    its steps write it (fit.cpp l. 653-733 and l. 735-877): ``high`` when it fits; else a step
+    of ``gap`` units at a time interpolated on the memory, ``advance`` making the candidate,
+    until ``cur`` and ``high`` are one unit apart. Returns the placement kept and its memory."""
+    if used_high <= target:
+        return high, used_high
+    delta = gap(cur, high)
+    while delta > 1:
+        step = min(max(delta * (target - used) // (used_high - used), 1), delta - 1)
+        test = advance(cur, step)
+        used_test = mem_for(test)
+        if used_test <= target:
+            cur, used = test, used_test
+        else:
+            high, used_high = test, used_test
+        delta = gap(cur, high)
+    return cur, used
+
+
 def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: int = 0,
         n_ctx_min: int = FIT_MIN_CTX, type_k: str = "f16", type_v: str = "f16",
         user: Placement = DEFAULT, alignment: int = 256,
@@ -181,39 +204,20 @@ def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: i
     used = mem_for(cur)
     n_unassigned = hp_ngl + 1
     high = _Layers(n_unassigned, n_unassigned - 1 if moe else 0)
-    used_high = mem_for(high)
-    if used_high > target:
-        delta = high.n_layer - cur.n_layer
-        while delta > 1:
-            step = min(max(delta * (target - used) // (used_high - used), 1), delta - 1)
-            part = cur.n_part + ((step - 1 if cur.n_part == 0 else step) if moe else 0)
-            test = replace(cur, n_layer=cur.n_layer + step, n_part=part)
-            used_test = mem_for(test)
-            if used_test <= target:
-                cur, used = test, used_test
-            else:
-                high, used_high = test, used_test
-            delta = high.n_layer - cur.n_layer
-    else:
-        cur, used = high, used_high
+
+    def more_layers(c: _Layers, step: int) -> _Layers:
+        part = c.n_part + ((step - 1 if c.n_part == 0 else step) if moe else 0)
+        return replace(c, n_layer=c.n_layer + step, n_part=part)
+    cur, used = _false_position(cur, used, high, mem_for(high), target,
+                                lambda c, h: h.n_layer - c.n_layer, more_layers, mem_for)
     if not moe or surplus_cpu_moe <= 0 or cur.n_layer == 0:
         return result("placed", "dense layers filled back to front", _placement(hp_ngl, cur))
     # step 4 (l. 735-877): whole layers front to back, then part of one more
     high = replace(cur, n_part=0)
-    used_high = mem_for(high)
-    if used_high > target:
-        delta = high.n_full - cur.n_full
-        while delta > 1:
-            step = min(max(delta * (target - used) // (used_high - used), 1), delta - 1)
-            test = replace(cur, n_part=cur.n_part - min(step, cur.n_part))
-            used_test = mem_for(test)
-            if used_test <= target:
-                cur, used = test, used_test
-            else:
-                high, used_high = test, used_test
-            delta = high.n_full - cur.n_full
-    else:
-        cur, used = high, used_high
+    cur, used = _false_position(cur, used, high, mem_for(high), target,
+                                lambda c, h: h.n_full - c.n_full,
+                                lambda c, step: replace(c, n_part=c.n_part - min(step, c.n_part)),
+                                mem_for)
     if cur.n_layer > 1 and cur.n_part > 0:
         for overflow in ("up", "gate") if mem_for(replace(cur, overflow="up")) < target \
                 else ("attn",):
