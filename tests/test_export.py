@@ -179,8 +179,8 @@ def test_llamacpp_per_expert_candidate_names_nearest_and_gap():
     assert not r.exact and r.deployed == "layer_partition"
     assert "CANNOT express mutable_per_layer/parallel" in r.text
     # table: candidate index i -> (i + 1) ms; mutable_per_layer/parallel is index 5, lp index 0
-    assert "chosen mutable_per_layer/parallel 6.000 ms/token; layer_partition 1.000 ms/token; " \
-           "gap -5.000 ms (-83.3%)" in r.text
+    assert "chosen mutable_per_layer/parallel 6.000 ms/token · 166.7 tokens/s; layer_partition " \
+           "1.000 ms/token · 1000.0 tokens/s; gap -5.000 ms (-83.3%)" in r.text
     assert llama_flags(r.text)[0] == 21
     with pytest.raises(CopeInputError, match="llama.cpp cannot express"):
         render(pol, "llama.cpp", strict=True)

@@ -101,10 +101,10 @@ def gap_line(policy: Policy, nearest: str) -> str:
     """``chosen X, nearest Y: +d (+p%)`` by the COPE estimator, as a comment line."""
     mine, near = policy.cope_us(), policy.cope_us(nearest)
     if nearest == policy.candidate:
-        return f"# predicted TPOT (cope): {nearest} {ms(mine)}/token"
+        return f"# predicted TPOT (cope): {nearest} {speed(mine)}"
     pct = (near - mine) / mine * 100 if mine > 0 else 0.0
-    return (f"# predicted TPOT (cope): chosen {policy.candidate} {ms(mine)}/token; "
-            f"{nearest} {ms(near)}/token; gap {(near - mine) / 1e3:+.3f} ms ({pct:+.1f}%)")
+    return (f"# predicted TPOT (cope): chosen {policy.candidate} {speed(mine)}; "
+            f"{nearest} {speed(near)}; gap {(near - mine) / 1e3:+.3f} ms ({pct:+.1f}%)")
 
 
 def layer_partition_summary(policy: Policy, runtime_cannot: str) -> str:
