@@ -30,11 +30,7 @@
 # saying which runtime is missing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-CACHE="${COPE_RUNTIMES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cope-explorer}"
-LOGS="$CACHE/logs"
-mkdir -p "$CACHE" "$LOGS"
-PY=${PYTHON:-python3}
-JOBS=$(nproc 2>/dev/null || echo 2)
+source scripts/runtimes_env.sh ""      # CACHE, LOGS, PY, JOBS (no argument: the default cache)
 PIP=(--quiet --disable-pip-version-check --no-input)
 MISSING=()     # the runtimes that could not be set up
 missing() {    # name, what went wrong, log

@@ -17,11 +17,7 @@
 # unless GGML_VK_VISIBLE_DEVICES=0 is set (then lavapipe is Vulkan0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-CACHE="${1:-${COPE_RUNTIMES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cope-explorer}}"
-LOGS="$CACHE/logs"
-mkdir -p "$CACHE" "$LOGS"
-PY=${PYTHON:-python3}
-JOBS=$(nproc 2>/dev/null || echo 2)
+source scripts/runtimes_env.sh "${1:-}"   # CACHE (this argument, else the default), LOGS, PY, JOBS
 VK="$CACHE/llama.cpp-b11434-vulkan"
 TOOLS=(llama-fit-params llama-completion llama-bench)
 log="$LOGS/llama.cpp-b11434-vulkan.log"

@@ -1,0 +1,9 @@
+# Sourced by scripts/runtimes.sh and scripts/runtimes_vulkan.sh (from the source tree's root):
+# the cache folder the runtimes are kept in, its logs folder, the interpreter that installs and
+# the build's job count. The cache folder is the first argument given to `source` when there is
+# one (runtimes_vulkan.sh passes its own), else COPE_RUNTIMES_DIR, else the user cache folder.
+CACHE="${1:-${COPE_RUNTIMES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cope-explorer}}"
+LOGS="$CACHE/logs"
+mkdir -p "$CACHE" "$LOGS"
+PY=${PYTHON:-python3}
+JOBS=$(nproc 2>/dev/null || echo 2)
