@@ -59,25 +59,27 @@ def settled(pg, t0: float, started: bool = False, timeout: float = 180) -> float
     raise TimeoutError("the page never settled")
 
 
-def first_page(browser, base: str, example: str) -> float:
+def _open(browser, url: str):
+    """A fresh browser context (its own Streamlit session) with ``url`` requested; returns the
+    context, its page and when the request was made."""
     ctx = browser.new_context(viewport={"width": 1400, "height": 1100})
     pg = ctx.new_page()
     pg.set_default_timeout(180_000)
     t0 = time.perf_counter()
-    pg.goto(f"{base}/?example={example}")
+    pg.goto(url)
     pg.wait_for_selector('[data-testid="stApp"]')
+    return ctx, pg, t0
+
+
+def first_page(browser, base: str, example: str) -> float:
+    ctx, pg, t0 = _open(browser, f"{base}/?example={example}")
     s = settled(pg, t0)
     ctx.close()
     return s
 
 
 def walk(browser, base: str, example: str, repeats: int) -> dict:
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1100})
-    pg = ctx.new_page()
-    pg.set_default_timeout(180_000)
-    t0 = time.perf_counter()
-    pg.goto(f"{base}/landscape?example={example}")
-    pg.wait_for_selector('[data-testid="stApp"]')
+    ctx, pg, t0 = _open(browser, f"{base}/landscape?example={example}")
     settled(pg, t0)
     ops: list[float] = []
     box = pg.locator('[data-testid="stSelectbox"]', has_text="Operating point").first
