@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from .. import parquet_io
 from ..errors import CopeInputError
-from ..platforms import resolve_platform
+from ..platforms import DEFAULT_CPU, resolve_platform
 from ..profile.raw_samples import write_raw_samples
 from .args import check_output, ints, layers, model_from_args, shares
 from .measure_cmd import emulation_arguments, prepare_threads
@@ -63,7 +63,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return run_profile(args)
     from ..profile.analytic import DEFAULT_CONTEXTS, DEFAULT_SHARES, analytic_profile
     g = profiled_geometry(args)
-    spec = resolve_platform(args.analytic, link=args.link, cpu=args.cpu or "xeon-gold-6430")
+    spec = resolve_platform(args.analytic, link=args.link, cpu=args.cpu or DEFAULT_CPU)
     prof = analytic_profile(g, spec, cpu_threads=args.cpu_threads,
                             contexts=args.contexts or DEFAULT_CONTEXTS,
                             gpu_shares=args.gpu_shares or DEFAULT_SHARES)
