@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+from doc_blocks import update_blocks  # beside this script, on sys.path when it runs
 
 from cope_core import parquet_io
 from cope_core.estimate import roofline as rl
 from cope_core.estimate.predict import price, replay_counts
-from cope_core.files import write_atomic
 from cope_core.geometry import GIB
 from cope_core.platforms import PlatformSpec, platform_spec
 from cope_core.profile.analytic import analytic_profile
@@ -305,16 +305,9 @@ def main(argv: list[str] | None = None) -> int:
                      + [f"- {HEADS[m]}: {slower_at_16(runs[m])}" for m in COLUMNS])
     summary = summary_table(runs)
     print(full)
-    stale = []
-    for doc, text in ((ROOT / "docs" / "design.md", full),
-                      (ROOT / "docs" / "results.md", summary)):
-        old = doc.read_text()
-        a, b = old.index(START) + len(START), old.index(END)
-        new = old[:a] + "\n" + text + "\n" + old[b:]
-        if new != old:
-            stale.append(doc.name)
-            if args.write:
-                write_atomic(doc, new, overwrite=True)
+    stale = update_blocks(START, END, ((ROOT / "docs" / "design.md", full),
+                                       (ROOT / "docs" / "results.md", summary)),
+                          args.write)
     if args.check and stale:
         print(f"not current: {', '.join(stale)}: run python3 scripts/paper_table.py --write",
               file=sys.stderr)

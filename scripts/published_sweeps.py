@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from doc_blocks import update_blocks  # beside this script, on sys.path when it runs
+
 from cope_core.errors import CopeInputError
 from cope_core.estimate.llamacpp_cache import placement_tpot
 from cope_core.files import write_atomic
@@ -167,16 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     points = [p for s in sweeps for p in predict(s)]
     full, short = table(sweeps, points), summary(sweeps, points)
     print(full + "\n\n" + short)
-    stale = []
-    for doc, text in ((ROOT / "docs" / "design.md", full + "\n\n" + short),
-                      (ROOT / "docs" / "results.md", short)):
-        old = doc.read_text()
-        a, b = old.index(START) + len(START), old.index(END)
-        new = old[:a] + "\n" + text + "\n" + old[b:]
-        if new != old:
-            stale.append(doc.name)
-            if args.write:
-                write_atomic(doc, new, overwrite=True)
+    stale = update_blocks(START, END, ((ROOT / "docs" / "design.md", full + "\n\n" + short),
+                                       (ROOT / "docs" / "results.md", short)),
+                          args.write)
     if args.check and stale:
         print(f"not current: {', '.join(stale)}: run python3 scripts/published_sweeps.py "
               "--write", file=sys.stderr)
