@@ -1,7 +1,6 @@
 """The benchmarks' Streamlit server: ``streamlit run app.py`` on a free port, waited for until
 its health check answers. Beside the browser benchmarks (bench_load.py, bench_walk.py), on
-``sys.path`` when they run. (tests/browser_tools.py has the tests' own, which fails the test
-instead of raising.)"""
+``sys.path`` when they run; tests/browser_tools.py starts the browser tests' servers with it."""
 from __future__ import annotations
 
 import contextlib
@@ -31,7 +30,7 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def serve(env: dict[str, str], out: IO | int = subprocess.DEVNULL, flags: tuple[str, ...] = (),
-          poll_s: float = 0.5) -> Iterator[tuple[str, int]]:
+          poll_s: float = 0.5, start_s: float = 120) -> Iterator[tuple[str, int]]:
     """A fresh ``streamlit run app.py`` on a free port; yields (base URL, server pid).
 
     Parameters
@@ -42,8 +41,9 @@ def serve(env: dict[str, str], out: IO | int = subprocess.DEVNULL, flags: tuple[
         Where the server's stdout and stderr go (a file opened for writing, or DEVNULL).
     flags
         Further ``streamlit run`` options (the project's .streamlit/config.toml holds the rest).
-    poll_s
-        Seconds between health checks while it starts (up to 120 s in all).
+    poll_s, start_s
+        Seconds between health checks while it starts, and how long it may take to start
+        (then ``RuntimeError``).
     """
     port = _free_port()
     proc = subprocess.Popen(
@@ -53,7 +53,7 @@ def serve(env: dict[str, str], out: IO | int = subprocess.DEVNULL, flags: tuple[
         cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, **env))
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + start_s
         while True:
             try:
                 with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:

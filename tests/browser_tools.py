@@ -1,16 +1,13 @@
-"""Helpers of the browser tests: a fresh ``streamlit run app.py`` on a free port, Debian's
-chromium through Playwright, and waiting for a script run to end. (tests/test_app_browser.py
-has its own copies, from before this module; it may move to these.)"""
+"""Helpers of the browser tests: a fresh ``streamlit run app.py`` on a free port (started as the
+browser benchmarks start it, benchmarks/_server.py), Debian's chromium through Playwright, and
+waiting for a script run to end. (tests/test_app_browser.py has its own copies, from before
+this module; it may move to these.)"""
 from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -19,10 +16,11 @@ import pytest
 from llama_tools import missing_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--headless",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+# the server and browser settings the browser benchmarks use (benchmarks/_server.py)
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _server import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+from _server import serve as start_server  # noqa: E402
+
 #: sidebar title -> the page's heading
 HEADINGS = {"Overview": "COPE Explorer", "Policy Matrix": "Policy Matrix",
             "Landscape": "Landscape", "Predicted vs measured": "Predicted vs measured",
@@ -39,41 +37,17 @@ def require_browser() -> None:
         missing_runtime("the playwright package is missing", "bash scripts/install.sh")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def serve() -> Iterator[str]:
-    """A fresh ``streamlit run app.py`` on a free port; yields its base URL."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1",
-         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=dict(os.environ))
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
-                    if r.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"streamlit did not start (exit {proc.poll()})")
-            time.sleep(0.5)
-        yield base
-    finally:
-        proc.terminate()
+    """A fresh ``streamlit run app.py`` on a free port; yields its base URL. The benchmarks'
+    start-up (benchmarks/_server.py); a server that does not start within 90 s fails the test."""
+    with contextlib.ExitStack() as stack:
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            base, _ = stack.enter_context(
+                start_server({}, flags=("--server.fileWatcherType", "none"), start_s=90))
+        except RuntimeError as e:
+            pytest.fail(str(e))
+        yield base
 
 
 @contextlib.contextmanager
