@@ -198,14 +198,16 @@ RX_CTX = 640
 def _rx_need(n_cpu_moe: int) -> int:
     """By hand from the table: every tensor but the token embedding and the routed experts of
     blocks 0 .. n-1, padded to 256 bytes; K and V of 40 blocks x 768 cells x 2 x 256 f16; the
-    compute buffer of 512 tokens x (3 hidden + logits and hidden) F32."""
+    compute buffer of 512 tokens: the logits and two hidden states in F32 (the output's peak
+    is larger than the FFN's and than a copied 151 MiB expert tensor's), the 768 x 512 F16
+    attention mask, and 32 bytes a token of positions and indices."""
     g = resolve_model("qwen3.5-35b-a3b", "Q4_K_M")
     m = llama_model_of(g)
     host = {f"blk.{b}.ffn_{p}_exps.weight" for b in range(n_cpu_moe)
             for p in ("gate", "up", "down")} | {"token_embd.weight"}
     weights = sum((n + 255) // 256 * 256 for name, n in m.tensors if name not in host)
     kv = 40 * 768 * 2 * (2 * 256) * 2
-    compute = 4 * 512 * (3 * 2048 + 248320 + 2048)
+    compute = 4 * 512 * (248320 + 2 * 2048) + 2 * 768 * 512 + 32 * 512
     return weights + kv + compute
 
 

@@ -21,6 +21,7 @@ from cope_core.estimate.llamacpp_vram import (
     LlamaModel,
     MiB,
     Placement,
+    compute_estimate,
     device_memory,
     host_model_bytes,
     kv_bytes,
@@ -30,9 +31,18 @@ from cope_core.estimate.llamacpp_vram import (
 VK = CACHE / "llama.cpp-b11434-vulkan"
 #: the Vulkan buffer alignment does not move this model's bytes (every tensor is a multiple)
 ALIGNMENT = 256
-#: the compute-buffer estimate against what llama.cpp reserves (measured at the default
-#: placement, -c 4096: 20.02 MiB reserved, 15.02 estimated)
-COMPUTE_TOLERANCE_MIB = 6.0
+#: the compute buffer per placement against what llama.cpp reserves: measured on four tiny
+#: shapes at contexts 1024-8192, the rule is within 2.02 MiB except where the last block's
+#: experts are partly in host memory (4 MiB: the graph allocator's free blocks, not modelled)
+COMPUTE_TOLERANCE_MIB = 4.0
+#: a second MoE shape (3 blocks, 32 narrow experts: the expert tensors are 4x the FFN's
+#: activations, where the default shape's are 2x) so no rule fitted to one shape passes
+WIDE = dict(n_blocks=3, n_experts=32, hidden=256, inter=256, heads=4, kv_heads=2, head_dim=64,
+            vocab=512)
+#: (shape, -c, -fitt) where the port's line is not llama-fit-params': dense-only placements
+#: (-ngl below every layer) at -c 4096, where the compute buffer with whole blocks in host
+#: memory is 28.00 MiB and the rule's 26.02 (the K and V copies' share is inferred)
+KNOWN_MISSES = {("tiny", 4096, 1980), ("tiny", 4096, 1990), ("tiny", 4096, 2020)}
 SETUP = "bash scripts/runtimes.sh (its llama.cpp Vulkan section: scripts/runtimes_vulkan.sh)"
 
 
@@ -69,6 +79,28 @@ def test_device_memory_by_hand():
     tied = LlamaModel(**{**m.__dict__, "tensors": tuple(t for t in m.tensors
                                                         if t[0] != "output.weight")})
     assert mem(tied, Placement()).model == 10 + 1000 + 2 * 1000
+
+
+def test_compute_buffer_by_hand():
+    """n_ctx 100: 256 tokens and cells. F32 hidden state H = 4*256*64, the chosen experts'
+    gate output A = 4*256*2*32 (both 65536), logits 4*256*100 = 102400; mask 2*256*256 =
+    131072; positions and indices 32*256 = 8192."""
+    m = synthetic(expert_bytes=(300000, 300000))
+    base = 8192 + 131072 + 3 * 65536 + 4 * 65536          # the FFN's peak beats the output's
+    assert compute_estimate(m, 100) == base == 598016
+    # block 0's experts in host memory: a 300000-byte copy beside two FFN outputs, 4 H, mask
+    block0 = Placement(-1, (r"blk\.0\.ffn_.*_exps",))
+    assert compute_estimate(m, 100, block0) == 8192 + 131072 + 300000 + 2 * 65536 + 4 * 65536
+    # the last block's copy comes after the last attention: the mask's memory is free again
+    block1 = Placement(-1, (r"blk\.1\.ffn_.*_exps",))
+    assert compute_estimate(m, 100, block1) == 8192 + 300000 + 2 * 65536 + 4 * 65536
+    # -ngl 1: both blocks in host memory; half a block's K and V (256 cells x 2 x 128 bytes)
+    assert compute_estimate(m, 100, Placement(1)) == \
+        8192 + 131072 + 300000 + 2 * 65536 + 4 * 65536 + 256 * 256 // 2
+    # the compute buffer stays on the GPU with nothing else there (-ngl 0)
+    assert device_memory(m, Placement(0), 100).compute == compute_estimate(m, 100, Placement(0))
+    # the batch is the context when that is shorter than -ub (src/llama-context.cpp l. 631)
+    assert compute_estimate(m, 100, n_ubatch=128) == 32 * 128 + 2 * 256 * 128 + 7 * 4 * 128 * 64
 
 
 def test_fit_patterns_count_the_output_as_the_last_layer():
@@ -163,6 +195,11 @@ def tiny_moe(tmp_path_factory) -> Path:
     return write_tiny_moe(tmp_path_factory.mktemp("fit") / "tiny-moe.gguf")
 
 
+@pytest.fixture(scope="module")
+def wide_moe(tmp_path_factory) -> Path:
+    return write_tiny_moe(tmp_path_factory.mktemp("fit") / "wide-moe.gguf", **WIDE)
+
+
 def vulkan(tool: str, *args: str) -> subprocess.CompletedProcess:
     exe = VK / "bin" / tool
     if not exe.is_file():
@@ -196,31 +233,45 @@ def measured(out: str) -> dict[str, float]:
 MARGINS = (1024, 1900, 1930, 1950, 1965, 1980, 1990, 2000, 2010, 2020, 2035)
 
 
-@pytest.mark.slow
-def test_the_port_chooses_what_llama_fit_params_chooses(tiny_moe):
-    """At each margin the port's arguments are the line real llama-fit-params prints, on the
-    software Vulkan device, with the context set (-c 4096) and with it left to fit."""
+def fit_lines(path: Path, name: str, points) -> list[tuple[tuple, str, str]]:
+    """(point, the port's line, llama-fit-params' line) at each (shape, -c, -fitt) point."""
     free = free_bytes()
-    m = read_llama_model(tiny_moe)
-    differ = []
-    for ctx in (4096, 0):
-        for margin in MARGINS:
-            c = ("-c", str(ctx)) if ctx else ()
-            r = vulkan("llama-fit-params", "-m", str(tiny_moe), *c, "-fitc", "2048",
-                       "-fitt", str(margin))
-            assert r.returncode == 0, r.stderr[-3000:]
-            port = fit(m, free, margin * MiB, n_ctx=ctx, n_ctx_min=2048,
-                       alignment=ALIGNMENT)
-            real = r.stdout.strip().splitlines()[-1]
-            if port.args() != real:
-                # where the default fits, there is no compute-buffer boundary to miss
-                assert port.status != "fits" and real != f"-c {port.n_ctx} -ngl -1", \
-                    (ctx, margin, port.args(), real)
-                differ.append((ctx, margin))
-    if differ:
-        # the compute buffer llama.cpp reserves changes with the placement (20.02 MiB at the
-        # default); the port's constant estimate moves fit's boundaries (issue 39)
-        pytest.xfail(f"the port differs from llama-fit-params at (-c, -fitt) {differ}")
+    m = read_llama_model(path)
+    out = []
+    for ctx, margin in points:
+        c = ("-c", str(ctx)) if ctx else ()
+        r = vulkan("llama-fit-params", "-m", str(path), *c, "-fitc", "2048", "-fitt",
+                   str(margin))
+        assert r.returncode == 0, r.stderr[-3000:]
+        port = fit(m, free, margin * MiB, n_ctx=ctx, n_ctx_min=2048, alignment=ALIGNMENT)
+        out.append(((name, ctx, margin), port.args(), r.stdout.strip().splitlines()[-1]))
+    return out
+
+
+@pytest.mark.slow
+def test_the_port_chooses_what_llama_fit_params_chooses(tiny_moe, wide_moe):
+    """At each margin the port's arguments are the line real llama-fit-params prints, on the
+    software Vulkan device, with the context set (-c 4096) and with it left to fit, for two
+    MoE shapes; the points it misses are exactly KNOWN_MISSES (a miss fixed must leave it)."""
+    points = [(ctx, margin) for ctx in (4096, 0) for margin in MARGINS]
+    differ = set()
+    for path, name in ((tiny_moe, "tiny"), (wide_moe, "wide")):
+        for point, port, real in fit_lines(path, name, points):
+            if port != real:
+                assert point in KNOWN_MISSES, (point, port, real)
+                differ.add(point)
+    assert differ == KNOWN_MISSES, f"now matching: {sorted(KNOWN_MISSES - differ)}"
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "with whole blocks in host memory (-ngl below every layer) at -c 4096 llama.cpp reserves "
+    "a 28.00 MiB compute buffer on the tiny shape and the rule counts 26.02: the copies of "
+    "the host blocks' K and V for the offloaded attention are inferred as half a block's"))
+def test_the_known_misses_match(tiny_moe):
+    for point, port, real in fit_lines(tiny_moe, "tiny",
+                                       sorted(p[1:] for p in KNOWN_MISSES)):
+        assert port == real, (point, port, real)
 
 
 #: placements the accounting is checked at: the default, fit's shapes, --n-cpu-moe's
@@ -247,5 +298,36 @@ def test_vram_accounting_matches_the_buffers_llama_cpp_allocates(tiny_moe):
             want = device_memory(m, p, ctx, ctk, ctk, alignment=ALIGNMENT)
             assert abs(got["model"] - want.model / MiB) <= 0.006, (p, got, want)
             assert abs(got["context"] - want.context / MiB) <= 0.006, (p, got, want)
-            if p == Placement() and ctx == 4096:
-                assert abs(got["compute"] - want.compute / MiB) <= COMPUTE_TOLERANCE_MIB, got
+            assert abs(got["compute"] - want.compute / MiB) <= COMPUTE_TOLERANCE_MIB, got
+
+
+def compute_buffer(path: Path, ctx: int, p: Placement) -> float:
+    """The compute buffer llama.cpp reserves on Vulkan0 for ``p`` (MiB), from fit's own
+    memory query (llama-fit-params -v with a placement of the user's: nothing is allocated)."""
+    ot = ("-ot", ",".join(f"{x}=CPU" for x in p.host_patterns)) if p.host_patterns else ()
+    r = vulkan("llama-fit-params", "-m", str(path), "-c", str(ctx), "-fitt", "0", "-v",
+               "-ngl", str(p.n_gpu_layers), *ot)
+    m = re.search(r"Vulkan0 compute buffer size = +([\d.]+) MiB", r.stdout + r.stderr)
+    assert m, (r.stdout + r.stderr)[-3000:]
+    return float(m.group(1))
+
+
+@pytest.mark.slow
+def test_the_compute_buffer_follows_the_placement(tiny_moe, wide_moe):
+    """llama.cpp's compute buffer on the GPU grows when weights it reads are in host memory
+    (their copies for the offloaded products) and with the context (the attention mask): at
+    fit's placements, --n-cpu-moe's and -ngl's, for two shapes at two contexts, the rule is
+    within the stated bound, and on these two shapes exact to the printed 0.01 MiB where
+    nothing is in host memory."""
+    moe = r"blk\.{}\.ffn_(up|down|gate_up|gate)_(ch|)exps"
+    for path, n in ((tiny_moe, 4), (wide_moe, 3)):
+        m = read_llama_model(path)
+        cases = (Placement(), Placement(-1, (r"exps",)), Placement(-1, (moe.format(0),)),
+                 Placement(n + 1, (r"blk\.1\.ffn_(gate|up|gate_up|down).*",
+                                   *(moe.format(b) for b in range(2, n + 1)))),
+                 Placement(0), Placement(2))
+        for ctx in (1024, 4096):
+            for p in cases:
+                got, want = compute_buffer(path, ctx, p), compute_estimate(m, ctx, p) / MiB
+                tol = 0.006 if p == Placement() else COMPUTE_TOLERANCE_MIB
+                assert abs(got - want) <= tol, (path.name, ctx, p, got, want)

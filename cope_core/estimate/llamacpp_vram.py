@@ -15,8 +15,9 @@ recomputes them from a GGUF's tensor table, for one GPU:
 - the **context** (KV cache): each offloaded block's K and V rows of ``n_embd_k_gqa`` and
   ``n_embd_v_gqa`` values for ``n_ctx`` cells rounded up to 256 (``src/llama-context.cpp``
   l. 292), at the cache types ``-ctk``/``-ctv`` (``src/llama-kv-cache.cpp`` l. 209-234);
-- the **compute** buffer: :func:`compute_estimate`, an estimate (llama.cpp measures its graph
-  allocator's peak; it is not a closed formula).
+- the **compute** buffer: :func:`compute_estimate`, per placement (llama.cpp measures its graph
+  allocator's peak: the mask and the copies of host weights are read from source, the peak's
+  shape is inferred from measured runs).
 """
 from __future__ import annotations
 
@@ -63,6 +64,7 @@ class LlamaModel:
     top_k: int
     n_ff_exp: int
     kv_widths: tuple[tuple[int, int], ...]     # (n_embd_k_gqa, n_embd_v_gqa) per block
+    n_ff: int = 0                              # a dense FFN's width (feed_forward_length)
 
     @property
     def has_output(self) -> bool:
@@ -105,7 +107,8 @@ def read_llama_model(path: str | os.PathLike) -> LlamaModel:
         n_expert=int(meta.get("expert_count") or 0), n_embd=n_embd,
         n_vocab=int(embd.shape[1]) if embd else int(need("vocab_size")), n_head=n_head,
         top_k=int(meta.get("expert_used_count") or 0),
-        n_ff_exp=int(meta.get("expert_feed_forward_length") or 0), kv_widths=tuple(widths))
+        n_ff_exp=int(meta.get("expert_feed_forward_length") or 0), kv_widths=tuple(widths),
+        n_ff=max(_per_layer(meta.get("feed_forward_length") or 0, n_layer), default=0))
 
 
 def row_bytes(cache_type: str, n: int) -> int:
@@ -172,20 +175,66 @@ def kv_bytes(m: LlamaModel, blocks: range | list[int], n_ctx: int, type_k: str =
                for b in blocks)
 
 
-def compute_estimate(m: LlamaModel, n_ctx: int, output_on_device: bool,
-                     n_ubatch: int = N_UBATCH) -> int:
-    """An estimate of the GPU's compute buffer (llama.cpp reserves its graph allocator's peak
-    for ``n_ubatch`` tokens, src/llama-context.cpp ``graph_reserve``): the largest of the
-    output's live F32 tensors (logits ``n_vocab`` and the hidden state, when the output layer
-    is offloaded), a MoE block's (the router's ``n_expert`` and each chosen expert's gate, up
-    and their product, ``top_k * n_ff_exp``) and attention's (scores ``n_head`` x ``n_ctx``
-    when flash attention is off: not counted, llama.cpp's default ``-fa auto`` turns it on
-    where the device supports it), plus three hidden-state tensors alive across a block."""
+def compute_estimate(m: LlamaModel, n_ctx: int, placement: Placement | None = None,
+                     n_ubatch: int = N_UBATCH, type_k: str = "f16", type_v: str = "f16") -> int:
+    """The GPU's compute buffer as llama.cpp b11434 reserves it for ``placement`` (the default:
+    every layer on the GPU), flash attention on (``-fa auto``, common/common.h l. 504).
+
+    llama.cpp sizes it by allocating the worst-case graph of ``t = min(n_ctx, n_ubatch)``
+    tokens (``sched_reserve``, src/llama-context.cpp l. 631-700) with ggml's graph allocator,
+    which reuses a tensor's memory once its last reader ran (``ggml_gallocr_alloc_graph_impl``,
+    ggml/src/ggml-alloc.c l. 718-823, best-fit free blocks l. 202-310). Read from source:
+
+    - the attention mask, a graph input alive through every layer: ``n_kv x t`` F16
+      (``build_attn_inp_kq_mask``, src/llama-graph.cpp l. 29-46; ``n_kv`` = the context
+      padded to 256), and the token positions and cache indices (about 32 bytes a token);
+    - a weight in host memory read by an op the GPU runs is copied into the compute buffer:
+      with ``t >= 32`` the scheduler offloads a matrix product whose weight is in a host
+      buffer to the GPU (``ggml_backend_sched_backend_id_from_cur``, ggml/src/ggml-backend.cpp
+      l. 1101-1121; Vulkan's ``offload_op`` is batch >= 32, ``GGML_OP_OFFLOAD_MIN_BATCH``,
+      ggml-vulkan.cpp l. 15997-16001, 16135), and each such weight becomes an input copy of
+      its split, allocated in the GPU's compute buffer (ggml-backend.cpp l. 1651-1671). So
+      routed experts fit moves to the host, and whole blocks below ``-ngl``, grow the GPU's
+      compute buffer, and ``-ngl 0`` still reserves one on the GPU.
+
+    Inferred from measured peaks (llama-fit-params -v on the software Vulkan device, four
+    tiny qwen3moe shapes, contexts 1024-8192: docs/design.md#llamacpp-fit), with ``H``, ``A``
+    and ``L`` the F32 hidden state, the chosen experts' gate output (``top_k x n_ff_exp``; a
+    dense model's FFN) and the logits of ``t`` tokens: the peak beside the mask is the larger
+    of the FFN's (gate, up and their product with four hidden states, ``3A + 4H``) and the
+    output's (``L + 2H``); with a copied weight ``W`` (the largest) it is at least
+    ``W + 2A + 4H``, beside the mask unless the weight is the last block's (the mask is freed
+    after the last attention); with blocks in host memory, half a block's K and V more (their
+    copies for the offloaded attention). The allocator's free blocks (fragmentation) are not
+    modelled: measured at 209 placements, the rule is within 2.02 MiB of llama.cpp's but where
+    the last block's experts are partly in host memory (4 MiB), 0.44 MiB off on average.
+    """
     t = min(int(n_ubatch), _pad(max(int(n_ctx), 1), N_CTX_PAD))
-    hidden = 3 * m.n_embd
-    out = m.n_vocab + m.n_embd if output_on_device else 0
-    moe = m.n_expert + 3 * m.top_k * m.n_ff_exp
-    return 4 * t * (hidden + max(out, moe))
+    n_kv = _pad(max(int(n_ctx), 1), N_CTX_PAD)
+    f32 = 4 * t
+    hidden = f32 * m.n_embd
+    ffn = f32 * (m.top_k * m.n_ff_exp if m.n_expert else m.n_ff)
+    logits = f32 * m.n_vocab
+    p = Placement() if placement is None else placement
+    # the token embedding is read by GET_ROWS, which is never offloaded (ggml-vulkan-debug.cpp
+    # l. 766-779): it is not copied. The last block's copies come after the last attention,
+    # when the mask (read by every block's attention) is freed: they may reuse its memory
+    last = f"blk.{m.n_layer - 1}."
+    copied = [(name.startswith(last), b) for name, b in m.tensors
+              if name != "token_embd.weight" and not p.on_device(m, name)]
+    before = max((b for at_last, b in copied if not at_last), default=0)
+    after = max((b for at_last, b in copied if at_last), default=0)
+    mask = 2 * n_kv * t
+
+    def with_copy(w: int) -> int:
+        return w + 2 * ffn + 4 * hidden if w else 0
+    peak = max(mask + max(3 * ffn + 4 * hidden, logits + 2 * hidden, with_copy(before)),
+               with_copy(after))
+    start = p.gpu_start(m)
+    if start > 0 and m.n_layer:
+        peak += max(kv_bytes(m, [b], n_ctx, type_k, type_v)
+                    for b in range(min(start, m.n_layer))) // 2
+    return 32 * t + peak
 
 
 def device_memory(m: LlamaModel, placement: Placement, n_ctx: int, type_k: str = "f16",
@@ -201,8 +250,11 @@ def device_memory(m: LlamaModel, placement: Placement, n_ctx: int, type_k: str =
     if not m.has_output and output_on:                     # tied embedding: read again
         model += _pad(dict(m.tensors).get("token_embd.weight", 0), alignment)
     ctx = kv_bytes(m, range(start, m.n_layer), n_ctx, type_k, type_v)
-    comp = compute_estimate(m, n_ctx, output_on) if compute is None else int(compute)
-    return DeviceMemory(model, ctx, comp if (on or ctx) else 0)
+    # the compute buffer is reserved on the GPU even with nothing offloaded (-ngl 0): the
+    # scheduler offloads the large products there (compute_estimate)
+    comp = compute_estimate(m, n_ctx, placement, type_k=type_k, type_v=type_v) \
+        if compute is None else int(compute)
+    return DeviceMemory(model, ctx, comp)
 
 
 def host_model_bytes(m: LlamaModel, placement: Placement) -> int:
@@ -256,4 +308,4 @@ def llama_model_of(g: ModelGeometry, n_ctx_train: int = 0) -> LlamaModel:
         path=f"{g.name} ({g.format_name})", architecture="catalog", tensors=tuple(tensors),
         n_layer=n_blocks, n_ctx_train=int(n_ctx_train), n_expert=g.n_experts, n_embd=g.hidden,
         n_vocab=g.vocab, n_head=g.n_heads, top_k=g.top_k, n_ff_exp=g.expert_intermediate,
-        kv_widths=((width, width),) * n_blocks)
+        kv_widths=((width, width),) * n_blocks, n_ff=g.dense_intermediate)
