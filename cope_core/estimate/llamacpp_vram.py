@@ -192,10 +192,11 @@ def compute_estimate(m: LlamaModel, n_ctx: int, placement: Placement | None = No
       with ``t >= 32`` the scheduler offloads a matrix product whose weight is in a host
       buffer to the GPU (``ggml_backend_sched_backend_id_from_cur``, ggml/src/ggml-backend.cpp
       l. 1101-1121; Vulkan's ``offload_op`` is batch >= 32, ``GGML_OP_OFFLOAD_MIN_BATCH``,
-      ggml-vulkan.cpp l. 15997-16001, 16135), and each such weight becomes an input copy of
-      its split, allocated in the GPU's compute buffer (ggml-backend.cpp l. 1651-1671). So
-      routed experts fit moves to the host, and whole blocks below ``-ngl``, grow the GPU's
-      compute buffer, and ``-ngl 0`` still reserves one on the GPU.
+      ggml-vulkan.cpp l. 15997-16001, 16135; CUDA's the same, ggml-cuda.cu l. 5754-5758,
+      5928), and each such weight becomes an input copy of its split, allocated in the GPU's
+      compute buffer (ggml-backend.cpp l. 1651-1671). So routed experts fit moves to the
+      host, and whole blocks below ``-ngl``, grow the GPU's compute buffer, and ``-ngl 0``
+      still reserves one on the GPU.
 
     Inferred from measured peaks (llama-fit-params -v on the software Vulkan device, four
     tiny qwen3moe shapes, contexts 1024-8192: docs/design.md#llamacpp-fit), with ``H``, ``A``
