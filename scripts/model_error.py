@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from cope_core import parquet_io as pio
 from cope_core.estimate.evaluate import evaluation_pairs
@@ -41,6 +42,7 @@ from cope_core.estimate.model_error import (
     ModelError,
     half_widths,
     widen,
+    z_of,
 )
 from cope_core.estimate.noise import CELL, measured_cells
 from cope_core.estimate.uncertainty import LEVEL
@@ -106,12 +108,24 @@ def _covered(g: pd.DataFrame, sigma: float) -> np.ndarray:
     return (lo <= g.measured.to_numpy()) & (g.measured.to_numpy() <= hi)
 
 
+def interval_sigma(groups: dict[str, pd.DataFrame]) -> tuple[float, float]:
+    """The ``sigma_log`` intervals take from ``groups``, and its factor over their RMS.
+
+    A new machine is a new group, and its error is predicted from few groups' RMS: the interval
+    is a prediction interval with the variance estimated on ``g - 1`` degrees of freedom, so
+    Student's t quantile stands in for the normal one (the library widens by ``z * sigma``;
+    ``sigma`` carries ``t / z``, at the file's level)."""
+    g = len(groups)
+    factor = float(stats.t.ppf(0.5 + LEVEL / 2, g - 1) / z_of(LEVEL)) if g > 1 else 1.0
+    return _rms(groups) * factor, factor
+
+
 def held_out(groups: dict[str, pd.DataFrame]) -> dict:
     """Coverage of each group's points, before (the draws alone) and after (with the model error
-    of the *other* groups)."""
+    of the *other* groups, as :func:`interval_sigma` carries it)."""
     per, before, after = {}, [], []
     for gid, g in groups.items():
-        sigma = _rms({k: v for k, v in groups.items() if k != gid})
+        sigma, _ = interval_sigma({k: v for k, v in groups.items() if k != gid})
         b, a = _covered(g, 0.0), _covered(g, sigma)
         per[gid] = {"sigma_log_of_the_others": round(sigma, 4), "points": len(g),
                     "coverage_before": round(float(b.mean()), 4),
@@ -179,10 +193,13 @@ def _build() -> dict:
     measured = {gid: measured_group(files) for gid, files in MEASURED.items()}
     published = published_groups()
     doc: dict = {"schema": SCHEMA, "level": LEVEL, "made_by": COMMAND,
-                 "about": "The model's measured error on absolute TPOT: per estimator the root "
-                          "mean square of log(measured / predicted), every evaluated group "
-                          "weighted alike; intervals on absolute speed widen the draws' spread "
-                          "by it in quadrature (docs/design.md#uncertainty). held_out: coverage "
+                 "about": "The model's measured error on absolute TPOT: per estimator rms_log, "
+                          "the root mean square of log(measured / predicted), every evaluated "
+                          "group weighted alike, and sigma_log = rms_log * t_over_z (Student's t "
+                          "on groups - 1 degrees of freedom over the normal quantile, at level: "
+                          "a new machine is a new group); intervals on absolute speed widen the "
+                          "draws' spread by z * sigma_log in quadrature "
+                          "(docs/design.md#uncertainty). held_out: coverage "
                           "of 95 % intervals on each group's points with the other groups' "
                           "error, before (the draws alone) and after.",
                  "estimators": {}, "held_out": {}, "groups": {}}
@@ -190,7 +207,9 @@ def _build() -> dict:
         groups = {gid: m[est] for gid, m in measured.items()}
         if est == "cope":   # the published points are priced by cope's rows (analytic)
             groups |= published
-        doc["estimators"][est] = {"sigma_log": round(_rms(groups), 4), "groups": len(groups),
+        sigma, factor = interval_sigma(groups)
+        doc["estimators"][est] = {"sigma_log": round(sigma, 4), "rms_log": round(_rms(groups), 4),
+                                  "t_over_z": round(factor, 4), "groups": len(groups),
                                   "points": int(sum(len(g) for g in groups.values()))}
         doc["held_out"][est] = held_out(groups)
         for gid, g in groups.items():

@@ -139,12 +139,16 @@ def _group(e: list[float], half: float = 0.0) -> pd.DataFrame:
 
 
 def test_coverage_is_scored_on_groups_the_error_was_not_fitted_on():
-    groups = {"a": _group([0.1, -0.1]), "b": _group([0.3]), "c": _group([0.0, 0.0], half=0.05)}
+    groups = {"a": _group([0.1, -0.1]), "b": _group([3.0]), "c": _group([0.0, 0.0], half=0.05)}
     out = me_script.held_out(groups)["per_group"]
-    # a is scored with the root mean square of b's and c's errors alone: sqrt((0.09 + 0) / 2)
-    assert out["a"]["sigma_log_of_the_others"] == pytest.approx(math.sqrt(0.045), abs=1e-4)
+    # two other groups: Student's t on 1 degree of freedom over z, 12.7062 / 1.95996
+    t_over_z = 12.706204736174698 / 1.959963984540054
+    # a is scored with the root mean square of b's and c's errors alone: sqrt((9 + 0) / 2)
+    assert out["a"]["sigma_log_of_the_others"] == pytest.approx(math.sqrt(4.5) * t_over_z,
+                                                                 abs=1e-4)
     assert out["a"]["coverage_before"] == 0.0 and out["a"]["coverage_after"] == 1.0
-    # b (0.3 off) against a's and c's sigma sqrt((0.01 + 0) / 2) = 0.0707: 1.96 * 0.0707 < 0.3
-    assert out["b"]["sigma_log_of_the_others"] == pytest.approx(math.sqrt(0.005), abs=1e-4)
+    # b (3.0 off) against a's and c's sqrt((0.01 + 0) / 2) * t/z = 0.4584: 1.96 * 0.4584 < 3
+    assert out["b"]["sigma_log_of_the_others"] == pytest.approx(math.sqrt(0.005) * t_over_z,
+                                                                 abs=1e-4)
     assert out["b"]["coverage_after"] == 0.0
     assert out["c"]["coverage_before"] == 1.0
