@@ -170,8 +170,9 @@ def test_bad_upload_shows_an_error_and_keeps_the_page(server, page, tmp_path):
     junk.write_bytes(b"not a parquet file")
     page.goto(f"{server}/measured")
     _settle(page)
-    page.locator('[data-testid="stFileUploader"] input[type="file"]').first.set_input_files(
-        str(junk))
+    # by its label: the sidebar's part-file uploader (Your machine) comes first on every page
+    page.locator('[data-testid="stFileUploader"]', has_text="Measurements").first.locator(
+        'input[type="file"]').set_input_files(str(junk))
     page.wait_for_selector('[data-testid="stAlertContentError"]')
     _settle(page)
     text = page.locator('[data-testid="stAlertContentError"]').first.inner_text()
@@ -245,7 +246,7 @@ def test_a_shared_link_opened_first_on_a_fresh_server(page):
         assert "landscape" not in nav and "app" not in nav, nav
         chooser = pg.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]')
         chooser.first.wait_for()                # fails after the page's 60 s if never drawn
-        assert "Example data" in chooser.first.inner_text()
+        assert "Model (example data)" in chooser.first.inner_text()
         href = _href(pg)
         assert "/landscape?" in href and "example=deepseek-v2-lite" in href, href
         assert "vram=9.5" in href and "est=atomic" in href, href
@@ -282,7 +283,8 @@ def test_two_sessions_uploading_at_once_each_see_only_their_own(server, page, tm
     inputs = {}
     for who, (_, pg) in people.items():
         pg.get_by_text("Upload your own files").first.click()
-        inputs[who] = pg.locator('[data-testid="stFileUploader"] input[type="file"]').first
+        inputs[who] = pg.locator('[data-testid="stFileUploader"]', has_text="Routing trace"
+                                 ).first.locator('input[type="file"]')
         inputs[who].wait_for(state="attached")
     for who in mine:                    # both sent before either session has read its file
         inputs[who].set_input_files(str(mine[who]))
@@ -333,7 +335,7 @@ def test_an_upload_over_the_size_limit_is_refused(server, page, tmp_path):
         fh.truncate(MAX_UPLOAD_MB * 2**20 + 1)
     ctx, pg = _session(page, f"{server}/?example=qwen3-30b-a3b")
     pg.get_by_text("Upload your own files").first.click()
-    box = pg.locator('[data-testid="stFileUploader"]').first
+    box = pg.locator('[data-testid="stFileUploader"]', has_text="Routing trace").first
     box.locator('input[type="file"]').set_input_files(str(big))
     box.get_by_text("or smaller").first.wait_for()       # the uploader's own refusal
     _settle(pg)
