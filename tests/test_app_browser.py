@@ -9,20 +9,15 @@ fails the tests with the reason, unless ``COPE_ALLOW_MISSING_RUNTIMES=1`` (then 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import os
-import socket
 import subprocess
-import sys
+import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from llama_tools import missing_runtime
+from browser_tools import CHROMIUM, CHROMIUM_ARGS, require_browser, settle, start_server
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
 SHOTS = ROOT / "docs" / "screenshots"
 #: (URL path and query, screenshot name, heading). The default page lives at the root.
 PAGES = [("", "overview", "COPE Explorer"), ("matrix", "matrix", "Policy Matrix"),
@@ -32,60 +27,30 @@ PAGES = [("", "overview", "COPE Explorer"), ("matrix", "matrix", "Policy Matrix"
          ("export", "export", "Export a policy"),
          ("compare?plat=this%2Ch100%2Bpcie5%2Bxeon-gold-6430%2Crtx5090%2Bpcie5%2Bxeon-gold-6430",
           "compare", "Compare platforms")]
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--headless",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _browser_installed():
-    if not Path(CHROMIUM).exists():
-        missing_runtime(f"{CHROMIUM} is missing", "apt-get install -y chromium")
-    if importlib.util.find_spec("playwright") is None:
-        missing_runtime("the playwright package is missing", "bash scripts/install.sh")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    require_browser()
 
 
 @contextlib.contextmanager
 def _serve():
-    """A fresh ``streamlit run app.py`` on a free port; yields its base URL."""
-    port = _free_port()
-    log = open(ROOT / ".pytest_cache" / f"streamlit-browser-test-{port}.log", "w") \
-        if (ROOT / ".pytest_cache").is_dir() else subprocess.DEVNULL
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1",
-         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
-                    if r.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"streamlit did not start (exit {proc.poll()})")
-            time.sleep(0.5)
-        yield base
-    finally:
-        proc.terminate()
+    """A fresh ``streamlit run app.py`` on a free port (benchmarks/_server.py's start-up, its log
+    kept under .pytest_cache); yields its base URL."""
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(tempfile.NamedTemporaryFile(
+            "w", dir=ROOT / ".pytest_cache", prefix="streamlit-browser-test-", suffix=".log",
+            delete=False)) if (ROOT / ".pytest_cache").is_dir() else subprocess.DEVNULL
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        if log is not subprocess.DEVNULL:
-            log.close()
+            base, _ = stack.enter_context(start_server(
+                {}, out=log, flags=("--server.fileWatcherType", "none"), start_s=90))
+        except RuntimeError as e:
+            pytest.fail(str(e))
+        yield base
 
 
 @pytest.fixture(scope="module")
@@ -104,27 +69,6 @@ def page(server):
         pg.set_default_timeout(60_000)
         yield pg
         browser.close()
-
-
-def _settle(pg) -> None:
-    """Wait until the script run is over and the page stopped changing.
-
-    One quiet moment is not enough: a fresh server's first request runs twice (the
-    pages/-folder run, then ``st.rerun`` into ``app.py``, see ``session.run_through_app``), and
-    on a loaded machine the gap between the runs reads "notRunning". So the state must stay
-    "notRunning" over a second, checked twice."""
-    state = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
-             " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }")
-    pg.wait_for_selector('[data-testid="stApp"]')
-    time.sleep(0.3)
-    deadline = time.time() + 120
-    while True:
-        pg.wait_for_function(state)
-        time.sleep(0.5)
-        if pg.evaluate(state):
-            time.sleep(0.5)
-            if pg.evaluate(state) or time.time() > deadline:
-                return
 
 
 def _charts(pg) -> list[dict]:
@@ -153,7 +97,7 @@ def test_every_page_renders(server, page):
     SHOTS.mkdir(parents=True, exist_ok=True)
     for path, shot, heading in PAGES:
         page.goto(f"{server}/{path}")
-        _settle(page)
+        settle(page)
         page.get_by_role("heading", name=heading).first.wait_for()
         assert page.locator('[data-testid="stException"]').count() == 0, path
         assert page.locator('[data-testid="stAlertContentError"]').count() == 0, path
@@ -169,12 +113,12 @@ def test_bad_upload_shows_an_error_and_keeps_the_page(server, page, tmp_path):
     junk = tmp_path / "junk.parquet"
     junk.write_bytes(b"not a parquet file")
     page.goto(f"{server}/measured")
-    _settle(page)
+    settle(page)
     # by its label: the sidebar's part-file uploader (Your machine) comes first on every page
     page.locator('[data-testid="stFileUploader"]', has_text="Measurements").first.locator(
         'input[type="file"]').set_input_files(str(junk))
     page.wait_for_selector('[data-testid="stAlertContentError"]')
-    _settle(page)
+    settle(page)
     text = page.locator('[data-testid="stAlertContentError"]').first.inner_text()
     assert text.startswith("upload junk.parquet: not a readable Parquet file")
     assert page.locator('[data-testid="stException"]').count() == 0
@@ -183,7 +127,7 @@ def test_bad_upload_shows_an_error_and_keeps_the_page(server, page, tmp_path):
 
 def test_vram_slider_changes_the_landscape(server, page):
     page.goto(f"{server}/landscape")
-    _settle(page)
+    settle(page)
     before = _wait_charts(page, 2)      # plotly draws after the script run: wait for both
     assert "vram=" in _href(page)       # the settings went into the query string
     thumb = page.locator('[data-testid="stSlider"] input[type="range"]').first
@@ -193,7 +137,7 @@ def test_vram_slider_changes_the_landscape(server, page):
         page.keyboard.press("ArrowRight")
     deadline = time.time() + 60
     while time.time() < deadline:
-        _settle(page)
+        settle(page)
         after = _wait_charts(page, 2)
         if after[0] != before[0] and after[1] != before[1]:
             break
@@ -208,7 +152,7 @@ def test_vram_slider_changes_the_landscape(server, page):
 
 def test_clicking_a_matrix_cell_opens_its_timeline(server, page):
     page.goto(f"{server}/matrix")
-    _settle(page)
+    settle(page)
     _wait_charts(page, 2)
     # centre of the cell (mutable_per_layer, cost_selected): column 3, row 1 of the heatmap
     xy = page.evaluate(
@@ -220,7 +164,7 @@ def test_clicking_a_matrix_cell_opens_its_timeline(server, page):
     deadline = time.time() + 30
     while "cell=mutable_per_layer%2Fcost_selected" not in _href(page) and time.time() < deadline:
         time.sleep(0.5)
-    _settle(page)
+    settle(page)
     assert "cell=mutable_per_layer%2Fcost_selected" in _href(page)
     timeline = _wait_charts(page, 2)[1]
     assert "cost_selected" in timeline["data"]
@@ -237,7 +181,7 @@ def test_a_shared_link_opened_first_on_a_fresh_server(page):
         pg = ctx.new_page()
         pg.set_default_timeout(60_000)
         pg.goto(f"{base}/landscape?example=deepseek-v2-lite&vram=9.5&est=atomic")
-        _settle(pg)
+        settle(pg)
         pg.get_by_role("heading", name="Landscape").first.wait_for()
         # each link's text is its icon's name and its title: keep the title
         nav = [t.split("\n")[-1].strip()
@@ -263,7 +207,7 @@ def _session(page, url: str):
     pg = ctx.new_page()
     pg.set_default_timeout(90_000)
     pg.goto(url)
-    _settle(pg)
+    settle(pg)
     return ctx, pg
 
 
@@ -271,7 +215,7 @@ def _goto_page(pg, title: str) -> None:
     """Switch page inside the session (a new URL load would open a new session)."""
     pg.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
     pg.get_by_role("heading", name=title).first.wait_for()
-    _settle(pg)
+    settle(pg)
 
 
 def test_two_sessions_uploading_at_once_each_see_only_their_own(server, page, tmp_path):
@@ -292,7 +236,7 @@ def test_two_sessions_uploading_at_once_each_see_only_their_own(server, page, tm
         other = next(x for x in mine if x != who)
         pg.wait_for_function("t => document.body.innerText.includes(t)",
                              arg=f"trace: upload {who}-trace.parquet")
-        _settle(pg)
+        settle(pg)
         body = pg.inner_text("body")
         assert f"trace: upload {who}-trace.parquet" in body
         assert f"{other}-trace" not in body
@@ -306,7 +250,7 @@ def test_two_sessions_uploading_at_once_each_see_only_their_own(server, page, tm
 def test_a_shared_link_shows_its_settings_not_another_sessions(server, page):
     ctx_a, a = _session(page, f"{server}/landscape?example=qwen3-30b-a3b")
     a.get_by_text("hrm", exact=True).first.click()          # A changes the estimator
-    _settle(a)
+    settle(a)
     assert "est=hrm" in _href(a)
     assert "hrm" in _wait_charts(a, 2)[0]["title"]
     # B opens a link with settings, then a bare link: the link's settings or the defaults,
@@ -317,12 +261,12 @@ def test_a_shared_link_shows_its_settings_not_another_sessions(server, page):
     assert float(slider.get_attribute("value")) == 9.5
     assert "deepseek-v2-lite" in b.inner_text("body")
     b.goto(f"{server}/landscape?example=deepseek-v2-lite")
-    _settle(b)
+    settle(b)
     assert " cope " in f" {_wait_charts(b, 2)[0]['title']} "
     assert "est=hrm" not in _href(b)
     # and A is as A left it
     a.reload()
-    _settle(a)
+    settle(a)
     assert "hrm" in _wait_charts(a, 2)[0]["title"] and "qwen3-30b-a3b" in a.inner_text("body")
     ctx_a.close()
     ctx_b.close()
@@ -338,7 +282,7 @@ def test_an_upload_over_the_size_limit_is_refused(server, page, tmp_path):
     box = pg.locator('[data-testid="stFileUploader"]', has_text="Routing trace").first
     box.locator('input[type="file"]').set_input_files(str(big))
     box.get_by_text("or smaller").first.wait_for()       # the uploader's own refusal
-    _settle(pg)
+    settle(pg)
     assert "in use: the example's file" in pg.inner_text("body")
     assert pg.locator('[data-testid="stException"]').count() == 0
     ctx.close()
@@ -356,7 +300,7 @@ def _walk_to(pg, title: str) -> None:
     """Follow the sidebar's link to ``title`` (in the session) and wait for its run to end."""
     pg.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
     pg.get_by_role("heading", name=HEADINGS[title]).first.wait_for()
-    _settle(pg)
+    settle(pg)
 
 
 def _query(pg) -> dict[str, str]:
@@ -400,7 +344,7 @@ def test_settings_survive_every_page_by_the_sidebar(server, page):
     deadline = time.time() + 60
     while _query(pg).get("vram") != "17" and time.time() < deadline:
         time.sleep(0.3)
-    _settle(pg)
+    settle(pg)
     for title in ("Compare platforms", "Export", "Overview", "Policy Matrix"):
         _walk_to(pg, title)
         assert _query(pg).get("vram") == "17", (title, _query(pg))
@@ -421,7 +365,7 @@ def test_an_upload_then_another_example_leaves_every_page_working(server, page):
     box.locator('input[type="file"]').set_input_files(str(gguf))
     pg.wait_for_function("t => document.body.innerText.includes(t)",
                          arg=f"model: upload {gguf.name}")
-    _settle(pg)
+    settle(pg)
     _walk_to(pg, "Export")
     # the shown tab's first block; waited for, as a late rerun can still be replacing the
     # tabs' contents (CI once read another tab's folded file as the first block)
@@ -441,7 +385,7 @@ def test_an_upload_then_another_example_leaves_every_page_working(server, page):
     pg.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
     pg.get_by_role("option", name="deepseek-v2-lite · 4 MoE layers").click()
     pg.wait_for_function("() => document.body.innerText.includes('set them aside')")
-    _settle(pg)
+    settle(pg)
     server_paths = (str(ROOT), tempfile.gettempdir() + "/cope-app-uploads")
     for title in HEADINGS:
         _walk_to(pg, title)
