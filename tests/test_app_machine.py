@@ -3,6 +3,7 @@ trace made here when none is shipped) reach every page, are in the URL and survi
 changes; nothing chosen keeps the examples' own profiles."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from cope_core import parquet_io, predict
 from cope_core.app import compare_view, whatif
 from cope_core.app import machine_choice as mc
-from cope_core.app.apptest import open_app_test
+from cope_core.app.apptest import open_clean, url_settings
 from cope_core.geometry import get_model
 from cope_core.machine import compose_machine
 from cope_core.matrix import CANDIDATE_IDS
@@ -24,19 +25,8 @@ MINE = {"gpu": "rtx3090", "cpu": "ryzen-7-5700x", "mem": "ddr4-3200x2", "link": 
 PAGES = ("overview", "matrix", "landscape", "export", "compare")
 
 
-def open_app(page: str | None = None, **query: str):
-    at = open_app_test(ROOT / "app.py", default_timeout=300)
-    at.query_params.update(query)
-    at.run()
-    if page and page != "overview":
-        at.switch_page(f"pages/{page}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
-
-
-def query(at) -> dict[str, str]:
-    return {k: (v[-1] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+open_app = functools.partial(open_clean, ROOT / "app.py")
+query = url_settings
 
 
 def expected_winner(trace, cal, profile, gib: float, threads: int) -> whatif.Winner:

@@ -24,3 +24,27 @@ def open_app_test(app_path: str | Path, **kwargs) -> AppTest:
     """``AppTest.from_file(app_path)`` for an app whose ``pages/`` are run by ``st.navigation``."""
     _app_test_module.PagesManager = _NavigationPagesManager  # type: ignore[misc]  # the patch
     return AppTest.from_file(str(app_path), **kwargs)
+
+
+def open_page(app_path: str | Path, page: str | None = None, **query: str) -> AppTest:
+    """The app opened with ``query`` in its URL and run (300 s allowed a run), then
+    ``pages/PAGE.py`` (None or ``overview``: the default page) switched to and run."""
+    at = open_app_test(app_path, default_timeout=300)
+    at.query_params.update(query)
+    at.run()
+    if page and page != "overview":
+        at.switch_page(f"pages/{page}.py").run()
+    return at
+
+
+def url_settings(at: AppTest) -> dict[str, str]:
+    """The settings in the app's URL now, the last value of each."""
+    return {k: (v[-1] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+
+
+def open_clean(app_path: str | Path, page: str | None = None, **query: str) -> AppTest:
+    """:func:`open_page`, asserting that the page shows no exception and no error."""
+    at = open_page(app_path, page, **query)
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at

@@ -4,7 +4,8 @@ uses, and how a speed is shown (ms/token and tokens/s).
 
 A choice is a :class:`MachineChoice` of catalog names (:data:`DEFAULT` for a part left at its
 default: the CPU's usual memory, the card's own link). No GPU chosen means the example's own
-profile, as before "Your machine" existed.
+profile, as before "Your machine" existed; :data:`NO_GPU` a machine without one (every page
+answers for the CPU alone: :mod:`.no_gpu`).
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from ..profile.data import Profile
 
 #: The GPU setting that keeps the example's own profile.
 EXAMPLE = "example"
+#: The GPU setting of a machine without a GPU (``cope advise --gpu none``).
+NO_GPU = "none"
 #: The GPU or CPU setting of a part read from the user's part file (docs/parts.md).
 FILE = "file"
 #: The weights setting that keeps the example's (or the catalog entry's) format.
@@ -36,14 +39,16 @@ LINKS = tuple(f"pcie{g}x{n}" for g in (5, 4, 3) for n in (16, 8, 4))
 
 
 def gpu_options(own: parts.GpuPart | None = None) -> list[str]:
-    """``example`` (the example's own profile), your part file's GPU when there is one, then
-    every catalog GPU."""
-    return [EXAMPLE, *([FILE] if own is not None else []), *parts.gpus()]
+    """``example`` (the example's own profile), no GPU, your part file's GPU when there is
+    one, then every catalog GPU."""
+    return [EXAMPLE, NO_GPU, *([FILE] if own is not None else []), *parts.gpus()]
 
 
 def gpu_label(name: str, own: parts.GpuPart | None = None) -> str:
     if name == EXAMPLE:
         return "the example's own profile"
+    if name == NO_GPU:
+        return "no GPU (CPU only)"
     g = own if name == FILE and own is not None else parts.gpus()[name]
     return f"{g.label} · {g.memory_bytes / GIB:g} GiB" + (" (your part file)" if name == FILE
                                                           else "")
@@ -93,6 +98,11 @@ class MachineChoice:
     memory: str = DEFAULT
     link: str = DEFAULT
     context: int = DEFAULT_CONTEXT
+
+    @property
+    def cpu_only(self) -> bool:
+        """No GPU: every weight and operation on the CPU."""
+        return self.gpu == NO_GPU
 
     @property
     def parts_key(self) -> str:

@@ -15,7 +15,7 @@ import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
 from ..errors import CopeInputError
-from . import rerun_log
+from . import rerun_log, your_machine
 from .controls import (
     current_estimator,
     current_op,
@@ -91,6 +91,7 @@ def page(title: str, intro: str | None = None, *, before: Callable[[], None] | N
     with user_errors():
         ds = dataset()
     banner(ds)
+    your_machine.no_gpu_page(title, ds)     # no GPU chosen: the CPU-only answer
     if predictable:
         require_predictable(ds)
     return ds

@@ -2,8 +2,9 @@
 parts catalog and the weights of a catalog model, kept in the session's settings and the URL
 (``gpu``, ``cpu``, ``mem``, ``link``, ``quant``), and what they make of the inputs every page
 shows: a catalog model without a shipped example gets a SYNTHETIC trace made here (cached), and
-a chosen machine replaces the profile by the ANALYTIC one of the composed machine (cached). The
-pure logic is :mod:`.machine_choice`.
+a chosen machine replaces the profile by the ANALYTIC one of the composed machine (cached); a
+machine without a GPU ("no GPU") keeps the profile and every page answers for the CPU alone
+(:func:`no_gpu_page`). The pure logic is :mod:`.machine_choice` and :mod:`.no_gpu`.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from ..profile.data import Profile
 from ..trace.data import Trace
 from ..trace.synth_defaults import synthetic_inputs
 from . import machine_choice as mc
-from .dataset import file_names
+from . import no_gpu
+from .dataset import Dataset, file_names
 from .url_state import bound, resolve, settings
 
 #: The GPU of a catalog model's profile when no machine is chosen (as the shipped examples').
@@ -62,7 +64,7 @@ def sidebar() -> None:
                 format_func=lambda v: mc.gpu_label(v, own.gpu),
                 help="Choose yours: every page then prices an ANALYTIC what-if of the machine "
                      "these parts make (published numbers, `cope parts`), not the example's "
-                     "profile.")
+                     "profile. \"no GPU\": every weight and operation on the CPU.")
     if gpu == mc.EXAMPLE:
         _part_upload()
         _new_machine()
@@ -77,6 +79,11 @@ def sidebar() -> None:
     bound("mem", st.sidebar.selectbox, default=mc.DEFAULT, valid=lambda v: v in mems,
           label="Memory", options=mems, format_func=lambda v: mc.memory_label(v, usual),
           help="type-MT/s x channels: the host memory the CPU's experts are read from")
+    if gpu == mc.NO_GPU:                # no slot, and no VRAM for a context to take from
+        st.sidebar.caption("No GPU: every weight is read from this memory on each token.")
+        _part_upload()
+        _new_machine()
+        return
     links = mc.link_options()
     card = own.gpu if gpu == mc.FILE and own.gpu else parts.gpus()[gpu]
     bound("link", st.sidebar.selectbox, default=mc.DEFAULT, valid=lambda v: v in links,
@@ -218,7 +225,10 @@ def apply(key: str, trace: Trace, cal: Trace | None, profile: Profile,
         key += f"|weights={weights}"
         origin["model"] = f"catalog {g.name} in {weights}"
     m = choice()
-    if m is not None:
+    if m is not None and m.cpu_only:      # no profile to make: the pages answer without one
+        key += f"|machine={m.key}"
+        origin["profile"] = "not used: no GPU, every operation priced on the CPU (ANALYTIC)"
+    elif m is not None:
         profile = _machine_profile(m.key, key, m, trace.model)   # key: the inputs' files
         key += f"|machine={m.key}"
         origin["profile"] = f"your machine {profile.platform['machine']} (ANALYTIC, made here)"
@@ -236,3 +246,31 @@ def machine_note(profile: Profile) -> str | None:
             "**ANALYTIC what-if**: every cost is computed from the parts' published numbers "
             "(docs/parts.md), not measured; the example's own profile is not used. Choose "
             "\"the example's own profile\" in the sidebar to go back.")
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _cpu_only_advice(key: str, _trace: Trace, _cal: Trace | None,
+                     _choice: mc.MachineChoice):
+    return no_gpu.cpu_only_advice(_trace, _cal, _choice)
+
+
+def no_gpu_page(title: str, ds: Dataset) -> None:
+    """With "no GPU" chosen: what that means on this page and the CPU-only answer (``cope
+    advise --gpu none``'s); the page stops here unless its content needs no GPU."""
+    m = choice()
+    if m is None or not m.cpu_only:
+        return
+    note, stops = no_gpu.page_note(title)
+    st.info(note)
+    try:
+        advice = _cpu_only_advice(ds.key, ds.trace, ds.calibration, m)
+    except CopeInputError as exc:
+        st.error(file_names(str(exc)))
+        st.stop()
+    st.success(no_gpu.headline(advice))
+    st.dataframe(no_gpu.answer_rows(advice), hide_index=True)
+    st.caption(file_names(f"Costs: {advice.costs}. Routing: {advice.routing}. The same answer "
+                          "without the app: `cope advise --model MODEL --gpu none --cpu CPU "
+                          "--memory MEMORY`."))
+    if stops:
+        st.stop()
