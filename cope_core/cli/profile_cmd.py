@@ -12,6 +12,9 @@ from ..profile.raw_samples import write_raw_samples
 from .args import check_output, ints, layers, model_from_args, shares
 from .measure_cmd import emulation_arguments, prepare_threads
 
+#: How often ``cope profile`` measures an operating point that other work inflated.
+BUSY_ATTEMPTS = 3
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("profile", help="write a profile: measured on this machine, or "
@@ -106,7 +109,8 @@ def run_profile(args: argparse.Namespace) -> int:
                                 contexts=tuple(args.contexts or DEFAULT_CONTEXTS),
                                 dtype=args.dtype, seed=args.seed, rule=rule,
                                 shared_rule=shared_rule, budget_seconds=args.time_budget,
-                                min_seconds=min(args.min_time, args.time_budget))
+                                min_seconds=min(args.min_time, args.time_budget),
+                                attempts=BUSY_ATTEMPTS, refuse_busy=not args.busy_ok)
     prof, raw, seconds = measure_profile(g, settings, progress=not args.no_progress)
     parquet_io.write_profile(prof, args.output, overwrite=args.force)
     if args.raw_samples:
@@ -143,4 +147,8 @@ def add_profile_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--raw-samples", metavar="JSON", help="measured profile: also write every "
                                                          "raw sample to this JSON file")
     s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    s.add_argument("--busy-ok", action="store_true",
+                   help="measured profile: keep a profile that other work on the machine "
+                        f"inflated (measured {BUSY_ATTEMPTS} times, still busy) instead of "
+                        "refusing it; its quality is recorded in the profile")
 

@@ -38,6 +38,7 @@ from ..mechanisms.timing import (
 )
 from ..mechanisms.weights import model_dtype
 from .bench import Bench, Sampler, profiler_rig
+from .busy import BusyMachineError, SharedQuality, WaitMeter, judge, prefer
 from .data import COLUMNS, Profile, ProfileKey, beside_keys, required_keys, same_schedule
 from .raw_samples import raw_key
 
@@ -49,7 +50,11 @@ class ProfilerSettings:
     """How to profile. ``cpu_threads`` default: every core of this machine (one operating
     point); ``rule`` stops each row's sampling, ``shared_rule`` the (long) per-token rows;
     rows sample for at least ``min_seconds`` per operating point (unless they reach their
-    ``max_samples``) and, after ``budget_seconds``, stop at 3 samples."""
+    ``max_samples``) and, after ``budget_seconds``, stop at 3 samples. An operating point whose
+    shared rows other work inflated (:mod:`cope_core.profile.busy`) is measured again, up to
+    ``attempts`` times in all, keeping the least busy attempt; if that one is still busy,
+    ``refuse_busy`` raises :class:`~cope_core.profile.busy.BusyMachineError`, otherwise the
+    profile is kept with its quality recorded (``platform["shared_quality"]``)."""
 
     device: str = "cpu"
     accel_threads: int = 1
@@ -64,14 +69,17 @@ class ProfilerSettings:
         warmup=1, min_samples=5, max_samples=40, batch=2, rel_tol=0.02))
     budget_seconds: float = 120.0
     min_seconds: float = 0.0
+    attempts: int = 1
+    refuse_busy: bool = False
 
 
 def operating_point_rows(bench: Bench, contexts: Sequence[int], settings: ProfilerSettings,
-                         done: Callable[[int], None] | None = None
-                         ) -> list[tuple[ProfileKey, Timing]]:
+                         done: Callable[[int], None] | None = None,
+                         meter: WaitMeter | None = None) -> list[tuple[ProfileKey, Timing]]:
     """Every row of one operating point as ``(key, Timing)``, sampled in turns
     (:func:`~cope_core.mechanisms.timing.round_robin`); the caller has set this thread's
-    budget to the operating point's CPU threads."""
+    budget to the operating point's CPU threads. ``meter`` adds up the shared rows' wall time,
+    run-queue wait and other processes' CPU time."""
     mid = sorted(contexts)[len(contexts) // 2]
     rule = settings.rule
     # differences of two long windows: more samples, settled to 25 us or 5 %
@@ -80,7 +88,7 @@ def operating_point_rows(bench: Bench, contexts: Sequence[int], settings: Profil
     keys, samplers, rules = [], [], []
     for key, sampler in shared_samplers(bench, contexts):
         keys.append(key)
-        samplers.append(sampler)
+        samplers.append(sampler if meter is None else meter.wrap(sampler))
         rules.append(settings.shared_rule)
     n_shared = len(keys)
     rows = required_keys(bench.g.top_k) + beside_keys(bench.g.top_k)
@@ -152,28 +160,59 @@ def measure_profile(g: ModelGeometry, settings: ProfilerSettings = ProfilerSetti
         rig = profiler_rig(acc, g, dtype, max(contexts), settings.seed)
         spec = probe_platform(acc, dtype, g.hidden)   # FLOP/s at this model's width
         bench = Bench(rig)
+        qualities = []
         for threads in threads_list:
             with host_threads(threads):
-                for key, t in operating_point_rows(bench, contexts, settings,
-                                                   lambda i: bar.update(1)):
-                    rows.append((*key, threads, 100.0, t.median_us, t.p25_us, t.p75_us,
-                                 len(t.samples_us)))
-                    raw[raw_key(key, threads, 100.0)] = list(t.samples_us)
+                point, quality = _quiet_point(bench, contexts, settings, bar, rows_per_point)
+            if quality.busy and settings.refuse_busy:
+                raise BusyMachineError(quality.reason())
+            qualities.append({"cpu_threads": threads, **quality.to_dict()})
+            for key, t in point:
+                rows.append((*key, threads, 100.0, t.median_us, t.p25_us, t.p75_us,
+                             len(t.samples_us)))
+                raw[raw_key(key, threads, 100.0)] = list(t.samples_us)
         platform = acc.describe()
     bar.close()
     platform["spec"] = spec.to_dict()
     platform["dtype"] = str(dtype).replace("torch.", "")
     platform["load_average"] = [load_before, load_average()]
     platform["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "default")
+    platform["shared_quality"] = qualities
     table = pd.DataFrame(rows, columns=list(COLUMNS)).astype(
         {c: t for c, t in COLUMNS.items() if t != "string"})
     seconds = time.perf_counter() - start
     notes = (f"MEASURED on {platform['accelerator']} accelerator {platform['gpu']!r} with "
              f"{cpu_cores()} host CPUs in {seconds:.0f} s; median of stable samples")
+    busy = [q for q in qualities if q["busy"]]
+    if busy:
+        notes += (f"; BUSY machine at CPU threads {[q['cpu_threads'] for q in busy]}: other "
+                  "work inflated the shared rows (platform.shared_quality)")
     prof = Profile(table=table, model=g, platform=platform,
                    created=datetime.now(UTC).isoformat(timespec="seconds"),
                    notes=notes, analytic=False)
     return prof, raw, seconds
+
+
+def _quiet_point(bench: Bench, contexts: Sequence[int], settings: ProfilerSettings, bar,
+                 rows_per_point: int) -> tuple[list[tuple[ProfileKey, Timing]], SharedQuality]:
+    """One operating point's rows, measured up to ``settings.attempts`` times while other work
+    inflates its shared rows; the least busy attempt and its quality."""
+    best: tuple[list[tuple[ProfileKey, Timing]], SharedQuality] | None = None
+    for attempt in range(1, max(settings.attempts, 1) + 1):
+        if attempt > 1:
+            bar.total += rows_per_point
+            bar.refresh()
+        meter, load = WaitMeter(), load_average()
+        point = operating_point_rows(bench, contexts, settings, lambda i: bar.update(1), meter)
+        quality = judge(meter.wall_ns, meter.wait_ns, meter.others_ns, os.cpu_count() or 1,
+                        {str(k): t.samples_us for k, t in point if k[0] == "shared"},
+                        (load, load_average()), attempt)
+        if prefer(quality, None if best is None else best[1]):
+            best = point, quality
+        if not quality.busy:
+            break
+    assert best is not None
+    return best[0], replace(best[1], attempts=attempt)
 
 
 def measure_cost_selected_split(rig: Rig, threads: int) -> np.ndarray:
