@@ -78,7 +78,8 @@ class ExportFormat:
         For ``cope advise``: what the runtime does with no placement flag, in words.
     default_kind : str
         ``fit`` (llama.cpp's ``--fit`` places the model), ``gpu`` (every expert on the GPU: it
-        loads only when the whole model fits) or ``unknown`` (not read from its source).
+        loads only when the whole model fits; ik_llama.cpp and SGLang-KT as read in their
+        renderer modules' sources) or ``unknown`` (not read from its source).
     cpu_only : bool
         Runs on a machine without a GPU (every weight on the CPU).
     context_flag : str
@@ -159,7 +160,8 @@ EXPORT_FORMATS: tuple[ExportFormat, ...] = (
         "(the first MoE layers, exactly), or its own `-ncmoe N` (the **last** N MoE layers, at "
         "the N that fits the same VRAM); no `-fit`",
         "`layer_partition`", _SAME_VRAM, render_ik_llamacpp, advised=True,
-        default="without -ngl/-ot: not read from its source", cpu_only=True,
+        default="without -ngl/-ot/-ncmoe every expert on the GPU (-ngl 999 with a GPU; --fit "
+                "is off by default)", default_kind="gpu", cpu_only=True,
         context_flag="-c"),
     ExportFormat(
         "exllamav3", "exllamav3", "exllamav3", "1.6.5, the PyPI wheel",
@@ -187,7 +189,8 @@ EXPORT_FORMATS: tuple[ExportFormat, ...] = (
         "16-bit experts, `LLAMAFILE` for GGUF ones, `MXFP4`) instead of the default `AMXINT4`",
         "`fixed/parallel`, `layer_partition`", "`fixed/parallel` with the same resident experts",
         render_sglang_kt, options=("pt_path", "with_files"), side_file=SideFile(".pt", "tensor"),
-        advised=True, default="without --kt-num-gpu-experts: not read from its source"),
+        advised=True, default="without --kt-num-gpu-experts/--kt-gpu-experts-ratio no KT "
+                              "offload: every expert on the GPU", default_kind="gpu"),
     ExportFormat(
         "vllm", "vLLM", "vLLM", "0.33.0; the flags from 0.17.0",
         "vLLM weight offloading (--cpu-offload-gb): exact only at K = E",

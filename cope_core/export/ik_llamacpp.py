@@ -11,6 +11,14 @@ Read in ikawrakow/ik_llama.cpp at 8337e4cd3861406fc04e0854b1409cd1b027fbc9 (2026
   (scanning down from the last block, MTP layers left out), where mainline takes the first N;
   user ``-ot`` entries come before ``-ncmoe``'s and ``std::regex_search`` takes the first match;
   ``--fit`` refuses ``-ot`` and ``-ncmoe``. ``-ngl`` defaults to 999 with a GPU.
+* Its default (``cope advise``'s baseline, :data:`cope_core.export.formats.EXPORT_FORMATS`):
+  ``common/common.h`` l. 303, 306, 308: ``n_gpu_layers = -1``, ``ncmoe = 0``, ``fit = false``;
+  ``common/common.cpp`` l. 4247-4248 (``common_model_params_to_llama``) passes ``-ngl`` on only
+  when given, and ``src/llama.cpp`` l. 7756-7760 (``llama_model_load_from_file``) turns -1 into
+  999 when a GPU is found (0 without one, which also drops ``-ot`` and ``-ncmoe``). So with no
+  placement flag every layer, experts included, is on the GPU: it loads only when the whole
+  model fits. Fused MoE (``fused_moe_up_gate``, l. 425, ``-no-fmoe`` turns it off) and flash
+  attention (l. 422) are on by default; neither moves a tensor.
 
 COPE's layer partition keeps the *first* MoE layers on the CPU, so the exact line is an ``-ot``
 override of those blocks (ik_llama.cpp's own pattern, ``\.(weight|scale)``); the ``-ncmoe`` line

@@ -14,6 +14,18 @@ in the sglang-kt 0.7.2 wheel):
   experts with the highest scores over all layers at once (kt-kernel's
   ``generate_gpu_experts_masks``, a global top-k); ``--kt-gpu-experts-ratio R`` instead takes
   ``int(R * MoE layers * E)`` experts.
+* Its default (``cope advise``'s baseline): ``server_args.py`` l. 729-730 leave both counts
+  None; then ``_init_kt_gpu_experts_masks`` (``kt_ep_wrapper.py`` l. 1918-1944) logs "Either
+  kt_num_gpu_experts or kt_gpu_experts_ratio is required but not set." and returns None,
+  ``create_kt_config_from_server_args`` (l. 2108-2110) returns None, the ``kt_ep`` wrapper's
+  predicate (l. 3335-3336, registered l. 3346-3348) does not match, and
+  ``maybe_wrap_moe_quant_method`` (``layers/moe/quant_method_registry.py`` l. 62-66, called by
+  ``FusedMoE``, ``layers/moe/fused_moe_triton/layer.py`` l. 294) keeps SGLang's own GPU method:
+  every expert on the GPU, so it loads only when the whole model fits. At this commit the
+  wrapper registers itself only when the DeepSeek-V4 model module imports it
+  (``models/deepseek_v4.py`` l. 47; ``fused_moe_triton/layer.py`` l. 290: "Non-DSV4 paths get
+  gpu_method back unchanged"): for another model every expert stays on the GPU whatever the
+  flags, so the default is the same there.
 
 So ``{"logical_count": T[1, blocks, E]}`` with exactly ``K`` ones per MoE row selects exactly the
 fixed fill. The other experts run on the CPU concurrently with the GPU hits: the runtime's
