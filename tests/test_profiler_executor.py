@@ -244,9 +244,11 @@ def tiny_files(tmp_path):
 def test_cli_profile_measure_predict_evaluate(capsys, tiny_files):
     d, t = tiny_files
     p, m = d / "p.parquet", d / "m.parquet"
+    # --busy-ok: this checks the files and the pipeline, not the machine (a suite that runs
+    # other work beside it would be refused, tests/test_busy_profile.py checks that)
     assert main(["profile", "--trace", str(t), "--cpu-threads", "1", "--contexts", "16,64",
                  "--max-samples", "4", "--no-progress", "--raw-samples", str(d / "raw.json"),
-                 "-o", str(p)]) == 0
+                 "--busy-ok", "-o", str(p)]) == 0
     out = capsys.readouterr().out
     assert "MEASURED profile" in out and "profiling took" in out
     raw = json.loads((d / "raw.json").read_text())
@@ -320,7 +322,7 @@ def test_raw_samples_leave_a_users_tmp_file_alone(capsys, tiny_files):
     mine.write_text("the user's own notes")
     assert main(["profile", "--trace", str(t), "--cpu-threads", "1", "--contexts", "16",
                  "--max-samples", "3", "--min-time", "0", "--no-progress", "--raw-samples",
-                 str(d / "raw.json"), "-o", str(d / "p.parquet")]) == 0
+                 str(d / "raw.json"), "--busy-ok", "-o", str(d / "p.parquet")]) == 0
     capsys.readouterr()
     assert mine.read_text() == "the user's own notes"
     assert json.loads((d / "raw.json").read_text())["samples_us"]

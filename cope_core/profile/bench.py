@@ -104,8 +104,8 @@ class Bench:
         the routed output added back). Each block waits once, for its routing, as in a token;
         the wait for the last block's queued addition is not timed: it is one more wait per
         sample, which divided by the rig's block count would price a cut's blocks dearer than
-        the full model's, by more the busier the machine (a wait took 0.04 ms at best and a
-        median 0.6-1.3 ms at load average 6-7 on 2 cores, docs/design.md#a-busy-machine). ``tail``
+        the full model's (a median 0.11 ms at load average 10 on 2 cores: +1.3 % on a 2-block
+        rig's 4.2 ms blocks, +0.4 % on a 6-block rig's; docs/design.md#a-busy-machine). ``tail``
         times it all the same, as before (benchmarks/bench_busy_profile.py compares the two)."""
         rig, sh, L = self.rig, self.rig.shared, self.g.n_layers
         routed = list(range(self.g.top_k))
