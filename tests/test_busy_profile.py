@@ -183,6 +183,27 @@ def test_cope_profile_refuses_a_busy_machine_unless_told(monkeypatch, tmp_path, 
     assert main([*args, "--busy-ok"]) == 0
     prof = parquet_io.read_profile(tmp_path / "p")
     assert prof.platform["shared_quality"][0]["busy"] is True
+    capsys.readouterr()
+    assert main(["predict", "--trace", str(t), "--profile", str(tmp_path / "p"), "-K", "2",
+                 "--draws", "0"]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {tmp_path / 'p'}: profiled on a busy machine at CPU threads [1]" in err
+
+
+def test_busy_note_names_the_busy_points_only():
+    quiet = {**judge(S, 0, 0, 2, QUIET_ROWS, (0.5, 0.5)).to_dict(), "cpu_threads": 1}
+    loud = {**judge(S, S // 2, S, 2, QUIET_ROWS, (4.0, 4.0)).to_dict(), "cpu_threads": 2}
+    assert busy.busy_note({"shared_quality": [quiet]}) is None
+    assert busy.busy_note({}) is None and busy.busy_note({"shared_quality": "x"}) is None
+    assert busy.busy_note({"shared_quality": [quiet, loud]}) == (
+        "profiled on a busy machine at CPU threads [2] (its threads waited for a CPU 50 % of the "
+        "time they timed shared work (limit 5 %) while other processes used 50 % of the 2 CPUs "
+        "(limit 5 %); spread 0.0 %; load average 4 -> 4): its timings are inflated; profile "
+        "again on a quiet machine")
+    # a malformed record still warns, without the numbers
+    assert busy.busy_note({"shared_quality": [{"busy": True, "cpu_threads": 3}]}) == (
+        "profiled on a busy machine at CPU threads [3]: its timings are inflated; profile again "
+        "on a quiet machine")
 
 
 def test_quality_round_trips_as_json():

@@ -18,6 +18,7 @@ from ..files import print_json
 from ..geometry import CATALOG, GIB
 from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
 from ..platforms import resolve_platform
+from ..profile.busy import busy_note
 from ..profile.raw_samples import read_raw_samples
 from . import cache_report
 from .args import model_from_args, priced_as_model
@@ -201,6 +202,8 @@ def _vram_llamacpp(args: argparse.Namespace, g) -> int:
 def _load(args: argparse.Namespace):
     trace = parquet_io.read_trace(args.trace)
     profile = parquet_io.read_profile(args.profile)
+    if (note := busy_note(profile.platform)) is not None:
+        print(f"warning: {args.profile}: {note}", file=sys.stderr)
     cal = parquet_io.read_trace(args.calibration) if args.calibration else None
     spec = resolve_platform(args.spec) if args.spec else None
     trace, cal = priced_as_model(args, trace, cal)

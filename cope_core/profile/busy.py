@@ -196,3 +196,19 @@ def prefer(new: SharedQuality, old: SharedQuality | None) -> bool:
     def key(q: SharedQuality) -> tuple[float, float]:
         return (q.wait_share if q.wait_share is not None else 0.0, q.noise_pct)
     return key(new) < key(old)
+
+
+def busy_note(platform: Mapping) -> str | None:
+    """One line naming the operating points of a measured profile that other work inflated
+    (kept with ``--busy-ok``), or None: ``cope predict`` and ``cope evaluate`` print it."""
+    rows = platform.get("shared_quality")
+    busy = [q for q in rows if isinstance(q, Mapping) and q.get("busy")] \
+        if isinstance(rows, list) else []
+    if not busy:
+        return None
+    try:
+        what = f" ({SharedQuality.from_dict(busy[0]).measured()})"
+    except (KeyError, TypeError, ValueError):
+        what = ""
+    return (f"profiled on a busy machine at CPU threads {[q.get('cpu_threads') for q in busy]}"
+            f"{what}: its timings are inflated; profile again on a quiet machine")
