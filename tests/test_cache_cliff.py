@@ -262,3 +262,38 @@ def test_the_cpu_share_orders_disagree_on_which_miss_to_upload():
         (0, 0): 1, (0, 1): 2, (2, 0): 1}
     assert _group(tokens, 6, 2, CLS, 0.5, order=_cache_kernels.ASCENDING) == {
         (0, 0): 1, (0, 1): 2, (1, 0): 1}
+
+
+# --- the spread on every row that shows a configuration (issue 39) ----------------------------
+def test_every_row_shows_its_rules_spread_the_class_lru_s_alone(record):
+    import dataclasses
+
+    from cope_core.app.llamacpp_view import best_table
+    from cope_core.cli.cache_report import json_rows
+    from cope_core.export.cache_notes import row_spread, spread_text
+    from cope_core.export.llamacpp import cache_lines
+    g = parquet_io.read_trace(SMALL + "trace.parquet").model
+    lo = min(r.tpot_us for r in record.rule_readings)
+    hi = max(r.tpot_us for r in record.rule_readings)
+    want = f"{lo / 1e3:.3f}-{hi / 1e3:.3f} ms under {len(READINGS)} readings"
+    by = {b.candidate: b for b in record.best}
+    cls = by["llamacpp_cache/classlru"]
+    assert [r.tpot_us for r in row_spread(record, cls)] == [lo, hi]
+    assert spread_text(record, cls) == want
+    assert all(row_spread(record, b) is None and spread_text(record, b) == ""
+               for b in record.best if b is not cls)
+    # the class-LRU not the best: its row among "the other kinds" still carries the spread
+    other = dataclasses.replace(record, best=tuple(b for b in record.best if b is not cls)
+                                + (cls,))
+    for rec in (record, other):
+        table = best_table(rec, g, 2).set_index("kind")["inferred rules"]
+        assert [table[k] for k in table.index if "classlru" in k] == [want]
+        assert {table[k] for k in table.index if "classlru" not in k} <= {"none inferred", "—"}
+        text = "\n".join(cache_lines(rec, g, 2))
+        assert text.count(want) == 1
+    assert f"; {want})" in next(ln for ln in cache_lines(other, g, 2)
+                                if ln.startswith("# the fastest of each other kind"))
+    rows = {r["candidate"]: r for r in json_rows(other, parquet_io.read_trace(
+        SMALL + "trace.parquet"), 16, 2)}
+    assert rows["llamacpp_cache/classlru"]["rule_spread_us"] == [lo, hi]
+    assert "rule_spread_us" not in rows.get("llamacpp_cache/lru", {})

@@ -9,7 +9,7 @@ from ..estimate.llamacpp_cache import LABEL
 from ..estimate.llamacpp_default import baseline_of
 from ..estimate.llamacpp_fit import FIT_NAME
 from ..estimate.llamacpp_record import CacheRecord
-from ..export.cache_notes import cache_notes
+from ..export.cache_notes import cache_notes, spread_text
 from ..export.llamacpp import cache_flags
 from ..geometry import ModelGeometry
 
@@ -22,6 +22,8 @@ def best_table(rec: CacheRecord, g: ModelGeometry, cpu_threads: int) -> pd.DataF
             "kind": LABEL + (" · " + b.candidate.split("/")[1] if b.cache_mib
                              else " · off (--n-cpu-moe only)"),
             "TPOT ms": round(b.tpot_us / 1e3, 3),
+            # the class-LRU rests on inferred rules: its TPOT under every reading of them
+            "inferred rules": spread_text(rec, b) or ("none inferred" if b.cache_mib else "—"),
             "llama-server flags": cache_flags(g.dense_layers + g.n_layers, b.n_cpu_moe,
                                               b.cache_mib, b.cpu_share, cpu_threads),
             "build": b.build or "any", "slots": b.slots,

@@ -14,6 +14,7 @@ from ..estimate.llamacpp_cache import LABEL
 from ..estimate.llamacpp_default import baseline_of, llama_settings
 from ..estimate.llamacpp_record import CLASS_LRU, CacheRecord, LlamaSettings, llamacpp_record
 from ..estimate.predict import winner
+from ..export.cache_notes import row_spread
 from ..export.llamacpp import cache_flags, cache_lines
 from ..matrix import LAYER_PARTITION
 from ..profile.data import Profile
@@ -103,7 +104,9 @@ def json_rows(rec: CacheRecord | None, trace: Trace, K: int, cpu_threads: int
             "cpu_misses_per_token": b.cpu_misses,
             "versus": versus[1:] if i == 0 else [],
             # the class-LRU rests on inferred rules: its prediction under each reading
-            **({"rule_readings": rec.to_dict().get("rule_readings", [])}
+            **({"rule_readings": rec.to_dict().get("rule_readings", []),
+                "rule_spread_us": None if (ends := row_spread(rec, b)) is None
+                else [r.tpot_us for r in ends]}
                if b.candidate == CLASS_LRU else {})})
     base = baseline_of(rec)
     if out and base is not None:

@@ -3,8 +3,8 @@ that can hit, per group) and the spread of the class-LRU's inferred rules; ``cop
 the llama.cpp export and the app show these lines (docs/design.md#llamacpp-moe-cache)."""
 from __future__ import annotations
 
-from ..estimate.llamacpp_readings import spread
-from ..estimate.llamacpp_record import CLASS_LRU, CacheRecord
+from ..estimate.llamacpp_readings import ReadingTpot, spread
+from ..estimate.llamacpp_record import CLASS_LRU, BestConfig, CacheRecord
 from ..geometry import ModelGeometry
 from ..replay.cache_cliff import cliff_mib, group_cliffs
 from ..replay.moe_cache import CacheVersion
@@ -23,6 +23,22 @@ def cliff_line(g: ModelGeometry, n_cpu: int) -> str | None:
             f"LRU {cliff_mib(g, n_cpu, CacheVersion.LRU)} MiB (per group: {groups}; a group "
             f"with fewer slots evicts every expert before its layer comes back: 0 hits), "
             f"class-LRU {cls} MiB; no size below is recommended")
+
+
+def row_spread(rec: CacheRecord, row: BestConfig) -> tuple[ReadingTpot, ReadingTpot] | None:
+    """The fastest and slowest reading of the inferred rules for one row of ``rec.best``: the
+    class-LRU's row (the configuration ``rule_readings`` replayed); None for a row whose rules
+    are all read (the LRU, no cache) or a record without readings."""
+    return spread(rec.rule_readings) if row.candidate == CLASS_LRU else None
+
+
+def spread_text(rec: CacheRecord, row: BestConfig) -> str:
+    """:func:`row_spread` in words, ``"22.081-23.034 ms under 6 readings"`` (empty without)."""
+    ends = row_spread(rec, row)
+    if ends is None:
+        return ""
+    return (f"{ends[0].tpot_us / 1e3:.3f}-{ends[1].tpot_us / 1e3:.3f} ms under "
+            f"{len(rec.rule_readings)} readings")
 
 
 def readings_line(rec: CacheRecord) -> str | None:

@@ -32,7 +32,7 @@ from ..geometry import ModelGeometry
 from ..matrix import LAYER_PARTITION, get_candidate
 from ..placement import LayerPlan
 from ..replay.moe_cache import CacheVersion
-from .cache_notes import cache_notes
+from .cache_notes import cache_notes, spread_text
 from .common import (
     Rendered,
     gap_line,
@@ -103,7 +103,8 @@ def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int) -> 
         lines.append(f"# needs llama.cpp {best.build} or newer ({why}); "
                      f"{best.slots} slots over {best.cpu_layers} host layers; per token "
                      f"{best.hits:.1f} hits, {best.uploads:.1f} uploads, "
-                     f"{best.cpu_misses:.1f} CPU misses")
+                     f"{best.cpu_misses:.1f} CPU misses"
+                     + (f"; {sp} of its inferred rules" if (sp := spread_text(rec, best)) else ""))
     for v in rec.versus:
         if v.name == FIT_NAME:
             continue                                   # the lead says it
@@ -119,7 +120,8 @@ def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int) -> 
         lines.append("# the fastest of each other kind: " + "; ".join(
             f"{b.candidate} {b.tpot_us / 1e3:.3f} ms (--n-cpu-moe {b.n_cpu_moe}"
             + (f", {b.cache_mib} MiB" if b.cache_mib else "")
-            + (f", share {b.cpu_share:g}" if b.cpu_share else "") + ")" for b in others))
+            + (f", share {b.cpu_share:g}" if b.cpu_share else "")
+            + (f"; {sp}" if (sp := spread_text(rec, b)) else "") + ")" for b in others))
     lines += ["# " + note for note in cache_notes(rec, g)]    # the cliff, the rules' spread
     return lines + ["#"]
 
