@@ -17,7 +17,7 @@ always killed at the end, on error too). Each time twice:
 Reported per case: the cut's price of the whole model's shared work per token (context 160)
 against the full profile's, each profile's measured quality (run-queue wait, other processes'
 CPU use, the shared rows' noise floor) and whether it was refused. The target: under load, the cut
-within 10 % of the full model's shared work, or refused.
+within 10 % of the (quiet) full model's shared work, or refused.
 
     python benchmarks/bench_busy_profile.py [--load N] [--attempts 2] [--json OUT]
 
@@ -130,6 +130,17 @@ def main(argv: list[str] | None = None) -> int:
                 name = f"{phase}/{version}"
                 res["cases"][name] = case(version, a.attempts)
                 print(describe(name, res["cases"][name]), flush=True)
+    for version in ("before", "after"):
+        cut = res["cases"][f"loaded/{version}"]["cut"]
+        quiet = res["cases"][f"quiet/{version}"]["full"]
+        ratio = cut["shared_us"] / quiet["shared_us"]
+        met = bool(cut["refused"]) or abs(ratio - 1) <= 0.10
+        res[f"target_{version}"] = {"cut_loaded_over_full_quiet": ratio,
+                                    "cut_refused": bool(cut["refused"]), "met": met}
+        print(f"{version}: the cut under load prices {ratio:.3f}x the quiet full profile's "
+              f"shared work{', refused' if cut['refused'] else ''}: target (within 10 % or "
+              f"refused) {'met' if met else 'MISSED'}")
+    res["load_average_at_end"] = load_average()
     res["seconds"] = time.perf_counter() - start
     print(f"took {res['seconds']:.0f} s")
     write_atomic(a.json, json_text(res) + "\n", overwrite=True)

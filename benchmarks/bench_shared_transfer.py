@@ -17,7 +17,10 @@ Until 2026-12-02 tests/test_shared_parts.py ran this on a small geometry (6 MoE 
 AMD EPYC VM a CI run gave +32.3 %, +36.0 % and (third attempt) a shared error 15 points worse
 than the full profile's, three attempts in a row, while runs in the development environment
 passed — not noise alone, and not explained yet; the test was removed from the suite and the
-finding left for an issue.
+finding left for an issue. Issue 42 found it (docs/design.md#a-busy-machine): the cut and the full
+model are profiled in different minutes, and on a busy machine the profiler's threads spent most
+of a shared sample waiting for a CPU; ``cope profile`` now meters that and refuses such a profile
+(benchmarks/bench_busy_profile.py).
 """
 from __future__ import annotations
 
