@@ -5,38 +5,41 @@ import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from ..errors import CopeInputError
 from ..matrix import (
-    CANDIDATES,
-    LAYER_PARTITION,
     RESIDENCIES,
     Candidate,
     Residency,
     residencies_of,
     select_candidates,
 )
-from ..placement import layer_plan
 from ..platforms import PlatformSpec
 from ..profile.analytic import LATENCY_SPREAD, THROUGHPUT_SPREAD
 from ..profile.data import Profile
 from ..profile.pricing import check_compatible
 from ..replay.engine import ReplayCounts, check_ks, replay
 from ..trace.data import Trace, fill_order
-from .costs import EXECUTIONS, LayerCosts, layer_costs, profile_spec
+from .costs import LayerCosts, layer_costs, profile_spec
 from .model_error import model_error
 from .ranking import fastest_first
+from .tpot import (  # noqa: F401  (CandidateTPOT, candidate_tpot, compose lived here)
+    CandidateTPOT,
+    candidate_parts,
+    candidate_tpot,
+    compose,
+    compose_arrays,
+)
 from .uncertainty import (
     DEFAULT_DRAWS,
     LEVEL,
     check_draws,
     drawn_costs,
-    equivalences,
-    interval_columns,
+    sweep_equivalences,
+    sweep_interval_columns,
 )
 
 
@@ -58,96 +61,6 @@ def replay_all(trace: Trace, order: np.ndarray, ks, residencies: Iterable[Reside
             futures = {r: pool.submit(replay, trace, order, r, ks) for r in residencies}
             return {r: f.result() for r, f in futures.items()}
     return {r: replay(trace, order, r, ks) for r in residencies}
-
-
-@dataclass(frozen=True)
-class CandidateTPOT:
-    """One candidate's per-prompt TPOT at one K and its parts, each of shape ``(..., P)`` (the
-    leading dimensions are the draws of the costs, none for point estimates)."""
-
-    experts: np.ndarray
-    prefetch: np.ndarray
-    hit_rate: np.ndarray
-    prefetches: np.ndarray
-    hist: np.ndarray | None
-
-
-def candidate_tpot(trace: Trace, counts: dict[Residency, ReplayCounts], costs: LayerCosts,
-                   cand: Candidate, ki: int, K: int, histograms: bool = False) -> CandidateTPOT:
-    """The expert and prefetch parts of one candidate's per-prompt TPOT at the ``ki``-th K
-    (``K`` itself); TPOT is these plus the shared part, which every candidate pays alike
-    (:meth:`LayerCosts.shared_per_prompt`). Costs with draw dimensions give parts with them."""
-    g = trace.model
-    L, k = g.n_layers, g.top_k
-    tokens = trace.tokens_per_prompt.astype(np.float64)
-    P = trace.n_prompts
-    if cand.is_layer_partition:
-        n_gpu = layer_plan(g, K).n_gpu      # docs/design.md#layer-placement
-        per_token = (L - n_gpu) * np.asarray(costs.cpu_layer) + n_gpu * np.asarray(costs.gpu_layer)
-        experts = np.broadcast_to(per_token[..., None], np.shape(per_token) + (P,)).copy()
-        hist = None
-        if histograms:
-            hist = np.zeros((P, L, k + 1), np.int64)
-            hist[:, : L - n_gpu, 0] = trace.tokens_per_prompt[:, None]
-            hist[:, L - n_gpu:, k] = trace.tokens_per_prompt[:, None]
-        return CandidateTPOT(experts, np.zeros_like(experts), np.full(P, n_gpu / L),
-                             np.zeros(P, np.int64), hist)
-    assert cand.residency is not None and cand.execution is not None   # not layer_partition
-    rc = counts[cand.residency]
-    e = EXECUTIONS.index(cand.execution)
-    hk, ik = rc.hist[ki], rc.ins[ki]                    # (P, L, k+1)
-    hsum = hk.sum(axis=1)                               # (P, k+1): tokens x layers by hits
-    experts = (costs.moe[..., e, :] @ hsum.T) / tokens
-    if cand.residency.mutable and K < g.n_experts:
-        # with every expert resident (K = E) nothing can be prefetched: no per-layer step
-        r = cand.residency.value
-        pref = ((L - 1) * np.asarray(costs.pf_step[r])[..., None]
-                + (costs.pf_insert[r][..., e, :] @ ik.sum(axis=1).T) / tokens)
-    else:
-        pref = np.zeros_like(experts)
-    hit_rate = (hsum @ np.arange(k + 1)) / (tokens * L * k)
-    return CandidateTPOT(experts, pref, hit_rate, ik.sum(axis=(1, 2)),
-                         hk if histograms else None)
-
-
-def compose(trace: Trace, counts: dict[Residency, ReplayCounts], costs: LayerCosts,
-            candidates: Sequence[Candidate] = CANDIDATES, histograms: bool = False, *,
-            ks: np.ndarray | None = None) -> pd.DataFrame:
-    """Turn replay counts into TPOT per (K, candidate) with one estimator's cost table.
-
-    ``ks`` defaults to the cache sizes of ``counts``; it is needed only when no residency was
-    replayed (layer partition alone). Returns the frame described in :func:`predict`.
-    """
-    if ks is None:
-        ks = next(iter(counts.values())).ks
-    shared = costs.shared_per_prompt(trace.context, trace.prompt_start)
-    rows = []
-    for ki in range(len(ks)):
-        K = int(ks[ki])
-        for cand in candidates:
-            part = candidate_tpot(trace, counts, costs, cand, ki, K, histograms)
-            tpot = shared + part.experts + part.prefetch
-            row = {
-                "experts_per_layer": K, "candidate": cand.id,
-                "residency": cand.residency.value if cand.residency else LAYER_PARTITION,
-                "execution": cand.execution.value if cand.execution else LAYER_PARTITION,
-                "estimator": costs.estimator,
-                "tpot_us": float(tpot.mean()), "shared_us": float(shared.mean()),
-                "experts_us": float(part.experts.mean()),
-                "prefetch_us": float(part.prefetch.mean()),
-                "hit_rate": float(part.hit_rate.mean()), "prefetches": int(part.prefetches.sum()),
-                "prompt_tpot_us": tpot, "prompt_hit_rate": part.hit_rate,
-                "prompt_prefetches": part.prefetches,
-            }
-            if histograms:
-                row["hist"] = part.hist
-            rows.append(row)
-    df = pd.DataFrame(rows)
-    df["rank"] = df.groupby("experts_per_layer")["tpot_us"].rank(method="first").astype(int)
-    df["winner"] = df["rank"] == 1
-    df.attrs["prompts"] = trace.prompt_ids.tolist()
-    df.attrs["estimator"] = costs.estimator
-    return df
 
 
 def replay_counts(trace: Trace, calibration: Trace | None, ks: int | Sequence[int],
@@ -234,55 +147,63 @@ def price(trace: Trace, profile: Profile, counts: dict[Residency, ReplayCounts],
         spec = profile_spec(profile)
     costs = layer_costs(estimator, op, trace.model, spec)
     use = {r: counts[r] for r in residencies_of(cands)}
-    df = compose(trace, use, costs, cands, histograms, ks=sizes)
+    df, point = compose_arrays(trace, use, costs, cands, histograms, ks=sizes)
     df.attrs.update(cpu_threads=op.cpu_threads, gpu_share=op.gpu_share,
                     analytic=bool(profile.analytic))
-    _add_uncertainty(df, trace, profile, use, costs, cands, sizes, draws, seed, raw_samples)
+    _add_uncertainty(df, point, trace, profile, use, costs, cands, sizes, draws, seed,
+                     raw_samples)
     return df
 
 
-def _add_uncertainty(df: pd.DataFrame, trace: Trace, profile: Profile,
+#: K priced together in one array expression of the draws: (K, candidates, draws, prompts)
+#: doubles are 13 MB at 16 K x 13 candidates x 1000 draws x 8 prompts
+K_BLOCK = 16
+
+
+def _add_uncertainty(df: pd.DataFrame, point: np.ndarray, trace: Trace, profile: Profile,
                      counts: dict[Residency, ReplayCounts], costs: LayerCosts,
                      cands: Sequence[Candidate], ks: np.ndarray, draws: int, seed: int,
                      raw_samples: Mapping[str, Sequence[float]] | None) -> None:
     """The interval columns of :func:`predict` and ``df.attrs["uncertainty"]``
-    (:mod:`cope_core.estimate.uncertainty`)."""
+    (:mod:`cope_core.estimate.uncertainty`); ``point``: the per-prompt TPOTs of ``df``'s rows,
+    shape ``(K, candidates, prompts)``."""
     rng = np.random.default_rng(seed)
     drawn = None
     if draws:
         drawn = drawn_costs(profile, costs, df.attrs["cpu_threads"], df.attrs["gpu_share"],
                             draws, rng, raw_samples, model=trace.model)
-    shared_d = (None if drawn is None
+    shared_d = (np.zeros(0) if drawn is None
                 else drawn.shared_per_prompt(trace.context, trace.prompt_start))
     # every K resamples its prompts from the same generator state: K's numbers do not depend on
     # which other K are priced with it (a sweep's row equals the prediction at that K alone)
     after_profile = rng.bit_generator.state
     parts, per_k = [], {}
     n = len(cands)
-    for ki in range(len(ks)):
-        block = df.iloc[ki * n:(ki + 1) * n]
-        point = list(block["prompt_tpot_us"])
+    for start in range(0, len(ks), K_BLOCK):
+        kis = np.arange(start, min(start + K_BLOCK, len(ks)))
         full = None
-        if drawn is not None:
-            full = []
-            for cand in cands:
-                part = candidate_tpot(trace, counts, drawn, cand, ki, int(ks[ki]))
-                full.append(shared_d + part.experts + part.prefetch)
+        if drawn is not None:       # (K, candidates, draws, prompts), summed in place
+            full = np.empty((len(kis), n) + shared_d.shape)
+            for i, c in enumerate(cands):
+                part = candidate_parts(trace, counts, drawn, c, kis, ks[kis])
+                np.add(shared_d, part.experts, out=full[:, i])
+                if c.residency is not None and c.residency.mutable:   # others' is 0
+                    np.add(full[:, i], part.prefetch, out=full[:, i])
         if draws:
             rng.bit_generator.state = after_profile
-            cols, conf = interval_columns(point, full, cands, draws, rng,
-                                          estimator=costs.estimator)
-            per_k[int(ks[ki])] = conf.to_dict()
+            cols, confs = sweep_interval_columns(point[kis], full, cands, draws, rng,
+                                                 estimator=costs.estimator)
+            per_k.update({int(ks[ki]): c.to_dict() for ki, c in zip(kis, confs)})
         else:
-            nan = np.full(n, np.nan)
+            nan = np.full((len(kis), n), np.nan)
             cols = {"tpot_lo_us": nan, "tpot_hi_us": nan, "draws_lo_us": nan,
                     "draws_hi_us": nan, "win_probability": nan,
-                    "equivalent_to": equivalences(point, point, cands)}
+                    "equivalent_to": sweep_equivalences(point[kis], point[kis], cands)}
         parts.append(cols)
     for col in ("tpot_lo_us", "tpot_hi_us", "draws_lo_us", "draws_hi_us", "win_probability"):
-        df[col] = np.concatenate([p[col] for p in parts]).astype(np.float64)
-    df["equivalent_to"] = pd.Series([e if isinstance(e, str) else None
-                                     for p in parts for e in p["equivalent_to"]], dtype=object)
+        df[col] = np.concatenate([p[col].ravel() for p in parts]).astype(np.float64)
+    df["equivalent_to"] = pd.Series([e if isinstance(e, str) else None for p in parts
+                                     for row in p["equivalent_to"] for e in row], dtype=object)
     spread = (f"model uncertainty of the analytic profile (log-normal, throughputs "
               f"{THROUGHPUT_SPREAD:.0%}, latencies {LATENCY_SPREAD:.0%})"
               if profile.analytic and drawn is not None

@@ -15,7 +15,7 @@ Two sources are resampled together, ``B`` draws, seeded:
 
 TPOT is linear in the row costs once the histograms are known (the cost-selected split stays
 the one the medians chose), so all draws are priced by array arithmetic
-(:func:`cope_core.estimate.predict.candidate_tpot` on costs with a leading draw dimension).
+(:func:`cope_core.estimate.tpot.candidate_parts` on costs with a leading draw dimension).
 ``scipy.stats.bootstrap`` does not serve here: its resamples cannot carry the paired profile
 draws, so the two are drawn with one numpy generator.
 """
@@ -165,13 +165,33 @@ def equivalences(point: list[np.ndarray], full: list[np.ndarray],
                  candidates: Sequence[Candidate]) -> list[str | None]:
     """Per candidate, the first earlier candidate whose per-prompt TPOTs equal its own at every
     prompt and in every draw (it is the same policy on this trace and platform), else None."""
-    out: list[str | None] = [None] * len(candidates)
-    for i in range(len(candidates)):
-        for j in range(i):
-            if out[j] is None and np.array_equal(point[i], point[j]) \
-                    and np.array_equal(full[i], full[j]):
-                out[i] = candidates[j].id
-                break
+    n = len(candidates)
+    return sweep_equivalences(np.stack(point[:n])[None], np.stack(full[:n])[None],
+                              candidates)[0]
+
+
+def sweep_equivalences(point: np.ndarray, full: np.ndarray, candidates: Sequence[Candidate]
+                       ) -> list[list[str | None]]:
+    """:func:`equivalences` at every K of a sweep: ``point`` ``(nK, C, P)``, ``full`` the same
+    or ``(nK, C, B, P)`` under the draws; one list per K."""
+    nK, C = point.shape[:2]
+    same = (point[:, :, None] == point[:, None]).all(axis=-1)            # (nK, C, C)
+    if full is not point:       # the draws too, where the points agree (they seldom do)
+        for i in range(C):
+            for j in range(i):
+                at = np.flatnonzero(same[:, i, j])
+                if at.size:
+                    eq = (full[at, i] == full[at, j]).reshape(at.size, -1).all(axis=1)
+                    same[at, i, j] = eq
+    out: list[list[str | None]] = []
+    for kk in range(nK):
+        row: list[str | None] = [None] * C
+        for i in range(C):
+            for j in range(i):
+                if row[j] is None and same[kk, i, j]:
+                    row[i] = candidates[j].id
+                    break
+        out.append(row)
     return out
 
 
@@ -237,27 +257,51 @@ def interval_columns(point: list[np.ndarray], drawn: list[np.ndarray] | None,
                      candidates: Sequence[Candidate], draws: int, rng: np.random.Generator, *,
                      estimator: str | None = None) -> tuple[dict, KConfidence]:
     """:func:`intervals`' columns as arrays (``equivalent_to`` a list) and its confidence,
-    without a frame per K (a sweep prices every K with it)."""
-    P = point[0].shape[-1]
+    without a frame (:func:`sweep_interval_columns` at one K)."""
+    n = len(candidates)
+    cols, confs = sweep_interval_columns(
+        np.stack(point[:n])[None], None if drawn is None else np.stack(drawn[:n])[None],
+        candidates, draws, rng, estimator=estimator)
+    return {c: v[0] for c, v in cols.items()}, confs[0]
+
+
+def sweep_interval_columns(point: np.ndarray, drawn: np.ndarray | None,
+                           candidates: Sequence[Candidate], draws: int,
+                           rng: np.random.Generator, *, estimator: str | None = None
+                           ) -> tuple[dict, list[KConfidence]]:
+    """:func:`interval_columns` at every K of a sweep at once: ``point`` ``(nK, C, P)``, ``drawn``
+    ``(nK, C, B, P)`` or None. Every K resamples its prompts with the same one draw of ``rng``,
+    as pricing that K alone from this generator state would; the columns have shape
+    ``(nK, C)`` (``equivalent_to`` a list per K), with one :class:`KConfidence` per K."""
+    nK, C, P = point.shape
     full = drawn if drawn is not None else point
-    means, idx = prompt_bootstrap(full[:len(candidates)], draws, rng)
-    equivalent = equivalences(point, full, candidates)
-    pt = np.array([p.mean() for p in point[:len(candidates)]])
+    idx = rng.integers(0, P, (draws, P))        # prompt_bootstrap's draw, for every K
+    if drawn is None:       # in C order, so each mean sums as one K's alone would
+        gathered = np.take(point, idx, axis=-1)                           # (nK, C, B, P)
+    else:                   # draw b's resample of prompts: flat positions b * P + idx[b]
+        flat = (np.arange(draws)[:, None] * P + idx).ravel()
+        gathered = np.take(drawn.reshape(nK, C, -1), flat, axis=-1).reshape(drawn.shape)
+    means = gathered.mean(axis=-1).transpose(0, 2, 1)                     # (nK, B, C)
+    equivalent = sweep_equivalences(point, full, candidates)
+    pt = point.mean(axis=-1)
     # the draws' quantiles once, for the draws' interval and the one with the model error
     # (:func:`percentile_interval` without and with the estimator)
-    h_lo, h_hi = log_spread(means, LEVEL)
+    h_lo, h_hi = log_spread(means.transpose(1, 0, 2), LEVEL)
     sigma = 0.0 if estimator is None else model_error().sigma(estimator)
     lo_d, hi_d = widen(pt, h_lo, h_hi, LEVEL, 0.0)
     lo, hi = widen(pt, h_lo, h_hi, LEVEL, sigma)
-    rivals = [i for i, e in enumerate(equivalent) if e is None]
-    wins = np.bincount(np.argmin(means[:, rivals], axis=1), minlength=len(rivals)) / draws
-    prob = np.full(len(candidates), np.nan)
-    prob[rivals] = wins
-    verdict = most_likely_fastest(means[:, rivals], [candidates[i].id for i in rivals],
-                                  pt[rivals].tolist())
-    cols = {"tpot_lo_us": lo, "tpot_hi_us": hi, "draws_lo_us": lo_d, "draws_hi_us": hi_d,
-            "win_probability": prob, "equivalent_to": equivalent}
-    return cols, _confidence(point, drawn, candidates, rivals, prob, idx, P, verdict)
+    prob = np.full((nK, C), np.nan)
+    confs = []
+    for kk in range(nK):
+        rivals = [i for i, e in enumerate(equivalent[kk]) if e is None]
+        m = means[kk][:, rivals]
+        prob[kk, rivals] = np.bincount(np.argmin(m, axis=1), minlength=len(rivals)) / draws
+        verdict = most_likely_fastest(m, [candidates[i].id for i in rivals],
+                                      pt[kk, rivals].tolist())
+        confs.append(_confidence(point[kk], None if drawn is None else drawn[kk], candidates,
+                                 rivals, prob[kk], idx, P, verdict))
+    return {"tpot_lo_us": lo, "tpot_hi_us": hi, "draws_lo_us": lo_d, "draws_hi_us": hi_d,
+            "win_probability": prob, "equivalent_to": equivalent}, confs
 
 
 def _confidence(point, drawn, candidates, rivals, prob, idx, P, verdict) -> KConfidence:
