@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .attention import BlockAttention, Family, block_attention, cache_bytes, family_of
 from .errors import CopeInputError
 
 GIB = 1024**3
@@ -203,20 +204,29 @@ class ModelGeometry:
         return self.expert_intermediate * (self.top_k + self.n_shared_experts)
 
     @property
-    def attention_params(self) -> int:
-        """Weights of one block's attention with full heads: Q, K and V, and the output."""
-        qd, kvd = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        return 2 * qd * self.hidden + 2 * kvd * self.hidden
+    def family(self) -> Family:  # the attention's architecture family (cope_core.attention)
+        return family_of(self, CATALOG, ALIASES)
 
     @property
-    def moe_block_params(self) -> int:
+    def attention_blocks(self) -> tuple[BlockAttention, ...]:
+        """Each transformer block's attention weights and cache by its family."""
+        return block_attention(self, self.family)
+
+    @property
+    def attention_params(self) -> float:
+        """Weights of one block's attention (:mod:`cope_core.attention`), mean over blocks."""
+        rows = self.attention_blocks
+        return sum(r.params for r in rows) / len(rows)
+
+    @property
+    def moe_block_params(self) -> float:
         """Policy-invariant weights one MoE block reads per token: attention, the router and the
         shared experts (the routed experts are the policy's)."""
         return (self.attention_params + self.n_experts * self.hidden
                 + self.n_shared_experts * 3 * self.hidden * self.expert_intermediate)
 
     @property
-    def dense_block_params(self) -> int:
+    def dense_block_params(self) -> float:
         """Weights one leading dense block reads per token: attention and its FFN."""
         return self.attention_params + 3 * self.hidden * self.dense_intermediate
 
@@ -228,12 +238,12 @@ class ModelGeometry:
     all_expert_bytes = property(lambda self: self.n_experts * self.per_k_bytes)
 
     def kv_cache_bytes(self, context: int = DEFAULT_CONTEXT) -> int:
-        """K and V for ``context`` tokens in every transformer block."""
+        """What every block caches at ``context`` tokens, by its family: K and V (MLA's latent
+        row; none in a linear-attention layer) in ``dtype_bytes``, and recurrent states in F32."""
         if not (isinstance(context, (int, np.integer)) and context >= 0):
             raise CopeInputError(f"expected a whole number of tokens >= 0, got {context!r}",
                                  field="context")
-        blocks = self.n_layers + self.dense_layers
-        return 2 * blocks * self.n_kv_heads * self.head_dim * self.dtype_bytes * int(context)
+        return cache_bytes(self.attention_blocks, int(context), self.dtype_bytes, self.dtype_bytes)
 
     def to_dict(self) -> dict[str, Any]:
         """The geometry as JSON-ready values; a geometry stored in ``dtype_bytes`` leaves out
@@ -339,15 +349,17 @@ def _entry(name: str, *, L: int, dense: int, E: int, k: int, shared: int, hidden
 
 
 #: Built-in models (F16/BF16). Geometry from each model's published config.json; total
-#: parameter counts from the model cards. DeepSeek-V2-Lite uses MLA attention: its KV cache is
-#: modelled with 16 full heads of 128, an over-estimate noted in the README.
+#: parameter counts from the model cards, but Qwen3.5's (see below).
 CATALOG: dict[str, ModelGeometry] = {g.name: g for g in [
     _entry("deepseek-v2-lite", L=26, dense=1, E=64, k=6, shared=2, hidden=2048, inter=1408,
            heads=16, kv=16, head_dim=128, vocab=102400, total_params=15.706e9),
     _entry("qwen3-30b-a3b", L=48, dense=0, E=128, k=8, shared=0, hidden=2048, inter=768,
            heads=32, kv=4, head_dim=128, vocab=151936, total_params=30.532e9),
+    # the card's "35B" is rounded (and its checkpoint has an MTP block and a vision tower that
+    # llama.cpp does not load as the model): its text model counted from config.json, per
+    # block by cope_core.attention plus norms, router, shared expert and its gate (design.md)
     _entry("qwen3.5-35b-a3b", L=40, dense=0, E=256, k=8, shared=1, hidden=2048, inter=512,
-           heads=16, kv=2, head_dim=256, vocab=248320, total_params=35.0e9),
+           heads=16, kv=2, head_dim=256, vocab=248320, total_params=34_660_610_688),
     _entry("mixtral-8x7b", L=32, dense=0, E=8, k=2, shared=0, hidden=4096, inter=14336,
            heads=32, kv=8, head_dim=128, vocab=32000, total_params=46.703e9),
     _entry("olmoe-1b-7b", L=16, dense=0, E=64, k=8, shared=0, hidden=2048, inter=1024,
@@ -376,22 +388,8 @@ ALIASES = {"deepseek-coder-v2-lite": "deepseek-v2-lite",
 
 
 def get_model(name: str) -> ModelGeometry:
-    """Look a model up in the catalog.
-
-    Parameters
-    ----------
-    name : str
-        A catalog name (``cope models``), case-insensitive; aliases accepted.
-
-    Returns
-    -------
-    ModelGeometry
-
-    Raises
-    ------
-    CopeInputError
-        For a name the catalog does not know, listing the ones it does.
-    """
+    """The catalog model ``name`` (``cope models``; case-insensitive, aliases accepted); a name
+    the catalog does not know is a one-line CopeInputError listing the ones it does."""
     key = ALIASES.get(name.lower(), name.lower())
     if key not in CATALOG:
         raise CopeInputError(f"unknown model {name!r}; expected one of {sorted(CATALOG)}",

@@ -78,7 +78,16 @@ def test_kv_cache_bytes():
     # 2 (K and V) * 32 blocks * 8 kv heads * 128 * 2 bytes * 4096 tokens = 512 MiB
     assert g.kv_cache_bytes(4096) == 512 * MIB
     d = get_model("deepseek-v2-lite")
-    assert d.kv_cache_bytes(1) == 2 * 27 * 16 * 128 * 2   # dense prefix counts too
+    # MLA caches one row of kv_lora_rank 512 + rope 64 per token, K only; the dense prefix too
+    assert d.kv_cache_bytes(1) == 27 * (512 + 64) * 2
+    q = get_model("qwen3.5-35b-a3b")
+    # K and V (2 heads of 256) only in the 10 full-attention blocks (3, 7, ..., 39); each of the
+    # 30 Gated DeltaNet blocks holds its F32 state at any context: conv 3 x (2*16*128 + 32*128)
+    # and the delta rule's 32 x 128 x 128
+    state = 30 * 4 * (3 * 8192 + 32 * 128 * 128)
+    assert q.kv_cache_bytes(0) == state
+    assert q.kv_cache_bytes(4096) == 10 * 2 * 512 * 2 * 4096 + state
+    assert [i for i, r in enumerate(q.attention_blocks) if r.k_values] == list(range(3, 40, 4))
 
 
 # --- memory model -------------------------------------------------------------------------------

@@ -82,25 +82,27 @@ def test_device_memory_by_hand():
 
 
 def test_compute_buffer_by_hand():
-    """n_ctx 100: 256 tokens and cells. F32 hidden state H = 4*256*64, the chosen experts'
-    gate output A = 4*256*2*32 (both 65536), logits 4*256*100 = 102400; mask 2*256*256 =
-    131072; positions and indices 32*256 = 8192."""
+    """n_ctx 100: llama.cpp caps the batch at the context (n_batch = min(n_ctx, n_batch),
+    n_ubatch <= n_batch, src/llama-context.cpp l. 248-250, before the context is padded to 256
+    cells), so the graph is reserved for 100 tokens. F32 hidden state H = 4*100*64, the chosen
+    experts' gate output A = 4*100*2*32 (both 25600), logits 4*100*100 = 40000; mask 2*256*100 =
+    51200; positions and indices 32*100 = 3200."""
     m = synthetic(expert_bytes=(300000, 300000))
-    base = 8192 + 131072 + 3 * 65536 + 4 * 65536          # the FFN's peak beats the output's
-    assert compute_estimate(m, 100) == base == 598016
+    base = 3200 + 51200 + 3 * 25600 + 4 * 25600           # the FFN's peak beats the output's
+    assert compute_estimate(m, 100) == base == 233600
     # block 0's experts in host memory: a 300000-byte copy beside two FFN outputs, 4 H, mask
     block0 = Placement(-1, (r"blk\.0\.ffn_.*_exps",))
-    assert compute_estimate(m, 100, block0) == 8192 + 131072 + 300000 + 2 * 65536 + 4 * 65536
+    assert compute_estimate(m, 100, block0) == 3200 + 51200 + 300000 + 2 * 25600 + 4 * 25600
     # the last block's copy comes after the last attention: the mask's memory is free again
     block1 = Placement(-1, (r"blk\.1\.ffn_.*_exps",))
-    assert compute_estimate(m, 100, block1) == 8192 + 300000 + 2 * 65536 + 4 * 65536
+    assert compute_estimate(m, 100, block1) == 3200 + 300000 + 2 * 25600 + 4 * 25600
     # -ngl 1: both blocks in host memory; half a block's K and V (256 cells x 2 x 128 bytes)
     assert compute_estimate(m, 100, Placement(1)) == \
-        8192 + 131072 + 300000 + 2 * 65536 + 4 * 65536 + 256 * 256 // 2
+        3200 + 51200 + 300000 + 2 * 25600 + 4 * 25600 + 256 * 256 // 2
     # the compute buffer stays on the GPU with nothing else there (-ngl 0)
     assert device_memory(m, Placement(0), 100).compute == compute_estimate(m, 100, Placement(0))
-    # the batch is the context when that is shorter than -ub (src/llama-context.cpp l. 631)
-    assert compute_estimate(m, 100, n_ubatch=128) == 32 * 128 + 2 * 256 * 128 + 7 * 4 * 128 * 64
+    # a -ub shorter than the context is the batch (src/llama-context.cpp l. 631)
+    assert compute_estimate(m, 300, n_ubatch=128) == 32 * 128 + 2 * 512 * 128 + 7 * 4 * 128 * 64
 
 
 def test_fit_patterns_count_the_output_as_the_last_layer():
@@ -316,7 +318,7 @@ def compute_buffer(path: Path, ctx: int, p: Placement) -> float:
 def test_the_compute_buffer_follows_the_placement(tiny_moe, wide_moe):
     """llama.cpp's compute buffer on the GPU grows when weights it reads are in host memory
     (their copies for the offloaded products) and with the context (the attention mask): at
-    fit's placements, --n-cpu-moe's and -ngl's, for two shapes at two contexts, the rule is
+    fit's placements, --n-cpu-moe's and -ngl's, for two shapes at three contexts, the rule is
     within the stated bound, and on these two shapes exact to the printed 0.01 MiB where
     nothing is in host memory."""
     moe = r"blk\.{}\.ffn_(up|down|gate_up|gate)_(ch|)exps"
@@ -326,7 +328,7 @@ def test_the_compute_buffer_follows_the_placement(tiny_moe, wide_moe):
                  Placement(n + 1, (r"blk\.1\.ffn_(gate|up|gate_up|down).*",
                                    *(moe.format(b) for b in range(2, n + 1)))),
                  Placement(0), Placement(2))
-        for ctx in (1024, 4096):
+        for ctx in (128, 1024, 4096):       # 128: a context shorter than -ub is the batch
             for p in cases:
                 got, want = compute_buffer(path, ctx, p), compute_estimate(m, ctx, p) / MiB
                 tol = 0.006 if p == Placement() else COMPUTE_TOLERANCE_MIB

@@ -39,6 +39,9 @@ N_CTX_PAD = 256
 #: llama-completion/llama-server's default physical batch (common/common.h l. 457): the compute
 #: buffer is reserved for this many tokens
 N_UBATCH = 512
+#: the default logical batch (common/common.h, llama-bench's too); llama.cpp caps it, and so the
+#: physical batch, at the context asked for (src/llama-context.cpp l. 248-250)
+N_BATCH = 2048
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -65,6 +68,7 @@ class LlamaModel:
     n_ff_exp: int
     kv_widths: tuple[tuple[int, int], ...]     # (n_embd_k_gqa, n_embd_v_gqa) per block
     n_ff: int = 0                              # a dense FFN's width (feed_forward_length)
+    states: tuple[int, ...] = ()               # a recurrent block's n_embd_r + n_embd_s (F32)
 
     @property
     def has_output(self) -> bool:
@@ -97,6 +101,8 @@ def read_llama_model(path: str | os.PathLike) -> LlamaModel:
         hk = int(meta.get("attention.key_length") or n_embd // n_head)
         hv = int(meta.get("attention.value_length") or n_embd // n_head)
         widths = [(hk * k, hv * k) for k in kv]
+    states = _recurrent_states(meta, n_layer)
+    widths = [(0, 0) if r else w for w, r in zip(widths, states)]
     names = {t.name: t for t in table}
     embd = names.get("token_embd.weight")
     return LlamaModel(
@@ -108,7 +114,27 @@ def read_llama_model(path: str | os.PathLike) -> LlamaModel:
         n_vocab=int(embd.shape[1]) if embd else int(need("vocab_size")), n_head=n_head,
         top_k=int(meta.get("expert_used_count") or 0),
         n_ff_exp=int(meta.get("expert_feed_forward_length") or 0), kv_widths=tuple(widths),
-        n_ff=max(_per_layer(meta.get("feed_forward_length") or 0, n_layer), default=0))
+        n_ff=max(_per_layer(meta.get("feed_forward_length") or 0, n_layer), default=0),
+        states=tuple(states) if any(states) else ())
+
+
+def _recurrent_states(meta: dict[str, Any], n_layer: int) -> list[int]:
+    """Each block's recurrent state in F32 values, 0 for an attention block: a hybrid model
+    (Qwen3.5/3.6, Qwen3-Next: ``ssm.*`` keys) marks its recurrent blocks by
+    ``attention.recurrent_layers`` or else every block but each ``full_attention_interval``-th
+    (default 4; src/models/qwen35moe.cpp l. 18-25); a state is ``n_embd_r = (d_conv - 1) ·
+    (d_inner + 2 · n_group · d_state)`` plus ``n_embd_s = d_state · d_inner`` values
+    (src/llama-hparams.cpp l. 208-258)."""
+    if meta.get("ssm.inner_size") is None or meta.get("ssm.group_count") is None:
+        return [0] * n_layer
+    d_conv, d_inner = int(meta.get("ssm.conv_kernel") or 0), int(meta["ssm.inner_size"])
+    d_state, groups = int(meta.get("ssm.state_size") or 0), int(meta["ssm.group_count"])
+    size = max(d_conv - 1, 0) * (d_inner + 2 * groups * d_state) + d_state * d_inner
+    marks = meta.get("attention.recurrent_layers")
+    if isinstance(marks, list):
+        return [size if bool(x) else 0 for x in marks[:n_layer]]
+    every = int(meta.get("full_attention_interval") or 4)
+    return [0 if (i + 1) % every == 0 else size for i in range(n_layer)]
 
 
 def row_bytes(cache_type: str, n: int) -> int:
@@ -168,11 +194,13 @@ class DeviceMemory:
 
 def kv_bytes(m: LlamaModel, blocks: range | list[int], n_ctx: int, type_k: str = "f16",
              type_v: str = "f16") -> int:
-    """KV cache bytes of ``blocks`` at ``n_ctx`` (padded to 256 cells) and the cache types."""
+    """KV cache bytes of ``blocks`` at ``n_ctx`` (padded to 256 cells) and the cache types, and
+    a recurrent block's state for one sequence in F32 (``llama_memory_recurrent``: r and s F32,
+    ``mem_size = max(1, n_seq_max)`` rows, src/llama-model.cpp l. 2675-2684)."""
     cells = _pad(max(int(n_ctx), 1), N_CTX_PAD)
-    return sum(cells * (row_bytes(type_k, m.kv_widths[b][0])
+    return sum(cells * ((row_bytes(type_k, m.kv_widths[b][0]) if m.kv_widths[b][0] else 0)
                         + (row_bytes(type_v, m.kv_widths[b][1]) if m.kv_widths[b][1] else 0))
-               for b in blocks)
+               + (4 * m.states[b] if m.states else 0) for b in blocks)
 
 
 def compute_estimate(m: LlamaModel, n_ctx: int, placement: Placement | None = None,
@@ -181,7 +209,9 @@ def compute_estimate(m: LlamaModel, n_ctx: int, placement: Placement | None = No
     every layer on the GPU), flash attention on (``-fa auto``, common/common.h l. 504).
 
     llama.cpp sizes it by allocating the worst-case graph of ``t = min(n_ctx, n_ubatch)``
-    tokens (``sched_reserve``, src/llama-context.cpp l. 631-700) with ggml's graph allocator,
+    tokens (``sched_reserve``, src/llama-context.cpp l. 631-700), where ``n_ubatch`` is already
+    capped by ``n_batch = min(n_ctx, n_batch)`` before the context is padded (l. 248-292: a
+    128-token context reserves for 128 tokens, not 256), with ggml's graph allocator,
     which reuses a tensor's memory once its last reader ran (``ggml_gallocr_alloc_graph_impl``,
     ggml/src/ggml-alloc.c l. 718-823, best-fit free blocks l. 202-310). Read from source:
 
@@ -210,7 +240,7 @@ def compute_estimate(m: LlamaModel, n_ctx: int, placement: Placement | None = No
     modelled: measured at 209 placements, the rule is within 2.02 MiB of llama.cpp's but where
     the last block's experts are partly in host memory (4 MiB), 0.44 MiB off on average.
     """
-    t = min(int(n_ubatch), _pad(max(int(n_ctx), 1), N_CTX_PAD))
+    t = min(int(n_ubatch), N_BATCH, max(int(n_ctx), 1))
     n_kv = _pad(max(int(n_ctx), 1), N_CTX_PAD)
     f32 = 4 * t
     hidden = f32 * m.n_embd
@@ -273,8 +303,8 @@ def llama_model_of(g: ModelGeometry, n_ctx_train: int = 0) -> LlamaModel:
     apply_preset`'s rule), the output ``vocab x hidden`` at the head's; the rest of the
     non-expert bytes are split evenly over the blocks, a dense block's FFN and a MoE block's
     shared experts as their own ``ffn_*`` tensors (fit's partial-layer patterns match them).
-    The KV cache has ``n_kv_heads x head_dim`` values per row in every block (a hybrid
-    model's recurrent blocks have none: the cache is over-counted for them).
+    Each block caches what its attention family does (:mod:`cope_core.attention`): K and V
+    rows, MLA's latent row, or a linear-attention block's recurrent state.
     """
     fmt = g.weight_format.upper()
     if fmt in PRESETS:
@@ -289,10 +319,11 @@ def llama_model_of(g: ModelGeometry, n_ctx_train: int = 0) -> LlamaModel:
     shexp = int(g.n_shared_experts * g.hidden * g.expert_intermediate * other_bpw / 8)
     dense_ffn = int(g.hidden * g.dense_intermediate * other_bpw / 8)
     rest = g.non_expert_bytes - embd - head - 3 * (shexp * g.n_layers + dense_ffn * g.dense_layers)
-    attn = max(rest, 0) // n_blocks
+    rows = g.attention_blocks
+    weights = sum(r.params for r in rows)
     tensors: list[tuple[str, int]] = [("token_embd.weight", embd)]
-    for b in range(n_blocks):
-        tensors.append((f"blk.{b}.attn_qkv.weight", attn))
+    for b in range(n_blocks):       # the rest by each block's attention weights
+        tensors.append((f"blk.{b}.attn_qkv.weight", max(rest, 0) * rows[b].params // weights))
         if b < g.dense_layers:
             tensors += [(f"blk.{b}.ffn_{p}.weight", dense_ffn) for p in ("gate", "up", "down")]
             continue
@@ -304,9 +335,9 @@ def llama_model_of(g: ModelGeometry, n_ctx_train: int = 0) -> LlamaModel:
         if shexp:
             tensors += [(f"blk.{b}.ffn_{p}_shexp.weight", shexp) for p in ("gate", "up", "down")]
     tensors.append(("output.weight", head))
-    width = g.n_kv_heads * g.head_dim
     return LlamaModel(
         path=f"{g.name} ({g.format_name})", architecture="catalog", tensors=tuple(tensors),
         n_layer=n_blocks, n_ctx_train=int(n_ctx_train), n_expert=g.n_experts, n_embd=g.hidden,
         n_vocab=g.vocab, n_head=g.n_heads, top_k=g.top_k, n_ff_exp=g.expert_intermediate,
-        kv_widths=((width, width),) * n_blocks, n_ff=g.dense_intermediate)
+        kv_widths=tuple((r.k_values, r.v_values) for r in rows), n_ff=g.dense_intermediate,
+        states=tuple(r.state for r in rows) if any(r.state for r in rows) else ())

@@ -30,77 +30,31 @@ known family is priced as full attention over its geometry's heads.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
-from ..geometry import ALIASES, CATALOG, ModelGeometry
+# the families and each block's weights are one rule, cope_core.attention's (re-exported here)
+from ..attention import (
+    FAMILIES,
+    STATE_BYTES,
+    Family,
+    GatedDeltaNet,
+    Mla,
+    SlidingWindow,
+    delta_net_block,
+    full_block,
+    mla_block,
+)
+from ..geometry import ModelGeometry
 
-#: llama.cpp keeps a recurrent layer's state in F32 (``llama_memory_recurrent``)
-STATE_BYTES = 4
-
-
-@dataclass(frozen=True)
-class Mla:
-    """Multi-head latent attention (DeepSeek-V2/V3 ``config.json``)."""
-
-    kv_lora_rank: int
-    qk_nope_head_dim: int
-    qk_rope_head_dim: int
-    v_head_dim: int
-    q_lora_rank: int = 0          # 0: one ``q_proj`` (V2-Lite); else ``q_a_proj`` + ``q_b_proj``
-
-
-@dataclass(frozen=True)
-class GatedDeltaNet:
-    """Qwen3.5's hybrid layout: linear-attention layers, one full layer every ``interval``."""
-
-    interval: int
-    key_heads: int
-    value_heads: int
-    key_head_dim: int
-    value_head_dim: int
-    conv_kernel: int
-
-
-@dataclass(frozen=True)
-class SlidingWindow:
-    """Alternating sliding-window and full attention (gpt-oss)."""
-
-    window: int
-    every: int = 2                # one full-attention layer in every ``every``
-
-
-Family = Mla | GatedDeltaNet | SlidingWindow | None
-#: Catalog entries whose attention is not plain full attention, each from its ``config.json``
-#: (the catalog's geometry cites them, docs/design.md#model-geometry-and-memory).
-FAMILIES: dict[str, Family] = {
-    "deepseek-v2-lite": Mla(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
-                            v_head_dim=128),
-    "deepseek-v3": Mla(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
-                       v_head_dim=128, q_lora_rank=1536),
-    "qwen3.5-35b-a3b": GatedDeltaNet(interval=4, key_heads=16, value_heads=32, key_head_dim=128,
-                                     value_head_dim=128, conv_kernel=4),
-    "gpt-oss-20b": SlidingWindow(window=128),
-    "gpt-oss-120b": SlidingWindow(window=128),
-}
-_SHAPE = ("n_layers", "n_experts", "top_k", "hidden", "expert_intermediate", "n_heads",
-          "n_kv_heads", "head_dim", "dense_layers", "n_shared_experts")
+__all__ = ["FAMILIES", "STATE_BYTES", "BlockWork", "Family", "GatedDeltaNet", "Mla",
+           "SlidingWindow", "attention_work", "dense_block_work", "family", "moe_block_work"]
 
 
 def family(g: ModelGeometry) -> Family:
-    """The attention family of ``g``: its catalog entry's by name, else that of the catalog
-    entry with its shape (a GGUF file of a catalog model is named after the file); None, full
-    attention, otherwise."""
-    name = ALIASES.get(g.name.lower(), g.name.lower())
-    if name in FAMILIES:
-        return FAMILIES[name]
-    for entry, fam in FAMILIES.items():
-        c = CATALOG[entry]
-        if all(getattr(c, f) == getattr(g, f) for f in _SHAPE):
-            return fam
-    return None
+    """The attention family of ``g`` (:attr:`cope_core.geometry.ModelGeometry.family`)."""
+    return g.family
 
 
 class BlockWork(NamedTuple):
@@ -113,33 +67,26 @@ class BlockWork(NamedTuple):
 
 
 def _full(g: ModelGeometry, ctx: np.ndarray, q_factor: int = 1) -> BlockWork:
-    qd, kvd = g.n_heads * g.head_dim, g.n_kv_heads * g.head_dim
-    params = (q_factor + 1) * qd * g.hidden + 2 * kvd * g.hidden
-    return BlockWork(float(params), 2.0 * kvd * g.dtype_bytes * ctx,
+    kvd = g.n_kv_heads * g.head_dim
+    return BlockWork(float(full_block(g, q_factor).params), 2.0 * kvd * g.dtype_bytes * ctx,
                      4.0 * g.n_heads * g.head_dim * ctx)
 
 
 def _mla(g: ModelGeometry, m: Mla, ctx: np.ndarray) -> BlockWork:
-    h, qk = g.n_heads, m.qk_nope_head_dim + m.qk_rope_head_dim
-    q = (g.hidden * m.q_lora_rank + m.q_lora_rank * h * qk) if m.q_lora_rank else g.hidden * h * qk
-    latent = m.kv_lora_rank + m.qk_rope_head_dim
-    params = (q + g.hidden * latent + m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim)
-              + h * m.v_head_dim * g.hidden)
+    h, latent = g.n_heads, m.kv_lora_rank + m.qk_rope_head_dim
+    params = mla_block(g, m).params
     # scores against latent + rope key, then the weighted sum of the latent, per head
     return BlockWork(float(params), 1.0 * latent * g.dtype_bytes * ctx,
                      2.0 * h * (latent + m.kv_lora_rank) * ctx)
 
 
 def _delta_net(g: ModelGeometry, d: GatedDeltaNet, ctx: np.ndarray) -> BlockWork:
-    kd, vd = d.key_heads * d.key_head_dim, d.value_heads * d.value_head_dim
-    conv = 2 * kd + vd
-    params = (g.hidden * conv + g.hidden * vd + 2 * g.hidden * d.value_heads
-              + conv * d.conv_kernel + vd * g.hidden)
     state = d.value_heads * d.key_head_dim * d.value_head_dim
-    # the state read and written once, the convolution's last kernel-1 inputs likewise; the
+    # the state (the convolution's last kernel-1 inputs too) read and written once; the
     # delta rule's few passes over the state (decay, k^T S, rank-1 update, q S) in FLOPs
-    moved = 2.0 * STATE_BYTES * (state + conv * (d.conv_kernel - 1))
-    linear = BlockWork(float(params), np.full_like(ctx, moved), np.full_like(ctx, 8.0 * state))
+    moved = 2.0 * STATE_BYTES * d.state_values
+    linear = BlockWork(float(delta_net_block(g, d).params), np.full_like(ctx, moved),
+                       np.full_like(ctx, 8.0 * state))
     full = _full(g, ctx, q_factor=2)            # gated attention: query and gate
     n_full = 1.0 / d.interval
     return BlockWork((1 - n_full) * linear.params + n_full * full.params,
