@@ -21,11 +21,12 @@ in the sglang-kt 0.7.2 wheel):
   predicate (l. 3335-3336, registered l. 3346-3348) does not match, and
   ``maybe_wrap_moe_quant_method`` (``layers/moe/quant_method_registry.py`` l. 62-66, called by
   ``FusedMoE``, ``layers/moe/fused_moe_triton/layer.py`` l. 294) keeps SGLang's own GPU method:
-  every expert on the GPU, so it loads only when the whole model fits. At this commit the
-  wrapper registers itself only when the DeepSeek-V4 model module imports it
-  (``models/deepseek_v4.py`` l. 47; ``fused_moe_triton/layer.py`` l. 290: "Non-DSV4 paths get
-  gpu_method back unchanged"): for another model every expert stays on the GPU whatever the
-  flags, so the default is the same there.
+  every expert on the GPU, so it loads only when the whole model fits. The wrapper registers
+  itself when ``models/deepseek_v4.py`` imports it (l. 47), and the model registry imports every
+  module of ``sglang.srt.models`` (``models/registry.py`` l. 95-103, 131), so it is there for
+  every model. The sglang-kt 0.7.2 wheel (``pip download sglang-kt==0.7.2``) takes the same path
+  at other lines: ``server_args.py`` l. 883-884, ``kt_ep_wrapper.py`` l. 4615, 4780-4782,
+  6318-6332.
 
 So ``{"logical_count": T[1, blocks, E]}`` with exactly ``K`` ones per MoE row selects exactly the
 fixed fill. The other experts run on the CPU concurrently with the GPU hits: the runtime's
