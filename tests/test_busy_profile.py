@@ -71,10 +71,10 @@ def test_the_refusal_is_one_line_naming_the_cause():
     text = str(err)
     assert "\n" not in text
     assert text == ("the machine was busy while profiling (its threads waited for a CPU 20 % of "
-                    "the time they timed shared work (limit 5 %) while other processes used 60 % "
-                    "of the 2 CPUs (limit 5 %); spread 0.0 %; load average 5.12 -> 6.3, after "
-                    "3 attempts): close other work and profile again, or keep it with --busy-ok "
-                    "(its quality is recorded)")
+                    "the time they timed shared work (summed over threads; limit 5 %) while other "
+                    "processes used 60 % of the 2 CPUs (limit 5 %); spread 0.0 %; load average "
+                    "5.12 -> 6.3, after 3 attempts): close other work and profile again, or keep "
+                    "it with --busy-ok (its quality is recorded)")
 
 
 def test_prefer_keeps_the_quietest_attempt():
@@ -197,9 +197,9 @@ def test_busy_note_names_the_busy_points_only():
     assert busy.busy_note({}) is None and busy.busy_note({"shared_quality": "x"}) is None
     assert busy.busy_note({"shared_quality": [quiet, loud]}) == (
         "profiled on a busy machine at CPU threads [2] (its threads waited for a CPU 50 % of the "
-        "time they timed shared work (limit 5 %) while other processes used 50 % of the 2 CPUs "
-        "(limit 5 %); spread 0.0 %; load average 4 -> 4): its timings are inflated; profile "
-        "again on a quiet machine")
+        "time they timed shared work (summed over threads; limit 5 %) while other processes used "
+        "50 % of the 2 CPUs (limit 5 %); spread 0.0 %; load average 4 -> 4): its timings are "
+        "inflated; profile again on a quiet machine")
     # a malformed record still warns, without the numbers
     assert busy.busy_note({"shared_quality": [{"busy": True, "cpu_threads": 3}]}) == (
         "profiled on a busy machine at CPU threads [3]: its timings are inflated; profile again "

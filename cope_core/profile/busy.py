@@ -134,7 +134,8 @@ class SharedQuality:
                     f"floor, limit {NOISE_LIMIT_PCT:g} %; no scheduler statistics here)")
         else:
             what = (f"its threads waited for a CPU {_pct(self.wait_share)} of the time they "
-                    f"timed shared work (limit {_pct(WAIT_LIMIT)}) while other processes used "
+                    f"timed shared work (summed over threads; limit {_pct(WAIT_LIMIT)}) while "
+                    f"other processes used "
                     f"{_pct(self.others_share)} of the {self.cpus} CPUs (limit "
                     f"{_pct(OTHERS_LIMIT)}); spread {self.noise_pct:.1f} %")
         a, b = self.load
