@@ -236,17 +236,33 @@ def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E
 
 
 @numba.njit(parallel=True, **NJIT)
-def _cache_sweep(routed, prompt_start, layers, n_cached, group, off, off_of, version, share,
-                 persist, E, clock_of, order, cnt):
+def _cache_buckets(routed, prompt_start, layers, n_cached, group, off, off_of, version, share,
+                   persist, E, clock_of, order, bucket_start, run_order, cnt):
     """Configuration ``i`` caches the MoE layers ``layers[i, :n_cached[i]]``, in groups
     ``group[i]``, with slot offsets ``off[off_of[i]:off_of[i+1]]`` (from 0); ``version[i]`` 0
-    is LRU, 1 class-LRU; ``clock_of`` and ``order``: the class-LRU's reading (see
-    :func:`_classlru_one`)."""
-    for i in prange(n_cached.shape[0]):
-        o = off[off_of[i]:off_of[i + 1]]
-        if version[i] == 0:
-            _lru_one(routed, prompt_start, layers[i], n_cached[i], group[i], o, persist, E,
-                     cnt[i])
-        else:
-            _classlru_one(routed, prompt_start, layers[i], n_cached[i], group[i], o, persist, E,
-                          share[i], clock_of, order, cnt[i])
+    is LRU, 1 class-LRU; ``clock_of[i]`` and ``order[i]``: the class-LRU's reading (see
+    :func:`_classlru_one`). Bucket ``b`` replays the configurations
+    ``run_order[bucket_start[b]:bucket_start[b+1]]`` one after another, the buckets in parallel
+    (numba splits a ``prange`` into equal runs of iterations, so the caller balances the work
+    by the buckets it makes)."""
+    for b in prange(bucket_start.shape[0] - 1):
+        for j in range(bucket_start[b], bucket_start[b + 1]):
+            i = run_order[j]
+            o = off[off_of[i]:off_of[i + 1]]
+            if version[i] == 0:
+                _lru_one(routed, prompt_start, layers[i], n_cached[i], group[i], o, persist, E,
+                         cnt[i])
+            else:
+                _classlru_one(routed, prompt_start, layers[i], n_cached[i], group[i], o,
+                              persist, E, share[i], clock_of[i], order[i], cnt[i])
+
+
+@numba.njit(**NJIT)
+def _cache_sweep(routed, prompt_start, layers, n_cached, group, off, off_of, version, share,
+                 persist, E, clock_of, order, cnt):
+    """:func:`_cache_buckets` with one reading for every configuration, each its own bucket."""
+    n = n_cached.shape[0]
+    idx = np.arange(n)
+    _cache_buckets(routed, prompt_start, layers, n_cached, group, off, off_of, version, share,
+                   persist, E, np.full(n, clock_of), np.full(n, order), np.arange(n + 1), idx,
+                   cnt)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numba
 import numpy as np
 
 from ..errors import CopeInputError
@@ -20,6 +21,7 @@ from ..geometry import MIB, ModelGeometry
 from ..trace.data import Trace
 from ..weight_formats import tensor_bytes
 from . import _cache_kernels
+from ._cache_plan import CLASS_LRU_WEIGHT, buckets, distinct_per_layer, first_use_counts
 
 #: ggml-cuda's buffer alignment (ggml/src/ggml-cuda/ggml-cuda.cu,
 #: ggml_backend_cuda_buffer_type_get_alignment returns 128); each bank is padded to it once
@@ -307,8 +309,16 @@ class CacheCounts:
 
 
 def replay_cache(trace: Trace, configs: Sequence[CacheConfig], *,
-                 persist: bool = True, reading: Reading = OURS) -> CacheCounts:
+                 persist: bool = True, reading: Reading | Sequence[Reading] = OURS
+                 ) -> CacheCounts:
     """Replay each configuration over ``trace`` (configurations run in parallel).
+
+    A configuration whose every cache group has a slot for each expert its layers route to in
+    the trace never evicts: under either rule and every reading a lookup hits exactly the
+    experts its layer routed to before (since the server started, or since the prompt did),
+    and no miss goes to the CPU (the share applies only to a full group, which then has no
+    miss). Its counts are summed from one pass over the trace (:func:`_first_use_counts`), the
+    same integers the kernels count; the others are replayed.
 
     Parameters
     ----------
@@ -319,18 +329,32 @@ def replay_cache(trace: Trace, configs: Sequence[CacheConfig], *,
         True (upstream: the cache belongs to the server's context and is never cleared): the
         cache starts empty and carries over from prompt to prompt in trace order. False: every
         prompt starts from an empty cache (a server started per prompt).
-    reading : Reading
-        The class-LRU's inferred rules (:data:`READINGS`); the LRU has none.
+    reading : Reading or sequence of Reading
+        The class-LRU's inferred rules (:data:`READINGS`), one for all configurations or one
+        each; the LRU has none.
     """
     g = trace.model
     if not configs:
         raise CopeInputError("no llama.cpp cache configuration given", field="configs")
-    if reading not in READINGS:
-        raise CopeInputError(f"expected one of {[r.label for r in READINGS]}, got {reading!r}",
-                             field="reading")
+    each = [reading] * len(configs) if isinstance(reading, Reading) else list(reading)
+    if len(each) != len(configs) or any(r not in READINGS for r in each):
+        raise CopeInputError(f"expected one of {[r.label for r in READINGS]} (or one per "
+                             f"configuration), got {reading!r}", field="reading")
     layouts = tuple(cache_layout(g, c.n_cpu, c.cache_mib) for c in configs)
     n = len(configs)
-    L, k = g.n_layers, g.top_k
+    L, k, E = g.n_layers, g.top_k, g.n_experts
+    cnt = np.zeros((n, trace.n_prompts, k + 1, k + 1), np.int64)
+    distinct = distinct_per_layer(trace.routed, E)
+    never = [all(gr.n_slots >= sum(distinct[x] for x in gr.layers)
+                 for gr in lay.groups if gr.n_slots) for lay in layouts]
+    summed = [i for i in range(n) if never[i] and layouts[i].cached_layers]
+    if summed:
+        first = first_use_counts(trace.routed, trace.prompt_start, E, persist)
+        for i in summed:
+            cnt[i, :, :, 0] = first[list(layouts[i].cached_layers)].sum(axis=0)
+    run = [i for i in range(n) if not never[i]]
+    if not run:
+        return CacheCounts(tuple(configs), layouts, cnt)
     layers = np.zeros((n, max(L, 1)), np.int64)
     group = np.zeros((n, max(L, 1)), np.int64)
     n_cached = np.zeros(n, np.int64)
@@ -344,12 +368,14 @@ def replay_cache(trace: Trace, configs: Sequence[CacheConfig], *,
         group[i, :len(cached)] = [which[x] for x in cached]
         offs.extend(np.concatenate([[0], np.cumsum([gr.n_slots for gr in live])]).tolist())
         off_of.append(len(offs))
-    cnt = np.zeros((n, trace.n_prompts, k + 1, k + 1), np.int64)
     version = np.array([c.version.kernel for c in configs], np.int64)
     share = np.array([c.cpu_share for c in configs], np.float64)
-    _cache_kernels._cache_sweep(trace.routed, trace.prompt_start.astype(np.int64), layers,
-                                n_cached, group, np.asarray(offs, np.int64),
-                                np.asarray(off_of, np.int64), version, share, bool(persist),
-                                g.n_experts, _CLOCKS[reading.clock], _ORDERS[reading.cpu_order],
-                                cnt)
+    bucket_start, run_order = buckets(run, n_cached * np.where(version, CLASS_LRU_WEIGHT, 1.0),
+                                      numba.get_num_threads())
+    _cache_kernels._cache_buckets(
+        trace.routed, trace.prompt_start.astype(np.int64), layers, n_cached, group,
+        np.asarray(offs, np.int64), np.asarray(off_of, np.int64), version, share,
+        bool(persist), E, np.array([_CLOCKS[r.clock] for r in each], np.int64),
+        np.array([_ORDERS[r.cpu_order] for r in each], np.int64), bucket_start, run_order, cnt)
     return CacheCounts(tuple(configs), layouts, cnt)
+
