@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from ..errors import CopeInputError
 from ..platforms import PlatformSpec
@@ -184,6 +183,10 @@ def refit(spec: PlatformSpec, knobs: Sequence[Knob], fit_points: Sequence[FitPoi
         f = np.exp(x)
         pred = [predict(scaled_spec(spec, knobs, f, p.threads), p) for p in fit_points]
         return np.log(np.asarray(pred, np.float64) / measured)
+
+    # imported here: scipy.optimize costs about 0.5 s, and every ``cope`` command imports this
+    # module (the llama-bench plugins), where only a refit needs it
+    from scipy.optimize import least_squares
 
     bound = np.log(FACTOR_BOUND)
     sol = least_squares(residuals, np.zeros(len(knobs)), bounds=(-bound, bound),
