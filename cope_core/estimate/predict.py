@@ -177,10 +177,15 @@ def _add_uncertainty(df: pd.DataFrame, point: np.ndarray, trace: Trace, profile:
     # every K resamples its prompts from the same generator state: K's numbers do not depend on
     # which other K are priced with it (a sweep's row equals the prediction at that K alone)
     after_profile = rng.bit_generator.state
-    parts, per_k = [], {}
     n = len(cands)
-    for start in range(0, len(ks), K_BLOCK):
+
+    def block(start: int) -> tuple[dict, list]:
         kis = np.arange(start, min(start + K_BLOCK, len(ks)))
+        if not draws:
+            nan = np.full((len(kis), n), np.nan)
+            return {"tpot_lo_us": nan, "tpot_hi_us": nan, "draws_lo_us": nan,
+                    "draws_hi_us": nan, "win_probability": nan,
+                    "equivalent_to": sweep_equivalences(point[kis], point[kis], cands)}, []
         full = None
         if drawn is not None:       # (K, candidates, draws, prompts), summed in place
             full = np.empty((len(kis), n) + shared_d.shape)
@@ -189,17 +194,18 @@ def _add_uncertainty(df: pd.DataFrame, point: np.ndarray, trace: Trace, profile:
                 np.add(shared_d, part.experts, out=full[:, i])
                 if c.residency is not None and c.residency.mutable:   # others' is 0
                     np.add(full[:, i], part.prefetch, out=full[:, i])
-        if draws:
-            rng.bit_generator.state = after_profile
-            cols, confs = sweep_interval_columns(point[kis], full, cands, draws, rng,
-                                                 estimator=costs.estimator)
-            per_k.update({int(ks[ki]): c.to_dict() for ki, c in zip(kis, confs)})
-        else:
-            nan = np.full((len(kis), n), np.nan)
-            cols = {"tpot_lo_us": nan, "tpot_hi_us": nan, "draws_lo_us": nan,
-                    "draws_hi_us": nan, "win_probability": nan,
-                    "equivalent_to": sweep_equivalences(point[kis], point[kis], cands)}
-        parts.append(cols)
+        own = np.random.default_rng()
+        own.bit_generator.state = after_profile
+        return sweep_interval_columns(point[kis], full, cands, draws, own,
+                                      estimator=costs.estimator)
+
+    # blocks are independent (two threads were no faster on two busy cores: the Python work
+    # between the array operations holds the GIL)
+    starts = range(0, len(ks), K_BLOCK)
+    done = [block(s) for s in starts]
+    parts = [cols for cols, _ in done]
+    per_k = {int(ks[ki]): c.to_dict() for (_, confs), s in zip(done, starts)
+             for ki, c in zip(range(s, s + K_BLOCK), confs)}
     for col in ("tpot_lo_us", "tpot_hi_us", "draws_lo_us", "draws_hi_us", "win_probability"):
         df[col] = np.concatenate([p[col].ravel() for p in parts]).astype(np.float64)
     df["equivalent_to"] = pd.Series([e if isinstance(e, str) else None for p in parts
