@@ -13,6 +13,10 @@
 #   exllamav3 1.6.5   the wheel from PyPI, unpacked, never imported (its package JIT-compiles a
 #                     CUDA extension at import): the tests run its own argument parser and
 #                     expert placement code from the source -> $CACHE/exllamav3-1.6.5/
+#   SGLang-KT 0.7.2   the sglang-kt 0.7.2 wheel and the kt-kernel 0.7.2 wheel it pins, from PyPI;
+#                     only the files with its --kt-* parser and expert placement are unpacked,
+#                     never imported (CUDA import chain): the tests run that code from the
+#                     source -> $CACHE/sglang-kt-0.7.2/
 #   FreeToken 0.2.1   installed --no-deps into a folder with what its server's argument parser
 #                     imports beyond the test environment (msgpack, flashlib 0.4.0, triton)
 #                     -> $CACHE/freetoken-0.2.1/ (no server is started)
@@ -136,6 +140,40 @@ else
   else
     discard "$stage"
     missing "exllamav3 1.6.5" "could not be fetched" "$log"
+  fi
+  rm -rf "$tmp"
+fi
+# --- SGLang-KT: the source files of the sglang-kt 0.7.2 wheel and of the kt-kernel 0.7.2 it pins --
+SGKT="$CACHE/sglang-kt-0.7.2"
+SGKT_FILES=(sglang/srt/server_args.py sglang/srt/layers/moe/kt_ep_wrapper.py
+            sglang/srt/eplb/expert_location.py kt_kernel/experts.py kt_kernel/experts_base.py)
+if [ -f "$SGKT/kt_kernel/experts_base.py" ]; then
+  echo "runtimes: sglang-kt 0.7.2 source ready (cached in $SGKT)"
+else
+  log="$LOGS/sglang-kt-0.7.2.log"
+  : > "$log"
+  tmp=$(mktemp -d)
+  stage="$SGKT.partial-$$"
+  # x86-64 Linux wheels only; fetched for any host, never installed
+  if "$PY" -m pip download "${PIP[@]}" --no-deps --only-binary :all: \
+        --platform manylinux_2_35_x86_64 --python-version 3.11 \
+        "sglang-kt==0.7.2" "kt-kernel==0.7.2" -d "$tmp" >>"$log" 2>&1 \
+     && mkdir -p "$stage" \
+     && "$PY" -c 'import sys, zipfile
+for whl in sys.argv[2:4]:
+    with zipfile.ZipFile(whl) as z:
+        names = set(z.namelist())
+        for f in sys.argv[4:]:
+            if f in names:
+                z.extract(f, sys.argv[1])' "$stage" "$tmp"/sglang_kt-0.7.2-*.whl \
+          "$tmp"/kt_kernel-0.7.2-*.whl "${SGKT_FILES[@]}" >>"$log" 2>&1 \
+     && (cd "$stage" && ls "${SGKT_FILES[@]}") >>"$log" 2>&1 \
+     && discard "$SGKT" && mv "$stage" "$SGKT"
+  then
+    echo "runtimes: sglang-kt 0.7.2 source unpacked ($SGKT)"
+  else
+    discard "$stage"
+    missing "sglang-kt 0.7.2" "could not be fetched" "$log"
   fi
   rm -rf "$tmp"
 fi

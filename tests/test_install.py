@@ -71,8 +71,8 @@ def test_a_runtime_that_cannot_be_set_up_stops_the_test_command(tmp_path):
     r = run()
     assert r.returncode == 1, r.stderr
     last = r.stderr.strip().splitlines()[-1]
-    for name in ("llama.cpp b11434", "vLLM 0.33.0", "exllamav3 1.6.5", "freetoken-0.2.1",
-                 "ftllm-1.9.0"):
+    for name in ("llama.cpp b11434", "vLLM 0.33.0", "exllamav3 1.6.5", "sglang-kt 0.7.2",
+                 "freetoken-0.2.1", "ftllm-1.9.0"):
         assert f"runtimes: {name} could not be" in r.stderr and name in last, name
     assert "COPE_ALLOW_MISSING_RUNTIMES=1" in last
     r = run(COPE_ALLOW_MISSING_RUNTIMES="1")

@@ -9,14 +9,12 @@
   BPE tokenizer by a hash of known models' tokenizations, which a tiny tokenizer cannot have, so
   the conversion routes that routine to llama.cpp's own SentencePiece one.
 * vLLM 0.33.0 for real: the exported flags go through vLLM's ``EngineArgs`` parser (no engine).
-* Legacy KTransformers (<= 0.4.1) and SGLang-KT do not install on this CPU machine (CUDA
-  extensions; SGLang-KT's import chain pulls a CUDA torchvision): their checks are replayed here
-  from the source, cited in docs/export.md — the rule matcher of
+* Legacy KTransformers (<= 0.4.1) does not install on this CPU machine (CUDA extensions): its
+  checks are replayed here from the source, cited in docs/export.md — the rule matcher of
   kvcache-ai/ktransformers@95009ea6 ``archive/ktransformers/optimize/optimize.py``
   (``gen_optimize_config``: ``re.search``, first matching rule wins, ``recursive: False`` stops
-  the descent) over the module names of real transformers models, and the expert-location
-  loaders of kvcache-ai/sglang@04653fa8 (``eplb/expert_location.py``,
-  ``layers/moe/kt_ep_wrapper.py``) over the written ``.pt``.
+  the descent) over the module names of real transformers models. SGLang-KT's own code (the
+  sglang-kt 0.7.2 wheel's parser and expert placement) runs in tests/test_sglang_kt.py.
 """
 from __future__ import annotations
 
@@ -241,38 +239,6 @@ def test_ktransformers_rules_match_exactly_the_intended_experts(tmp_path, family
         assert i < len(ours), name              # ours come first and win
         kw = ours[i]["replace"]["kwargs"]
         assert kw["generate_device"] == ("cpu" if block in cpu_blocks else "cuda:0"), name
-
-
-# --- SGLang-KT: the two loaders of --init-expert-location ----------------------------------------
-def test_sglang_kt_loaders_accept_the_file_and_select_the_fill(tmp_path):
-    """Replays the checks of compute_initial_expert_location_metadata (a dict with
-    ``logical_count``, loaded with weights_only=True) and _init_kt_gpu_experts_masks (3 dims,
-    num_hidden_layers rows counted with the dense prefix, MoE layers by first_k_dense_replace
-    and moe_layer_freq, a global top-k of the summed counts) on a real transformers config."""
-    from cope_core.trace.sources.tiny_models import tiny_config
-    g = _tiny("deepseek_v2", tmp_path / "tiny-deepseek-v2")
-    hf = tiny_config("deepseek_v2", 4)
-    K = 3
-    pol = _policy(g, K, "fixed/parallel")
-    r = render(pol, "sglang-kt", pt_path=str(tmp_path / "loc.pt"))
-    (path, data), = r.files
-    Path(path).write_bytes(data)
-    loaded = torch.load(path, weights_only=True)
-    assert "physical_to_logical_map" not in loaded and "logical_count" in loaded
-    counts = loaded["logical_count"]
-    assert counts.dim() == 3
-    num_layers, num_experts = hf.num_hidden_layers, hf.n_routed_experts
-    assert tuple(counts.shape[1:]) == (num_layers, num_experts)
-    dense, freq = getattr(hf, "first_k_dense_replace", 0) or 0, getattr(hf, "moe_layer_freq", 1)
-    moe_layers = [i for i in range(num_layers) if i >= dense and i % freq == 0]
-    n = int(re.search(r"--kt-num-gpu-experts (\d+)", r.text).group(1)) * len(moe_layers)
-    freq_t = counts.sum(dim=0).float().reshape(-1)
-    mask = torch.zeros_like(freq_t, dtype=torch.bool)
-    mask[torch.topk(freq_t, k=n, largest=True, sorted=False).indices] = True
-    mask = mask.reshape(num_layers, num_experts)
-    for layer, row in enumerate(pol.resident_experts):
-        assert torch.nonzero(mask[dense + layer]).ravel().tolist() == sorted(row)
-    assert not mask[:dense].any()
 
 
 # --- vLLM's own output classes write the routing dumps the importer reads -----------------------

@@ -182,7 +182,7 @@ EXPORT_FORMATS: tuple[ExportFormat, ...] = (
         "`layer_partition`", _SAME_VRAM, render_ktransformers, language="yaml",
         suffix=".ktransformers.yaml"),
     ExportFormat(
-        "sglang-kt", "SGLang-KT", "SGLang-KT (kvcache-ai/sglang)", "04653fa88f5c = sglang-kt 0.7.2",
+        "sglang-kt", "SGLang-KT", "SGLang-KT (kvcache-ai/sglang)", "0.7.2, the PyPI wheel",
         "SGLang-KT --kt-* flags and its expert-location tensor (-o OUT: the .pt)",
         "`--kt-method M --kt-num-gpu-experts K --kt-expert-placement-strategy frequency "
         "--init-expert-location FILE.pt`, M the kt-kernel kernel the profile priced (`BF16` for "

@@ -1,36 +1,53 @@
 """SGLang-KT (kvcache-ai's SGLang fork, ``pip install sglang-kt``) flags and expert-location file.
 
-Read in kvcache-ai/sglang at 04653fa88f5ce4ea83632c4ad436343db6bc8324 (2026-07-15; the same code
-in the sglang-kt 0.7.2 wheel):
+Read in the sglang-kt **0.7.2** wheel from PyPI (``pip download sglang-kt==0.7.2 --no-deps``) and
+the kt-kernel **0.7.2** wheel it pins (``Requires-Dist: kt-kernel==0.7.2``); paths are the
+wheels'. The wheel is not the code of any commit of the kvcache-ai/sglang mirror readable here:
+its ``server_args.py`` (6999 lines) and ``layers/moe/kt_ep_wrapper.py`` (6331) are in no commit of
+any branch (their git blob hashes are absent). Main's head 04653fa88f5ce4ea83632c4ad436343db6bc8324
+(2026-07-15) has a 3348-line ``kt_ep_wrapper.py`` but the same ``--kt-*`` argument block,
+``_init_kt_gpu_experts_masks`` and ``eplb/expert_location.py`` (byte-identical) as the wheel:
 
-* ``python/sglang/srt/eplb/expert_location.py``, ``compute_initial_expert_location_metadata``:
-  ``--init-expert-location X.pt`` is ``torch.load(X, weights_only=True)`` and must be a dict
-  with ``physical_to_logical_map`` or ``logical_count`` (a bare tensor fails ``in`` with a
-  RuntimeError); with ``--kt-weight-path`` set, ``logical_count`` is left to the KT layer.
-* ``python/sglang/srt/layers/moe/kt_ep_wrapper.py``, ``_init_kt_gpu_experts_masks``: under
-  ``--kt-expert-placement-strategy frequency`` it takes ``logical_count``, requires 3 dims
-  ``[buffer_size, num_layers, num_experts]`` with ``num_layers = num_hidden_layers`` (dense
-  prefix included), sums dim 0 and puts on the GPU the ``--kt-num-gpu-experts`` x (MoE layers)
-  experts with the highest scores over all layers at once (kt-kernel's
-  ``generate_gpu_experts_masks``, a global top-k); ``--kt-gpu-experts-ratio R`` instead takes
-  ``int(R * MoE layers * E)`` experts.
-* Its default (``cope advise``'s baseline): ``server_args.py`` l. 729-730 leave both counts
-  None; then ``_init_kt_gpu_experts_masks`` (``kt_ep_wrapper.py`` l. 1918-1944) logs "Either
-  kt_num_gpu_experts or kt_gpu_experts_ratio is required but not set." and returns None,
-  ``create_kt_config_from_server_args`` (l. 2108-2110) returns None, the ``kt_ep`` wrapper's
-  predicate (l. 3335-3336, registered l. 3346-3348) does not match, and
-  ``maybe_wrap_moe_quant_method`` (``layers/moe/quant_method_registry.py`` l. 62-66, called by
-  ``FusedMoE``, ``layers/moe/fused_moe_triton/layer.py`` l. 294) keeps SGLang's own GPU method:
+* ``server_args.py`` l. 5260-5337, ``ServerArgs.add_cli_args``: ``--kt-weight-path`` (str),
+  ``--kt-method`` (str, default ``AMXINT4``, no choices), ``--kt-cpuinfer`` (int),
+  ``--kt-num-gpu-experts`` (int, per MoE layer), ``--kt-gpu-experts-ratio`` (float, overrides the
+  count), ``--kt-enable-dynamic-expert-update`` (switch), ``--kt-expert-placement-strategy``
+  (choices ``frequency``/``front-loading``/``uniform``/``random``, default ``uniform``, l. 889);
+  ``--init-expert-location`` (str, default ``trivial``) l. 5007-5012.
+* ``eplb/expert_location.py`` l. 564-616, ``compute_initial_expert_location_metadata``:
+  ``--init-expert-location X.pt`` is ``torch.load(X, weights_only=True)`` (l. 577) and must be a
+  dict with ``physical_to_logical_map`` or ``logical_count`` (a bare tensor fails ``in`` with a
+  RuntimeError); with ``--kt-weight-path`` set (``_should_use_trivial_mapping_for_kt``, l. 534)
+  the mapping stays trivial and ``logical_count`` is left to the KT layer (l. 593-605).
+* ``layers/moe/kt_ep_wrapper.py`` l. 4510-4755, ``_init_kt_gpu_experts_masks``: MoE layers are
+  the blocks ``i >= first_k_dense_replace`` with ``i % moe_layer_freq == 0`` (l. 4571-4574);
+  ``--kt-num-gpu-experts K`` means ``K`` x (MoE layers) experts (l. 4608), ``--kt-gpu-experts-ratio
+  R`` ``int(R * MoE layers * E)`` (l. 4592); under ``frequency`` it loads ``logical_count``
+  (l. 4631-4642), requires 3 dims ``[buffer_size, num_layers, num_experts]`` with ``num_layers =
+  num_hidden_layers`` (dense prefix included, l. 4644-4659), sums dim 0 (l. 4661) and calls
+  kt-kernel's ``generate_gpu_experts_masks`` (l. 4677; ``kt_kernel/experts_base.py`` l. 162-213, a
+  ``torch.topk`` over all layers at once, l. 204), then puts every expert of the dense blocks on
+  the GPU (l. 4678-4681). ``--kt-enable-dynamic-expert-update`` acts only in the full-GPU
+  fallback of long prefills (l. 5855-5861).
+* ``--kt-method`` goes to kt-kernel's ``KTMoEWrapper`` unchanged (l. 5363-5369), which accepts
+  only ``INFERENCE_METHODS`` (``kt_kernel/experts.py`` l. 33-50, l. 206-210).
+* Its default (``cope advise``'s baseline): ``server_args.py`` l. 883-884 leave both counts
+  None; then ``_init_kt_gpu_experts_masks`` logs "Either kt_num_gpu_experts or
+  kt_gpu_experts_ratio is required but not set." and returns None (l. 4615-4616),
+  ``create_kt_config_from_server_args`` returns None (l. 4780-4782), the ``kt_ep`` wrapper's
+  predicate (l. 6318-6319, registered l. 6329-6331) does not match, and
+  ``maybe_wrap_moe_quant_method`` (``layers/moe/quant_method_registry.py`` l. 62-65, called by
+  ``FusedMoE``, ``layers/moe/fused_moe_triton/layer.py`` l. 301) keeps SGLang's own GPU method:
   every expert on the GPU, so it loads only when the whole model fits. The wrapper registers
   itself when ``models/deepseek_v4.py`` imports it (l. 47), and the model registry imports every
-  module of ``sglang.srt.models`` (``models/registry.py`` l. 95-103, 131), so it is there for
-  every model. The sglang-kt 0.7.2 wheel (``pip download sglang-kt==0.7.2``) takes the same path
-  at other lines: ``server_args.py`` l. 883-884, ``kt_ep_wrapper.py`` l. 4615, 4780-4782,
-  6318-6332.
+  module of ``sglang.srt.models`` (``models/registry.py`` l. 93-103, 131), so it is there for
+  every model. (04653fa takes the same path: ``server_args.py`` l. 729-730, ``kt_ep_wrapper.py``
+  l. 1918-1944, 2108-2110, 3335-3348.)
 
 So ``{"logical_count": T[1, blocks, E]}`` with exactly ``K`` ones per MoE row selects exactly the
-fixed fill. The other experts run on the CPU concurrently with the GPU hits: the runtime's
-execution is ``parallel``, and its residency never changes during decode.
+fixed fill (tests/test_sglang_kt.py runs the wheels' parser and these functions from their
+source on the exported line and file). The other experts run on the CPU concurrently with the
+GPU hits: the runtime's execution is ``parallel``, and its residency never changes during decode.
 """
 from __future__ import annotations
 
@@ -88,10 +105,10 @@ def _count_flags(policy: Policy) -> str:
 def kt_method(policy: Policy) -> tuple[str, str]:
     """The ``--kt-method`` whose CPU kernel the profile priced, and why.
 
-    kt-kernel's inference methods (kvcache-ai/ktransformers 95009ea, ``kt-kernel/python/
-    experts.py`` ``INFERENCE_METHODS``) include ``BF16`` (native BF16 MoE), ``LLAMAFILE`` (GGUF
-    experts), ``FP8`` and ``MXFP4``; sglang-kt's default is ``AMXINT4`` (``server_args.py``), a
-    4-bit AMX kernel no COPE profile prices."""
+    kt-kernel 0.7.2's inference methods (``kt_kernel/experts.py`` l. 33-50, ``INFERENCE_METHODS``)
+    include ``BF16`` (native BF16 MoE), ``LLAMAFILE`` (GGUF experts), ``FP8`` and ``MXFP4``;
+    sglang-kt 0.7.2's default is ``AMXINT4`` (``server_args.py`` l. 5268), a 4-bit AMX kernel no
+    COPE profile prices."""
     g = policy.model
     if g.stored:
         types = {t for x in g.expert_layers for t, _ in x.projections()}
