@@ -22,9 +22,10 @@ from llama_tools import CACHE, missing_runtime
 from tiny import make_policy
 
 from cope_core.export import render
+from cope_core.geometry import get_model
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 
 SGKT = CACHE / "sglang-kt-0.7.2"
 SERVER_ARGS = SGKT / "sglang" / "srt" / "server_args.py"
@@ -157,3 +158,18 @@ def test_sglang_kt_without_counts_offloads_nothing(sglang_kt):
     assert args.kt_method == "AMXINT4" and args.kt_expert_placement_strategy == "uniform"
     hf = tiny_config("qwen3_moe", 3)
     assert _gpu_mask(sglang_kt, SimpleNamespace(**vars(args), get_hf_config=lambda: hf)) is None
+
+
+def test_sglang_kt_reads_qwen35s_nested_text_config(sglang_kt, tmp_path):
+    """Qwen3.5-MoE keeps its layers and experts in ``text_config``, which the runtime unwraps."""
+    g = get_model("qwen3.5-35b-a3b")
+    hf = transformers.Qwen3_5MoeConfig(text_config={"num_hidden_layers": g.n_layers,
+                                                    "num_experts": g.n_experts})
+    assert getattr(hf, "num_hidden_layers", None) is None
+    policy = make_policy(g, 40, "fixed/parallel")
+    r = render(policy, "sglang-kt", pt_path=str(tmp_path / "q.pt"))
+    (path, data), = r.files
+    Path(path).write_bytes(data)
+    mask = _gpu_mask(sglang_kt, _launch(sglang_kt, r.text, hf))
+    assert [set(torch.nonzero(row).ravel().tolist()) for row in mask] == [
+        set(row) for row in policy.resident_experts]

@@ -31,6 +31,12 @@ any branch (their git blob hashes are absent). Main's head 04653fa88f5ce4ea83632
   fallback of long prefills (l. 5855-5861).
 * ``--kt-method`` goes to kt-kernel's ``KTMoEWrapper`` unchanged (l. 5363-5369), which accepts
   only ``INFERENCE_METHODS`` (``kt_kernel/experts.py`` l. 33-50, l. 206-210).
+* Host RAM (the export's host-RAM line): kt-kernel loads every routed expert, the GPU-resident
+  ones too (kvcache-ai/ktransformers#2084): ``BF16``/``FP8``/``MXFP4`` run ``NativeMoEWrapper``
+  (``kt_kernel/experts.py`` l. 346-363), whose ``load_weights`` (``utils/amx.py`` l. 760-797)
+  takes the loader's ``load_experts`` of the whole layer (``BF16SafeTensorLoader``,
+  ``utils/loader.py`` l. 631-656: every expert id); ``LLAMAFILE`` reads the whole
+  ``ffn_*_exps`` GGUF tensors (``utils/llamafile.py`` l. 192-196).
 * Its default (``cope advise``'s baseline): ``server_args.py`` l. 883-884 leave both counts
   None; then ``_init_kt_gpu_experts_masks`` logs "Either kt_num_gpu_experts or
   kt_gpu_experts_ratio is required but not set." and returns None (l. 4615-4616),
