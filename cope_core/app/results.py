@@ -247,9 +247,11 @@ def analytic_what_if(model: dict, gpu: str) -> Profile:
 @st.cache_data(show_spinner=False, max_entries=64)
 def _policy_cached(key: str, gib: float, op: tuple[int, float], candidate: str,
                    _ds: Dataset) -> Policy:
+    # the sidebar's context reaches the memory model and llama.cpp's -c (whatif.vram_at_context)
+    vram, ctx = whatif.vram_at_context(_ds.trace.model, gib, _ds.profile.platform)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # the fill warning is already shown on every page
-        return build_policy(_ds.trace, _ds.profile, _ds.calibration, vram_gib=float(gib),
+        return build_policy(_ds.trace, _ds.profile, _ds.calibration, vram_gib=vram, context=ctx,
                             cpu_threads=int(op[0]), gpu_share=float(op[1]), candidate=candidate)
 
 

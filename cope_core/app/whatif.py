@@ -71,6 +71,22 @@ def kv_shift_gib(g: ModelGeometry, context: int | None) -> float:
     return (g.kv_cache_bytes(context) - g.kv_cache_bytes(DEFAULT_CONTEXT)) / GIB
 
 
+def context_of(platform: dict | None) -> int:
+    """The context length of a machine chosen in the sidebar (:data:`DEFAULT_CONTEXT` else)."""
+    ctx = (platform or {}).get("context")
+    return ctx if isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0 \
+        else DEFAULT_CONTEXT
+
+
+def vram_at_context(g: ModelGeometry, gib: float, platform: dict | None) -> tuple[float, int]:
+    """A page's budget (K counted with :data:`DEFAULT_CONTEXT` tokens of KV cache) as the VRAM
+    it stands for at the machine's context, and that context: what the library's budget
+    functions take (``build_policy(vram_gib=..., context=...)``), so K is the page's and
+    llama.cpp's record runs with ``-c`` = the sidebar's context."""
+    ctx = context_of(platform)
+    return float(gib) + kv_shift_gib(g, ctx), ctx
+
+
 def context_note(g: ModelGeometry, platform: dict | None) -> str | None:
     """What a machine chosen with another context length means for the budget, or None."""
     plat = platform or {}

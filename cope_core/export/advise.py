@@ -232,15 +232,14 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
         vram_gib, source = default_budget(machine)
     else:
         source = "--vram-gib"
-    # build_policy's memory model holds DEFAULT_CONTEXT tokens of KV cache: the budget it gets
-    # is moved by the difference, so K is the one the asked context leaves
-    shift = (model.kv_cache_bytes(context) - model.kv_cache_bytes(DEFAULT_CONTEXT)) / GIB
     # a budget below K = 0's need is refused here, in the GiB and context the user gave
     model.experts_per_layer_for_vram(vram_gib * GIB, context=context)
     profile = analytic_profile(model, machine.spec, cpu_threads=[machine.threads])
-    policy = build_policy(trace, profile, calibration, vram_gib=vram_gib - shift,
+    # K and llama.cpp's record (its -c, KV cache and compute buffer) at the asked context
+    policy = build_policy(trace, profile, calibration, vram_gib=vram_gib, context=context,
                           cpu_threads=machine.threads, llamacpp="llama.cpp" in order,
-                          llama=None if model_file is None else llama_settings(model_file))
+                          llama=None if model_file is None
+                          else llama_settings(model_file, n_ctx=context))
     K = policy.experts_per_layer
     answers = tuple(_answer(policy, r, with_files, context) for r in order)
     winner = (policy.candidate, _speed(policy, policy.candidate))

@@ -30,7 +30,8 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
                  candidate: str = "best",
                  fill_by_id: bool = False, spec: PlatformSpec | None = None,
                  created: str | None = None, verified: dict | None = None,
-                 llamacpp: bool = True, llama: LlamaSettings | None = None) -> Policy:
+                 llamacpp: bool = True, llama: LlamaSettings | None = None,
+                 context: int = DEFAULT_CONTEXT) -> Policy:
     """Predict every candidate at one cache size and record the chosen one as a policy.
 
     Parameters
@@ -65,7 +66,11 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
         ``--moe-cache-mib`` x ``--moe-cache-cpu-share``) for the llama.cpp format to lead with.
     llama : LlamaSettings, optional
         The model file, context, KV cache types and --fit margin llama.cpp runs with (its
-        memory, and its default ``--fit`` placement compared; default: 4096 tokens, f16).
+        memory, and its default ``--fit`` placement compared; default: ``context`` tokens,
+        f16).
+    context : int
+        Tokens of KV cache the memory model holds beside the experts: ``K`` follows from
+        ``vram_gib`` at this context, and llama.cpp runs with ``-c`` = it unless ``llama`` says.
 
     Returns
     -------
@@ -80,7 +85,7 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
                 or not math.isfinite(vram_gib):
             raise CopeInputError(f"expected a finite size in GiB, got {vram_gib!r}",
                                  field="vram_gib")
-        K = g.experts_per_layer_for_vram(vram_gib * GIB)
+        K = g.experts_per_layer_for_vram(vram_gib * GIB, context=context)
     else:
         assert experts_per_layer is not None      # exactly one of the two, checked above
         if isinstance(experts_per_layer, bool):
@@ -126,12 +131,13 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
         cache = llamacpp_record(trace, profile, calibration, experts_per_layer=K,
                                 vram_gib=vram_gib, matrix_winner=matrix_winner,
                                 cpu_threads=attrs["cpu_threads"], gpu_share=attrs["gpu_share"],
-                                counts=counts, llama=llama)
+                                counts=counts,
+                                llama=llama if llama is not None else LlamaSettings(n_ctx=context))
     order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
     resident = tuple(tuple(int(e) for e in row[:K]) for row in order)
     vram = {"budget_gib": None if vram_gib is None else float(vram_gib),
-            "needed_gib": g.vram_for_experts_per_layer(K) / GIB,
-            "context": DEFAULT_CONTEXT, "workspace_gib": DEFAULT_WORKSPACE_BYTES / GIB}
+            "needed_gib": g.vram_for_experts_per_layer(K, context=context) / GIB,
+            "context": int(context), "workspace_gib": DEFAULT_WORKSPACE_BYTES / GIB}
     inputs = {role: describe_input(obj) for role, obj in
               (("trace", trace), ("calibration", calibration), ("profile", profile))}
     return Policy(
