@@ -28,10 +28,12 @@ from .model_error import model_error
 from .ranking import fastest_first
 from .tpot import (  # noqa: F401  (CandidateTPOT, candidate_tpot, compose lived here)
     CandidateTPOT,
+    LayerSums,
     candidate_parts,
     candidate_tpot,
     compose,
     compose_arrays,
+    layer_sums,
 )
 from .uncertainty import (
     DEFAULT_DRAWS,
@@ -147,10 +149,11 @@ def price(trace: Trace, profile: Profile, counts: dict[Residency, ReplayCounts],
         spec = profile_spec(profile)
     costs = layer_costs(estimator, op, trace.model, spec)
     use = {r: counts[r] for r in residencies_of(cands)}
-    df, point = compose_arrays(trace, use, costs, cands, histograms, ks=sizes)
+    sums = layer_sums(use)
+    df, point = compose_arrays(trace, use, costs, cands, histograms, ks=sizes, sums=sums)
     df.attrs.update(cpu_threads=op.cpu_threads, gpu_share=op.gpu_share,
                     analytic=bool(profile.analytic))
-    _add_uncertainty(df, point, trace, profile, use, costs, cands, sizes, draws, seed,
+    _add_uncertainty(df, point, trace, profile, use, sums, costs, cands, sizes, draws, seed,
                      raw_samples)
     return df
 
@@ -161,12 +164,13 @@ K_BLOCK = 16
 
 
 def _add_uncertainty(df: pd.DataFrame, point: np.ndarray, trace: Trace, profile: Profile,
-                     counts: dict[Residency, ReplayCounts], costs: LayerCosts,
+                     counts: dict[Residency, ReplayCounts], sums: LayerSums, costs: LayerCosts,
                      cands: Sequence[Candidate], ks: np.ndarray, draws: int, seed: int,
                      raw_samples: Mapping[str, Sequence[float]] | None) -> None:
     """The interval columns of :func:`predict` and ``df.attrs["uncertainty"]``
     (:mod:`cope_core.estimate.uncertainty`); ``point``: the per-prompt TPOTs of ``df``'s rows,
-    shape ``(K, candidates, prompts)``."""
+    shape ``(K, candidates, prompts)``; ``sums``: :func:`~cope_core.estimate.tpot.layer_sums`
+    of ``counts``."""
     rng = np.random.default_rng(seed)
     drawn = None
     if draws:
@@ -190,7 +194,7 @@ def _add_uncertainty(df: pd.DataFrame, point: np.ndarray, trace: Trace, profile:
         if drawn is not None:       # (K, candidates, draws, prompts), summed in place
             full = np.empty((len(kis), n) + shared_d.shape)
             for i, c in enumerate(cands):
-                part = candidate_parts(trace, counts, drawn, c, kis, ks[kis])
+                part = candidate_parts(trace, counts, drawn, c, kis, ks[kis], sums=sums)
                 np.add(shared_d, part.experts, out=full[:, i])
                 if c.residency is not None and c.residency.mutable:   # others' is 0
                     np.add(full[:, i], part.prefetch, out=full[:, i])

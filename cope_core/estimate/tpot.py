@@ -67,13 +67,24 @@ def _layer_partition(trace: Trace, costs: LayerCosts, ks: np.ndarray, histograms
                          np.zeros((len(ks), P), np.int64), hist)
 
 
+LayerSums = dict[Residency, tuple[np.ndarray, np.ndarray]]
+
+
+def layer_sums(counts: dict[Residency, ReplayCounts]) -> LayerSums:
+    """Per residency, its hit and insert histograms summed over the layers, shape
+    ``(nK, P, top_k + 1)`` each: what every execution's price reads (summed once per pricing,
+    not once per candidate and block of K)."""
+    return {r: (rc.hist.sum(axis=2), rc.ins.sum(axis=2)) for r, rc in counts.items()}
+
+
 def candidate_parts(trace: Trace, counts: dict[Residency, ReplayCounts], costs: LayerCosts,
                     cand: Candidate, kis: np.ndarray, ks: np.ndarray,
-                    histograms: bool = False) -> CandidateTPOT:
+                    histograms: bool = False, sums: LayerSums | None = None) -> CandidateTPOT:
     """The expert and prefetch parts of one candidate's per-prompt TPOT at the ``kis``-th K of
     ``counts`` (``ks`` themselves), each with a leading K axis; TPOT is these plus the shared
     part, which every candidate pays alike (:meth:`LayerCosts.shared_per_prompt`). Costs with
-    draw dimensions give parts with them after the K axis."""
+    draw dimensions give parts with them after the K axis. ``sums``: :func:`layer_sums` of
+    ``counts``, when the caller has them."""
     ks = np.asarray(ks, np.int64)
     if cand.is_layer_partition:
         return _layer_partition(trace, costs, ks, histograms)
@@ -83,12 +94,12 @@ def candidate_parts(trace: Trace, counts: dict[Residency, ReplayCounts], costs: 
     tokens = trace.tokens_per_prompt.astype(np.float64)
     rc = counts[cand.residency]
     e = EXECUTIONS.index(cand.execution)
-    hk, ik = rc.hist[kis], rc.ins[kis]                  # (nK, P, L, k+1)
-    hsum = hk.sum(axis=2)                               # (nK, P, k+1): tokens x layers by hits
+    # (nK, P, k+1): tokens x layers by hits, and by inserts
+    hsum, isum = ((rc.hist[kis].sum(axis=2), rc.ins[kis].sum(axis=2)) if sums is None
+                  else (sums[cand.residency][0][kis], sums[cand.residency][1][kis]))
     # in place: the same operations as ``(moe @ hsum.T) / tokens``, without temporaries
     experts = costs.moe[..., e, :] @ hsum.transpose(0, 2, 1)
     np.divide(experts, tokens, out=experts)
-    isum = ik.sum(axis=2)
     if cand.residency.mutable:
         r = cand.residency.value
         pref = costs.pf_insert[r][..., e, :] @ isum.transpose(0, 2, 1)
@@ -100,7 +111,7 @@ def candidate_parts(trace: Trace, counts: dict[Residency, ReplayCounts], costs: 
         pref = np.zeros_like(experts)
     hit_rate = (hsum @ np.arange(k + 1)) / (tokens * L * k)
     return CandidateTPOT(experts, pref, hit_rate, isum.sum(axis=2),
-                         list(hk) if histograms else None)
+                         list(rc.hist[kis]) if histograms else None)
 
 
 def candidate_tpot(trace: Trace, counts: dict[Residency, ReplayCounts], costs: LayerCosts,
@@ -122,15 +133,18 @@ def _objects(rows: np.ndarray | list) -> np.ndarray:
 
 def compose_arrays(trace: Trace, counts: dict[Residency, ReplayCounts], costs: LayerCosts,
                    candidates: Sequence[Candidate] = CANDIDATES, histograms: bool = False, *,
-                   ks: np.ndarray | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+                   ks: np.ndarray | None = None, sums: LayerSums | None = None
+                   ) -> tuple[pd.DataFrame, np.ndarray]:
     """:func:`compose`'s frame and its per-prompt TPOT as one array, shape ``(nK, C, P)`` (K,
-    then candidates in order: the frame's rows)."""
+    then candidates in order: the frame's rows); ``sums`` as for :func:`candidate_parts`."""
     if ks is None:
         ks = next(iter(counts.values())).ks
     ks = np.asarray(ks, np.int64)
     shared = costs.shared_per_prompt(trace.context, trace.prompt_start)
     kis = np.arange(len(ks))
-    parts = [candidate_parts(trace, counts, costs, c, kis, ks, histograms) for c in candidates]
+    sums = layer_sums(counts) if sums is None else sums
+    parts = [candidate_parts(trace, counts, costs, c, kis, ks, histograms, sums)
+             for c in candidates]
     tpot = np.stack([shared + p.experts + p.prefetch for p in parts], axis=1)  # (nK, C, P)
     nK, C = len(ks), len(candidates)
 
