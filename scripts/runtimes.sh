@@ -58,9 +58,9 @@ done
 
 # --- llama.cpp ------------------------------------------------------------------------------------
 LLAMA="$CACHE/llama.cpp-b11434"
-# a cache made before llama-bench joined the targets stays in use (the tests then run the Vulkan
-# build's llama-bench with no device visible): delete the folder to rebuild with it
-if [ -x "$LLAMA/bin/llama-completion" ] && [ -x "$LLAMA/bin/llama-quantize" ]; then
+# all three tools must be there: a cache made before llama-bench joined the targets is rebuilt
+if [ -x "$LLAMA/bin/llama-completion" ] && [ -x "$LLAMA/bin/llama-quantize" ] \
+   && [ -x "$LLAMA/bin/llama-bench" ]; then
   echo "runtimes: llama.cpp b11434 ready (cached in $LLAMA)"
 else
   log="$LOGS/llama.cpp-b11434.log"
