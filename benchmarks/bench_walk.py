@@ -1,15 +1,17 @@
 """One person's walk through the explorer in a real browser: first page, operating point, pages.
 
 Workload (issue 38, "Slow steps"): ``streamlit run app.py`` with an empty numba cache directory
-(``NUMBA_CACHE_DIR``, a temp folder) and one headless Chromium session (Debian's
-``/usr/bin/chromium`` through Playwright). Timed, each from the browser's request or click
-until the script run is over and the page stays still (``data-test-script-state`` is
-``notRunning`` and stays so for ``QUIET`` s; the time reported is when it first became so):
+(``NUMBA_CACHE_DIR``, a temp folder), an empty Streamlit disk cache (``HOME`` a temp folder:
+``st.cache_data(persist="disk")`` keeps its files in ``~/.streamlit/cache``) and one headless
+Chromium session (Debian's ``/usr/bin/chromium`` through Playwright). Timed, each from the
+browser's request or click until the script run is over and the page stays still
+(``data-test-script-state`` is ``notRunning`` and stays so for ``QUIET`` s; the time reported is
+when it first became so):
 
 - **cold first page**: the first server's first request (``/``, the Overview), numba compiling
   its kernels into the empty cache;
-- **second start**: a second server on the same numba cache (the kernels load from disk), its
-  first request;
+- **second start**: a second server on the same numba and Streamlit caches (the kernels, the
+  examples' files as read and the first page's sweep load from disk), its first request;
 - **operating point**: on the Landscape, the operating-point choice changed ``--repeats``
   times (between the profile's first two points);
 - **page change**: every page by the sidebar, ``--repeats`` rounds (the first round meets
@@ -117,10 +119,12 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
-        cache, log = Path(tmp) / "numba", Path(tmp) / "server.log"
+        cache, home, log = Path(tmp) / "numba", Path(tmp) / "home", Path(tmp) / "server.log"
         cache.mkdir()
+        home.mkdir()
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        env = {"NUMBA_CACHE_DIR": str(cache)}      # the project's own config, no other flags
+        # the project's own config, no other flags; both caches start empty
+        env = {"NUMBA_CACHE_DIR": str(cache), "HOME": str(home)}
         with log.open("a") as fh, serve(env, fh, poll_s=0.2) as (base, _):
             out["cold_first_page_s"] = first_page(browser, base, args.example)
         with log.open("a") as fh, serve(env, fh, poll_s=0.2) as (base, _):

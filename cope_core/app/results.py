@@ -32,7 +32,7 @@ from ..replay.cache_cliff import cliff_mib
 from ..replay.engine import ReplayCounts
 from ..replay.moe_cache import CacheVersion, cache_mib_for_bytes
 from ..trace.stats import TraceStats, trace_stats
-from . import whatif
+from . import persisted, whatif
 from .dataset import Dataset
 from .inputs import measured_pairs
 
@@ -63,8 +63,9 @@ def _counts_cached(key: str, ks: tuple[int, ...], residencies: tuple[str, ...],
 
 
 def clear_replays() -> None:
-    """Forget cached replays and predictions (for benchmarks)."""
-    for f in (_counts_one, _counts_chunk, _predict_cached, _sweep_view, _figure_cached):
+    """Forget cached replays and predictions, the sweeps kept on disk too (for benchmarks)."""
+    for f in (_counts_one, _counts_chunk, _predict_cached, _swept_disk, _sweep_view,
+              _figure_cached):
         f.clear()
 
 
@@ -126,17 +127,31 @@ class SweepView(NamedTuple):
     warnings: tuple[str, ...]
 
 
+def _swept(key: str, op: tuple[int, float], estimator: str, candidates: tuple[str, ...],
+           ds: Dataset) -> tuple[pd.DataFrame, tuple]:
+    chunks = whatif.k_chunks(ds.trace.model.n_experts)
+    res = _residencies(candidates)
+    # the replays are cached per chunk (they do not depend on the settings); one pricing
+    counts = _joined([_counts_cached(key, ks, res, ds) for ks in chunks]) if res else {}
+    return _priced(ds, tuple(k for ks in chunks for k in ks), op, estimator, candidates, counts)
+
+
+# A sweep of shipped files and catalog choices outlives the server (docs/app.md#speed): a
+# restart's first page unpickles it instead of replaying and pricing every K. Also keyed by the
+# library's fingerprint: changed code or data is priced afresh, never answered from disk.
+@st.cache_data(show_spinner=False, max_entries=16, persist="disk")
+def _swept_disk(code: str, key: str, op: tuple[int, float], estimator: str,
+                candidates: tuple[str, ...], _ds: Dataset) -> tuple[pd.DataFrame, tuple]:
+    return _swept(key, op, estimator, candidates, _ds)
+
+
 # One object shared by every session (never modified): many sessions on one example pay for
 # the sweep once, and a rerun does not copy it. Bounded, and forgotten after an hour unused.
 @st.cache_resource(show_spinner="Sweeping every K …", max_entries=64, ttl=3600)
 def _sweep_view(key: str, op: tuple[int, float], estimator: str,
                 candidates: tuple[str, ...], _ds: Dataset) -> SweepView:
-    chunks = whatif.k_chunks(_ds.trace.model.n_experts)
-    res = _residencies(candidates)
-    # the replays are cached per chunk (they do not depend on the settings); one pricing
-    counts = _joined([_counts_cached(key, ks, res, _ds) for ks in chunks]) if res else {}
-    out, msgs = _priced(_ds, tuple(k for ks in chunks for k in ks), op, estimator, candidates,
-                        counts)
+    out, msgs = (_swept_disk(persisted.fingerprint(), key, op, estimator, candidates, _ds)
+                 if persisted.shipped(_ds) else _swept(key, op, estimator, candidates, _ds))
     g = _ds.trace.model
     return SweepView(out, whatif.winner_regions(out, g), whatif.uncertain_ranges(out, g), msgs)
 

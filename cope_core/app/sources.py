@@ -25,7 +25,7 @@ from ..profile.analytic import analytic_for_model
 from ..profile.data import Profile
 from ..trace.data import Trace
 from ..verify import VerifyRecord, parse_verify, read_verify
-from . import your_machine
+from . import persisted, your_machine
 from .dataset import Dataset, Example, assemble, matching_measurements, provenance, scan_examples
 from .machine_choice import catalog_models
 from .url_state import bound, rebind, resolve
@@ -63,11 +63,11 @@ def _stamp(path: str | os.PathLike) -> str:
     return f"{s.st_mtime_ns}:{s.st_size}"
 
 
-# One object per file for every session (traces, profiles and measurements are frozen and
-# never modified): a rerun neither copies nor re-reads them.
+# One object per file for every session (frozen, never modified): a rerun neither copies nor
+# re-reads them, and a restarted server unpickles what it read before (persisted.read_shipped).
 @st.cache_resource(show_spinner=False, max_entries=32)
 def _read_cached(kind: str, path: str, stamp: str) -> Any:
-    return _READERS[kind](path)
+    return persisted.read_shipped(kind, path, stamp, _READERS[kind])
 
 
 # uploads apart from the examples: fewer, and forgotten after an hour, so that a long class
