@@ -129,6 +129,12 @@ def qwen3moe_header(w, *, n_blocks, n_experts, n_used, hidden, inter, heads, kv_
     w.add_float32("qwen3moe.rope.freq_base", 10000.0)
     w.add_float32("qwen3moe.attention.layer_norm_rms_epsilon", 1e-6)
     w.add_file_type(1)
+    byte_tokenizer(w, vocab)
+
+
+def byte_tokenizer(w, vocab: int) -> None:
+    """A llama (SentencePiece-style) vocabulary of ``vocab`` tokens on a GGUFWriter: the three
+    specials, the 256 byte tokens, then made-up words: enough for llama.cpp to load and decode."""
     words = vocab - 259
     w.add_tokenizer_model("llama")
     w.add_token_list(["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from llama_tools import CACHE, missing_runtime
+from llama_tools import CACHE, byte_tokenizer, missing_runtime
 
 from cope_core.estimate.llamacpp_vram import Placement, device_memory, kv_bytes, read_llama_model
 
@@ -42,15 +42,7 @@ def write_tiny_qwen35moe(path: Path) -> Path:
     w.add_float32(f"{a}.rope.freq_base", 10000.0)
     w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
     w.add_file_type(1)
-    words = VOCAB - 259
-    w.add_tokenizer_model("llama")
-    w.add_token_list(["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
-                     + [f"\u2581w{i}" for i in range(words)])
-    w.add_token_scores([0.0] * 259 + [-float(i) for i in range(words)])
-    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * words)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
+    byte_tokenizer(w, VOCAB)
 
     def t(name: str, *shape: int, dtype=np.float16) -> None:
         w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(dtype))
