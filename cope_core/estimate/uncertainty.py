@@ -202,14 +202,19 @@ def _resampled_means(t: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.take_along_axis(t, idx, axis=1).mean(axis=1)
 
 
+def resample_indices(P: int, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """The prompts' resamples with replacement, ``(draws, P)``: the one draw every bootstrap of
+    the prompts takes from ``rng`` (a K priced alone and its row in a sweep draw alike)."""
+    return rng.integers(0, P, (draws, P))
+
+
 def prompt_bootstrap(per_prompt: Sequence[np.ndarray], draws: int, rng: np.random.Generator
                      ) -> tuple[np.ndarray, np.ndarray]:
     """The one bootstrap of the prompts: each series' mean over ``draws`` resamples of its ``P``
     prompts with replacement, the same resample for every series (paired), shape
     ``(draws, n)``, and the resampled indices ``(draws, P)``. A series is ``(P,)`` or, under the
     profile draws, ``(draws, P)`` (draw ``b`` takes resample ``b``)."""
-    P = per_prompt[0].shape[-1]
-    idx = rng.integers(0, P, (draws, P))
+    idx = resample_indices(per_prompt[0].shape[-1], draws, rng)
     return np.stack([_resampled_means(t, idx) for t in per_prompt], axis=1), idx
 
 
@@ -275,7 +280,7 @@ def sweep_interval_columns(point: np.ndarray, drawn: np.ndarray | None,
     ``(nK, C)`` (``equivalent_to`` a list per K), with one :class:`KConfidence` per K."""
     nK, C, P = point.shape
     full = drawn if drawn is not None else point
-    idx = rng.integers(0, P, (draws, P))        # prompt_bootstrap's draw, for every K
+    idx = resample_indices(P, draws, rng)       # the same resample for every K
     if drawn is None:       # in C order, so each mean sums as one K's alone would
         gathered = np.take(point, idx, axis=-1)                           # (nK, C, B, P)
     else:                   # draw b's resample of prompts: flat positions b * P + idx[b]
