@@ -4,12 +4,22 @@ shapes (hidden 2048, expert FFN 768, 128 experts, top 8; attention 32 query and 
 Q8_0 and Q4_K_M, decoded by llama-bench (``-ngl 0 -p 0 -n N``) at 1 and 2 threads; the CPU-only
 model for ``--cpu this --memory this`` (:mod:`cope_core.estimate.cpu_only`) predicts each point.
 Reported: the error per point before any refit, then after refitting the host's expert
-throughput (:data:`cope_core.estimate.refit.HOST_EXPERTS`) on half the points, on the other
-half (both halvings: Q8_0 at 1 thread with Q4_K_M at 2, and the other diagonal). Issue 41's
-targets: <= 15 % mean absolute error before, <= 5 % on the held-out points after.
+throughput per thread count (:data:`cope_core.estimate.refit.HOST_EXPERTS` at 1 and at 2
+threads: two knobs) on half the points, on the other half (both halvings: Q8_0 at 1 thread with
+Q4_K_M at 2, and the other diagonal; each held-out point has the other type at its thread
+count fitted). Issue 41's targets: <= 15 % mean absolute error before, <= 5 % on the held-out
+points after.
 
     python benchmarks/bench_llamabench_cpu.py WORK [--blocks 4] [--reps 3] [--rounds 2]
-        [--n-gen 32] [--llama-bench PATH] [--out benchmarks/results/llamabench_cpu.json]
+        [--n-gen 128] [--llama-bench PATH] [--out benchmarks/results/llamabench_cpu.json]
+    python benchmarks/bench_llamabench_cpu.py WORK --rescore SAVED.json --out NEW.json
+
+``--rescore`` predicts a saved run's llama-bench samples again with the model as it is now,
+without running llama-bench: the machine is the saved one (its probes' spec), and where the
+saved run has no probe of the dot-product kernel (runs before it existed) the kernel is probed
+now, on whatever load the machine has (recorded), or taken from ``--kernel ONE,ALL,CACHED``
+(GB/s of 8-bit weights: one thread from memory, all threads, one thread from cache; a probe
+taken earlier, said so in the report).
 
 WORK holds the model files (about 2.6 GB Q8_0 and 1.5 GB Q4_K_M at 4 blocks; the 4.8 GB F16
 source is deleted once both exist), reused when there. The machine is shared: each run's load
@@ -36,7 +46,9 @@ from cope_core.estimate.cpu_only import host_spec, spec_tpot  # noqa: E402
 from cope_core.estimate.refit import HOST_EXPERTS, FitPoint, refit  # noqa: E402
 from cope_core.files import write_atomic  # noqa: E402
 from cope_core.machine import compose_machine  # noqa: E402
+from cope_core.mechanisms.probe import probe_host_kernel  # noqa: E402
 from cope_core.models import resolve_model  # noqa: E402
+from cope_core.platforms import PlatformSpec, with_kernel  # noqa: E402
 from cope_core.verify.llamabench_run import probe_build, run_bench  # noqa: E402
 
 #: Qwen3-30B-A3B's shapes (its config.json), the vocabulary cut to 512 byte-level tokens
@@ -83,26 +95,11 @@ def bench_exe(given: str | None) -> tuple[Path, dict[str, str]]:
     return LLAMA_VULKAN / "bin" / "llama-bench", {"GGML_VK_VISIBLE_DEVICES": ""}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("work", type=Path)
-    ap.add_argument("--blocks", type=int, default=4)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--n-gen", type=int, default=32)
-    ap.add_argument("--llama-bench")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results"
-                    / "llamabench_cpu.json")
-    a = ap.parse_args()
-    a.work.mkdir(parents=True, exist_ok=True)
-    files = models(a.work, a.blocks)
+def measure(a: argparse.Namespace, files: dict[str, Path]) -> tuple[dict, list[dict], dict]:
+    """Run llama-bench over ``--rounds`` interleaved rounds: every point's samples, every run,
+    and the build."""
     exe, env = bench_exe(a.llama_bench)
     build = probe_build(exe, env)
-    machine = compose_machine(gpu=None, cpu="this", memory="this")
-    spec = host_spec(machine.cpu, machine.memory)
-    geo = {t: resolve_model(str(p)) for t, p in files.items()}
-    context = (a.n_gen + 1) / 2        # decode token i attends to i + 1 tokens
-
     samples: dict[tuple[str, int], list[float]] = {(t, n): [] for t in TYPES for n in THREADS}
     runs = []
     for rnd in range(a.rounds):
@@ -117,16 +114,40 @@ def main() -> None:
                          "seconds": time.time() - t0, "samples_ts": list(row.samples_ts)})
             print(f"round {rnd} {t} t={n}: {np.round(row.samples_ts, 2)} tok/s "
                   f"(load {load:.2f})", flush=True)
+    return samples, runs, build.to_dict() | {"env": env}
 
-    def predict(s, p: FitPoint) -> float:
+
+def saved(path: Path) -> tuple[dict, list[dict], dict, dict]:
+    """A saved report's samples, runs, llama-bench build and settings."""
+    r = json.loads(path.read_text())
+    samples: dict[tuple[str, int], list[float]] = {(t, n): [] for t in TYPES for n in THREADS}
+    for run in r["runs"]:
+        samples[(run["type"], int(run["threads"]))] += [float(x) for x in run["samples_ts"]]
+    return samples, r["runs"], r["llama_bench"], r | {"spec": r["spec"]}
+
+
+def kernel_now() -> tuple[tuple[float, float, float], dict]:
+    """The dot-product kernel probed now, and how (for a saved run that had none)."""
+    load = os.getloadavg()[0]
+    k = probe_host_kernel()
+    return (k.one_thread, k.all_threads, k.cached), {
+        "probed": "now, for --rescore", "load_avg_1min": load, "one_thread": k.one_thread,
+        "all_threads": k.all_threads, "cached": k.cached, "threads": k.threads,
+        "samples": k.samples, "seconds": k.seconds}
+
+
+def score(samples: dict, spec: PlatformSpec, geo: dict, context: float) -> dict:
+    """Every point before any refit, and both halvings' refits (module docstring)."""
+    def predict(s: PlatformSpec, p: FitPoint) -> float:
         return spec_tpot(geo[p.what], s, p.threads, context)
     points = {k: FitPoint(f"{k[0]} at {k[1]} thread(s)", k[1], 1e6 / float(np.median(v)), k[0])
               for k, v in samples.items()}
     halves = {"Q8_0@1 + Q4_K_M@2": [("Q8_0", 1), ("Q4_K_M", 2)],
               "Q8_0@2 + Q4_K_M@1": [("Q8_0", 2), ("Q4_K_M", 1)]}
+    knobs = [HOST_EXPERTS.at(n) for n in THREADS]
     refits = {}
     for name, fit_keys in halves.items():
-        r = refit(spec, [HOST_EXPERTS], [points[k] for k in fit_keys], predict,
+        r = refit(spec, knobs, [points[k] for k in fit_keys], predict,
                   held_out=[p for k, p in points.items() if k not in fit_keys])
         refits[name] = r.to_dict()
     before = [{"type": k[0], "threads": k[1], "measured_ts": 1e6 / p.measured_us,
@@ -134,27 +155,73 @@ def main() -> None:
                "predicted_ts": 1e6 / predict(spec, p),
                "error_pct": 100.0 * (p.measured_us / predict(spec, p) - 1.0)}
               for k, p in points.items()]
+    return {"before_refit": before,
+            "mae_before_pct": float(np.mean([abs(b["error_pct"]) for b in before])),
+            "refits": refits}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("work", type=Path)
+    ap.add_argument("--blocks", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
+    # llama-bench's own default (tg128): a repetition four times longer than 32 tokens averages
+    # over more of the machine's drift
+    ap.add_argument("--n-gen", type=int, default=128)
+    ap.add_argument("--llama-bench")
+    ap.add_argument("--rescore", type=Path, help="a saved report: predict its samples anew")
+    ap.add_argument("--kernel", help="with --rescore: the kernel's rates ONE,ALL,CACHED in GB/s "
+                    "where the saved run has none (default: probe now)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results"
+                    / "llamabench_cpu.json")
+    a = ap.parse_args()
+    a.work.mkdir(parents=True, exist_ok=True)
+    files = models(a.work, a.blocks)
+    geo = {t: resolve_model(str(p)) for t, p in files.items()}
+    kernel_info = None
+    if a.rescore:
+        samples, runs, build, old = saved(a.rescore)
+        settings = old["settings"]
+        machine_dict = old["machine"]
+        spec = PlatformSpec.from_dict(old["spec"])
+        if spec.cpu_kernel_bandwidth_per_thread is None:
+            if a.kernel:
+                one, every, cached = (float(x) * 1e9 for x in a.kernel.split(","))
+                rates, kernel_info = (one, every, cached), {"given": a.kernel}
+            else:
+                rates, kernel_info = kernel_now()
+            spec = with_kernel(spec, rates)
+    else:
+        samples, runs, build = measure(a, files)
+        settings = {"reps": a.reps, "rounds": a.rounds, "n_gen": a.n_gen,
+                    "context": (a.n_gen + 1) / 2}     # decode token i attends to i + 1 tokens
+        machine = compose_machine(gpu=None, cpu="this", memory="this")
+        machine_dict = machine.to_dict()
+        spec = host_spec(machine.cpu, machine.memory)
+    scored = score(samples, spec, geo, float(settings["context"]))
     report = {
         "what": __doc__.split("\n\n")[0].replace("\n", " "),
         "command": "python " + " ".join(sys.argv),
-        "llama_bench": build.to_dict() | {"env": env},
-        "machine": machine.to_dict(), "spec": spec.to_dict(),
+        **({"rescored_from": str(a.rescore), "kernel_probed_now": kernel_info}
+           if a.rescore else {}),
+        "llama_bench": build, "machine": machine_dict, "spec": spec.to_dict(),
         "model": {"blocks": a.blocks, **SHAPE,
                   "files": {t: {"name": p.name, "bytes": p.stat().st_size}
                             for t, p in files.items()}},
-        "settings": {"reps": a.reps, "rounds": a.rounds, "n_gen": a.n_gen, "context": context},
-        "runs": runs, "before_refit": before,
-        "mae_before_pct": float(np.mean([abs(b["error_pct"]) for b in before])),
-        "refits": refits,
+        "settings": settings, "runs": runs, **scored,
         "load_avg_1min": {"min": min(r["load_avg_1min"] for r in runs),
                           "max": max(r["load_avg_1min"] for r in runs)},
         "cores": os.cpu_count(),
     }
     write_atomic(a.out, json.dumps(report, indent=1, allow_nan=False) + "\n", overwrite=True)
-    print(json.dumps({"mae_before_pct": report["mae_before_pct"],
+    for b in scored["before_refit"]:
+        print(f"{b['type']} at {b['threads']} thread(s): measured {b['measured_ts']:.2f} tok/s, "
+              f"predicted {b['predicted_ts']:.2f} ({b['error_pct']:+.1f} %)")
+    print(json.dumps({"mae_before_pct": scored["mae_before_pct"],
                       **{k: {"held_out_after": v["mae_held_out_after_pct"],
-                             "factor": v["knobs"][0]["factor"]} for k, v in refits.items()}},
-                     indent=1))
+                             "factors": [x["factor"] for x in v["knobs"]]}
+                         for k, v in scored["refits"].items()}}, indent=1))
 
 
 if __name__ == "__main__":

@@ -104,6 +104,13 @@ class PlatformSpec:
     cpu_efficiency: float = 0.8         # achieved / peak CPU bandwidth and FLOP/s of a GEMV
     gpu_kernels_per_expert_group: int = 4   # gate, up, activation, down over the routed ids
     gpu_kernels_per_block: int = 16     # one decode block's attention, norms, router, adds
+    # The host's dot-product kernel as probed (``--cpu this``: probe_host_kernel), in bytes/s of
+    # 8-bit weights, each divided by ``cpu_efficiency`` as a measured bandwidth is: from memory
+    # with all threads and with one, and with one thread from its cache. None: not probed, the
+    # bandwidths above stand in (docs/design.md, "Validation against llama.cpp's CPU kernels").
+    cpu_kernel_bandwidth: float | None = None
+    cpu_kernel_bandwidth_per_thread: float | None = None
+    cpu_kernel_cached_per_thread: float | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -111,8 +118,11 @@ class PlatformSpec:
             if f.type == "int" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise CopeInputError(f"expected a positive whole number, got {v!r}",
                                      field=f"spec.{f.name}")
-            if f.type == "float" and (isinstance(v, bool) or not isinstance(v, (int, float))
-                                      or not math.isfinite(v) or v <= 0):
+            if f.type == "float | None" and v is None:
+                continue
+            if f.type in ("float", "float | None") and (
+                    isinstance(v, bool) or not isinstance(v, (int, float))
+                    or not math.isfinite(v) or v <= 0):
                 if f.name in LATENCY_FIELDS and v == 0 and not isinstance(v, bool):
                     continue        # a latency may be zero (the pure roofline)
                 raise CopeInputError(f"expected a positive number, got {v!r}",
@@ -138,13 +148,34 @@ class PlatformSpec:
     def cpu_bw(self, threads: int) -> float:
         return min(self.cpu_bandwidth, self.cpu_bandwidth_per_thread * max(threads, 1))
 
+    def cpu_kernel_bw(self, threads: int) -> float:
+        """Bytes/s the host's dot-product kernels stream weights from memory at ``threads``:
+        the probed kernel's (one thread's rate per thread, at most the all-threads rate and the
+        memory's), else :meth:`cpu_bw`."""
+        one = self.cpu_kernel_bandwidth_per_thread
+        if one is None:
+            return self.cpu_bw(threads)
+        n = min(max(threads, 1), self.cpu_cores)
+        return min(self.cpu_bandwidth, one * n, self.cpu_kernel_bandwidth or one * n)
+
+    def cpu_kernel_cached(self, threads: int) -> float:
+        """Bytes/s of 8-bit weights ``threads`` threads dot from their caches: the probed
+        kernel's, else the per-thread bandwidth (as before the probe)."""
+        one = self.cpu_kernel_cached_per_thread
+        if one is None:
+            return self.cpu_bandwidth_per_thread * max(threads, 1)
+        return one * min(max(threads, 1), self.cpu_cores)
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # an unprobed kernel is left out, so a spec reads and writes as before it existed
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if not (k in KERNEL_FIELDS and v is None)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str | None = None) -> PlatformSpec:
         names = [f.name for f in dataclasses.fields(cls)]
-        required = [n for n in names if n != "source" and n not in OVERHEAD_FIELDS]
+        required = [n for n in names if n != "source" and n not in OVERHEAD_FIELDS
+                    and n not in KERNEL_FIELDS]
         if not isinstance(data, Mapping):
             raise CopeInputError("expected a JSON object", source=source, field="spec")
         missing = [n for n in required if n not in data]
@@ -164,6 +195,9 @@ class PlatformSpec:
 OVERHEAD_FIELDS = ("gpu_launch_us", "gpu_sync_us", "link_latency_us", "cpu_dispatch_us",
                    "link_efficiency", "gpu_efficiency", "cpu_efficiency",
                    "gpu_kernels_per_expert_group", "gpu_kernels_per_block")
+#: The probed kernel's rates: optional, None when not probed.
+KERNEL_FIELDS = ("cpu_kernel_bandwidth", "cpu_kernel_bandwidth_per_thread",
+                 "cpu_kernel_cached_per_thread")
 LATENCY_FIELDS = ("gpu_launch_us", "gpu_sync_us", "link_latency_us", "cpu_dispatch_us")
 
 
@@ -180,11 +214,12 @@ def spec_from_parts(gpu: parts.GpuPart, link: parts.LinkPart, cpu: parts.CpuPart
     per-core bandwidth was measured) is what the analytic model should *reach*, so it enters
     divided by the CPU efficiency the model multiplies every CPU peak by."""
     mem_bw, core_bw = host_bandwidths(cpu, memory)
-    return PlatformSpec(name=name or f"{gpu.name}+{link.name}+{cpu.name}", gpu_name=gpu.name,
-                        gpu_flops=gpu.flops, gpu_bandwidth=gpu.bandwidth, link_name=link.name,
-                        link_bandwidth=link.bandwidth, cpu_name=cpu.name, cpu_cores=cpu.cores,
-                        cpu_flops_per_thread=cpu.flops_per_thread, cpu_bandwidth=mem_bw,
-                        cpu_bandwidth_per_thread=core_bw)
+    return with_kernel(PlatformSpec(
+        name=name or f"{gpu.name}+{link.name}+{cpu.name}", gpu_name=gpu.name,
+        gpu_flops=gpu.flops, gpu_bandwidth=gpu.bandwidth, link_name=link.name,
+        link_bandwidth=link.bandwidth, cpu_name=cpu.name, cpu_cores=cpu.cores,
+        cpu_flops_per_thread=cpu.flops_per_thread, cpu_bandwidth=mem_bw,
+        cpu_bandwidth_per_thread=core_bw), cpu.kernel)
 
 
 def host_bandwidths(cpu: parts.CpuPart, memory: parts.MemoryPart) -> tuple[float, float]:
@@ -193,6 +228,19 @@ def host_bandwidths(cpu: parts.CpuPart, memory: parts.MemoryPart) -> tuple[float
     eff = PlatformSpec.cpu_efficiency
     return (memory.bandwidth / eff if memory.measured else memory.bandwidth,
             cpu.per_core_bandwidth / eff if cpu.measured else cpu.per_core_bandwidth)
+
+
+def with_kernel(spec: PlatformSpec, rates: tuple[float, float, float] | None) -> PlatformSpec:
+    """``spec`` with a probed kernel's (one-thread, all-threads, cached) bytes/s
+    (:data:`KERNEL_FIELDS`; ``CpuPart.kernel``), each divided by the CPU efficiency as
+    :func:`host_bandwidths` divides; ``spec`` itself when not probed."""
+    if rates is None:
+        return spec
+    eff = PlatformSpec.cpu_efficiency
+    one, every, cached = rates
+    return dataclasses.replace(spec, cpu_kernel_bandwidth=every / eff,
+                               cpu_kernel_bandwidth_per_thread=one / eff,
+                               cpu_kernel_cached_per_thread=cached / eff)
 
 
 def platform_spec(gpu: str, *, link: str | None = None, cpu: str = DEFAULT_CPU) -> PlatformSpec:

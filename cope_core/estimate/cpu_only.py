@@ -10,7 +10,8 @@ atomic costs (:mod:`cope_core.profile.analytic`) with the GPU's throughput repla
   at the achieved host bandwidth (whichever is longer), plus the block's operations at one
   launch each (ggml's per-node thread barrier, priced as a GPU launch: an assumption);
 * each MoE layer's ``top_k`` routed experts: :func:`~cope_core.profile.analytic.cpu_expert` each
-  (bytes as stored, at the memory's or the threads' rate), plus one expert group's operations;
+  (bytes as stored, at the rate the dot-product kernel streams them from memory or the threads'
+  rate for the type, whichever is lower), plus one expert group's operations;
 * the LM head, and reading the token back.
 
 No transfer, no synchronisation between devices and no hand-off to CPU workers is charged. The
@@ -26,7 +27,7 @@ import numpy as np
 
 from ..geometry import ModelGeometry
 from ..parts import CpuPart, MemoryPart
-from ..platforms import PlatformSpec, host_bandwidths
+from ..platforms import PlatformSpec, host_bandwidths, with_kernel
 from ..profile.analytic import (
     Consts,
     consts,
@@ -52,19 +53,23 @@ class CpuOnlyPrice:
 
 def host_spec(cpu: CpuPart, memory: MemoryPart) -> PlatformSpec:
     """A :class:`PlatformSpec` whose "GPU" is the host itself (its threads' FLOP/s and the
-    memory's bandwidth), for the analytic constants of a CPU-only machine."""
+    memory's bandwidth), for the analytic constants of a CPU-only machine; a probed CPU's
+    dot-product kernel (:func:`~cope_core.platforms.with_kernel`) comes with it."""
     mem_bw, core_bw = host_bandwidths(cpu, memory)
-    return PlatformSpec(name=f"{cpu.name}+{memory.name} (CPU only)", gpu_name="none (CPU only)",
-                        gpu_flops=cpu.flops_per_thread * cpu.cores, gpu_bandwidth=mem_bw,
-                        link_name="none", link_bandwidth=mem_bw, cpu_name=cpu.name,
-                        cpu_cores=cpu.cores, cpu_flops_per_thread=cpu.flops_per_thread,
-                        cpu_bandwidth=mem_bw, cpu_bandwidth_per_thread=core_bw)
+    return with_kernel(PlatformSpec(
+        name=f"{cpu.name}+{memory.name} (CPU only)", gpu_name="none (CPU only)",
+        gpu_flops=cpu.flops_per_thread * cpu.cores, gpu_bandwidth=mem_bw, link_name="none",
+        link_bandwidth=mem_bw, cpu_name=cpu.name, cpu_cores=cpu.cores,
+        cpu_flops_per_thread=cpu.flops_per_thread, cpu_bandwidth=mem_bw,
+        cpu_bandwidth_per_thread=core_bw), cpu.kernel)
 
 
 def _on_host(c: Consts) -> Consts:
     """Constants whose device throughput is the CPU threads' (so the shared blocks' costs,
-    written for the GPU, price them on the host)."""
-    return c._replace(gpu_flops=c.cpu_flops, gpu_bw=c.cpu_bw)
+    written for the GPU, price them on the host): their weights, like the experts', stream
+    through the dot-product kernels, at the probed kernel's rate where it is slower than the
+    memory's."""
+    return c._replace(gpu_flops=c.cpu_flops, gpu_bw=np.minimum(c.cpu_bw, c.cpu_stream_bw))
 
 
 def host_tpot(g: ModelGeometry, c: Consts, context: float):

@@ -48,9 +48,14 @@ class Knob:
         return f"{self.name} ({', '.join(self.fields)})"
 
 
-#: the host's expert throughput: its memory's and its cores' streaming rate and FLOP/s
+#: the host's expert throughput: its memory's and its cores' streaming rate and FLOP/s, and the
+#: probed dot-product kernel's rates where probed (issue 41 names it "per type and thread
+#: count": :meth:`Knob.at` restricts it to one thread count; the type's share of it is the
+#: published ratio, checked by the held-out points of the other type)
 HOST_EXPERTS = Knob("host expert throughput",
-                    ("cpu_bandwidth", "cpu_bandwidth_per_thread", "cpu_flops_per_thread"))
+                    ("cpu_bandwidth", "cpu_bandwidth_per_thread", "cpu_flops_per_thread",
+                     "cpu_kernel_bandwidth", "cpu_kernel_bandwidth_per_thread",
+                     "cpu_kernel_cached_per_thread"))
 #: the GPU-side base per token: the GPU's achieved throughput on the shared work
 GPU_BASE = Knob("GPU-side base per token", ("gpu_flops", "gpu_bandwidth"))
 #: the fixed cost of each layer whose experts run on the CPU: the hand-off to its workers
@@ -128,17 +133,20 @@ class Refit:
 
 
 def _float_fields() -> set[str]:
-    return {f.name for f in dataclasses.fields(PlatformSpec) if f.type == "float"}
+    return {f.name for f in dataclasses.fields(PlatformSpec)
+            if f.type in ("float", "float | None")}
 
 
 def scaled_spec(spec: PlatformSpec, knobs: Sequence[Knob], factors: Sequence[float],
                 threads: int) -> PlatformSpec:
-    """``spec`` with every knob that applies at ``threads`` multiplying its fields."""
+    """``spec`` with every knob that applies at ``threads`` multiplying its fields (a field
+    that is None, a kernel not probed, stays None)."""
     changes: dict[str, Any] = {}
     for k, f in zip(knobs, factors):
         if k.applies(threads):
             for name in k.fields:
-                changes[name] = changes.get(name, getattr(spec, name)) * float(f)
+                if getattr(spec, name) is not None:
+                    changes[name] = changes.get(name, getattr(spec, name)) * float(f)
     return dataclasses.replace(spec, **changes)
 
 

@@ -1,11 +1,13 @@
 """Measured peak numbers of this machine for the roofline baseline (HRM): accelerator FLOP/s and
 memory bandwidth, host-to-accelerator link bandwidth, CPU FLOP/s per thread and CPU memory
 bandwidth. The result is a :class:`~cope_core.platforms.PlatformSpec` (``source="measured"``).
-:func:`probe_host_memory` measures the host's memory alone, in about a second, for ``this``
-machine's parts (:mod:`cope_core.mechanisms.this_machine`)."""
+:func:`probe_host_memory` measures the host's memory alone, in about a second, and
+:func:`probe_host_kernel` the rate a dot-product kernel streams weights at, in about half a
+second, for ``this`` machine's parts (:mod:`cope_core.mechanisms.this_machine`)."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -131,3 +133,79 @@ def probe_host_memory(seconds: float = 1.0, buffer_bytes: int = 512 << 20,
     return HostBandwidth(all_threads=float(max(all_bw, one_bw)), one_thread=float(one_bw),
                          threads=threads, buffer_bytes=host.numel() * 4,
                          samples=sum(len(t.samples_us) for t in timings), seconds=wall)
+
+
+@dataclass(frozen=True)
+class KernelRate:
+    """What :func:`probe_host_kernel` measured: bytes/s of 8-bit weights a batch-1 dot-product
+    kernel streams from memory with one thread and with ``threads`` threads, and with one thread
+    on weights resident in the core's cache."""
+
+    one_thread: float
+    all_threads: float
+    cached: float
+    threads: int
+    buffer_bytes: int
+    samples: int
+    seconds: float
+
+
+#: the probed kernel's width: an expert's hidden size in the models priced (2048-7168)
+_KERNEL_K = 2048
+#: the weights streamed from memory (all threads together read it once a sample), and the
+#: cache-resident matrix: within a last-level cache, and large enough that one operator call's
+#: fixed cost (a few µs) is small beside its 100-200 µs
+_KERNEL_BYTES, _CACHED_BYTES = 128 << 20, 2 << 20
+
+
+def probe_host_kernel(seconds: float = 0.5, buffer_bytes: int = _KERNEL_BYTES,
+                      threads: int | None = None) -> KernelRate:
+    """The rate a decode kernel turns 8-bit weights into dot products on this host: torch's
+    weight-only int8 matrix-vector product (``aten._weight_int8pack_mm``, one bfloat16
+    activation row, one scale per output row) over a ``buffer_bytes`` weight matrix (larger
+    than a last-level cache, so it streams from memory) by one thread, by ``threads`` threads
+    each on its own share of the rows (as ggml's threads split a product's rows; each runs one
+    intra-op thread, since torch's own split of a one-row product does not scale), and by one
+    thread on a 2 MiB matrix that stays in the cache. The fastest of a few samples
+    taken in turns over about ``seconds``. A sum or a copy streams faster than a dot product
+    does, and decode's weights go through the kernel, so this, not a copy's bandwidth, is the
+    rate a thread reaches (docs/design.md, "Validation against llama.cpp's CPU kernels")."""
+    threads = threads or cpu_cores()
+    rows = max(threads, buffer_bytes // _KERNEL_K // threads * threads)
+    w = torch.ones((rows, _KERNEL_K), dtype=torch.int8)     # touched, so pages exist
+    scales = torch.ones(rows, dtype=torch.bfloat16)
+    x = torch.ones((1, _KERNEL_K), dtype=torch.bfloat16)
+    share = rows // threads
+    parts = [(w[i * share:(i + 1) * share], scales[i * share:(i + 1) * share])
+             for i in range(threads)]
+    small = (w[:max(1, _CACHED_BYTES // _KERNEL_K)], scales[:max(1, _CACHED_BYTES // _KERNEL_K)])
+    repeats = max(1, w.numel() // small[0].numel() // 8)
+
+    def gemv(m: tuple[torch.Tensor, torch.Tensor]) -> None:
+        torch.ops.aten._weight_int8pack_mm(x, m[0], m[1])
+
+    def cached() -> None:
+        for _ in range(repeats):
+            gemv(small)
+
+    pool = ThreadPoolExecutor(threads)
+
+    def together() -> None:        # torch releases the GIL inside an aten operator
+        list(pool.map(gemv, parts))
+    rule = StopRule(warmup=1, min_samples=3, max_samples=10, batch=2, rel_tol=0.05,
+                    max_seconds=seconds)
+    t0 = time.perf_counter()
+    try:
+        with host_threads(1):
+            timings = round_robin([lambda: timed(lambda: gemv((w, scales))),
+                                   lambda: timed(together), lambda: timed(cached)], [rule] * 3,
+                                  budget_seconds=seconds, min_seconds=seconds / 2)
+    finally:
+        pool.shutdown()
+    wall = time.perf_counter() - t0
+    one, every, hot = (amount / (min(t.samples_us) / 1e6) for amount, t in
+                       zip((w.numel(), share * threads * _KERNEL_K,
+                            small[0].numel() * repeats), timings))
+    return KernelRate(one_thread=float(one), all_threads=float(max(every, one)),
+                      cached=float(max(hot, one)), threads=threads, buffer_bytes=w.numel(),
+                      samples=sum(len(t.samples_us) for t in timings), seconds=wall)

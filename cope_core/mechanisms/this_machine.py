@@ -9,6 +9,9 @@ what had to be assumed, each number said to be which (:class:`~cope_core.parts.F
   name gives FLOP/s and bandwidth. None found: the machine is CPU-only, and that is said.
 - Memory: bandwidth measured (:func:`cope_core.mechanisms.probe.probe_host_memory`, about a
   second); its type and speed need root (``dmidecode``), so they are not detected.
+- The CPU's dot-product kernel: the rate it streams 8-bit weights from memory with one thread and
+  with all, and from a core's cache (:func:`cope_core.mechanisms.probe.probe_host_kernel`, about
+  half a second), what decode's CPU experts reach rather than a copy's bandwidth.
 
 Nothing here imports torch until a probe or the torch fallback runs.
 """
@@ -32,6 +35,8 @@ GB = 1e9
 Runner = Callable[[Sequence[str]], str | None]
 #: A memory probe's (all-threads bytes/s, one-thread bytes/s, threads, how it was measured).
 Probed = tuple[float, float, int, str]
+#: A kernel probe's ((one-thread, all-threads, cached bytes/s), threads, how it was measured).
+KernelProbed = tuple[tuple[float, float, float], int, str]
 
 
 def run_command(cmd: Sequence[str]) -> str | None:
@@ -106,9 +111,11 @@ def match_catalog(detected: str, names: dict[str, str]) -> str | None:
     return max(found, key=lambda n: len(names[n])) if found else None
 
 
-def this_cpu(info: CpuInfo, one_thread_bw: float | None) -> tuple[CpuPart, list[Fact]]:
+def this_cpu(info: CpuInfo, one_thread_bw: float | None,
+             kernel: KernelProbed | None = None) -> tuple[CpuPart, list[Fact]]:
     """A CPU part for ``info``: a catalog CPU of the same model with the cores found here, or
-    one made of the OS's numbers and stated assumptions."""
+    one made of the OS's numbers and stated assumptions; ``kernel``: the probed dot-product
+    kernel's rates, kept on the part (``CpuPart.kernel``) with their facts."""
     src = "/proc/cpuinfo, sched_getaffinity"
     facts = [Fact("cpu", "model", info.model, "detected", "/proc/cpuinfo"),
              Fact("cpu", "cores (threads run on)", str(info.cores), "detected", src)]
@@ -146,6 +153,17 @@ def this_cpu(info: CpuInfo, one_thread_bw: float | None) -> tuple[CpuPart, list[
         facts.append(Fact("cpu", "bandwidth of one core",
                           f"{part.per_core_bandwidth / GB:g} GB/s", "assumed",
                           "the catalog's assumption (no vendor publishes it)"))
+    if kernel is not None:
+        (one, every, cached), threads, how = kernel
+        part = replace(part, kernel=(one, every, cached))
+        src = "probe_host_kernel: torch aten._weight_int8pack_mm, one bf16 row"
+        facts += [Fact("cpu", "dot-product kernel from memory, one thread",
+                       f"{one / GB:.1f} GB/s of 8-bit weights", "measured", f"{src}; {how}"),
+                  Fact("cpu", f"dot-product kernel from memory, {threads} threads",
+                       f"{every / GB:.1f} GB/s of 8-bit weights", "measured", f"{src}; {how}"),
+                  Fact("cpu", "dot-product kernel from cache, one thread",
+                       f"{cached / GB:.1f} GB/s of 8-bit weights", "measured",
+                       f"{src}, 2 MiB of weights; {how}")]
     return part, facts
 
 
@@ -267,11 +285,15 @@ class ThisMachine:
 def this_machine(*, gpu: bool = True, cpu: bool = True, memory: bool = True,
                  seconds: float = 1.0, run: Runner = run_command,
                  probe: Callable[[float], Probed] | None = None,
-                 torch_probe: bool = True) -> ThisMachine:
+                 torch_probe: bool = True,
+                 kernel_probe: Callable[[float], KernelProbed] | None = None) -> ThisMachine:
     """Detect (and, for ``cpu`` or ``memory``, probe) the parts asked for. ``run`` runs
     ``nvidia-smi`` / ``rocm-smi``; ``torch_probe`` lets torch look for a GPU when neither
     answers; ``probe(seconds)`` returns (all-threads bytes/s, one-thread bytes/s, threads, how it
-    was measured), by default :func:`cope_core.mechanisms.probe.probe_host_memory`'s."""
+    was measured), by default :func:`cope_core.mechanisms.probe.probe_host_memory`'s;
+    ``kernel_probe(seconds)`` the dot-product kernel's rates for ``cpu``, by default
+    :func:`cope_core.mechanisms.probe.probe_host_kernel`'s (not run when a ``probe`` is given
+    without one: a stand-in machine has no kernel)."""
     facts: list[Fact] = []
     g = None
     if gpu:
@@ -282,7 +304,9 @@ def this_machine(*, gpu: bool = True, cpu: bool = True, memory: bool = True,
         bw = (probe or _probe)(seconds)
     c = m = None
     if cpu:
-        c, f = this_cpu(detect_cpu(), bw[1] if bw else None)
+        kp = kernel_probe or (_kernel_probe if probe is None else None)
+        c, f = this_cpu(detect_cpu(), bw[1] if bw else None,
+                        kp(seconds / 2) if kp is not None else None)
         facts += f
     if memory and bw:
         m, f = this_memory(bw[0], bw[2], bw[3])
@@ -295,3 +319,11 @@ def _probe(seconds: float) -> Probed:
     r = probe_host_memory(seconds)
     return (r.all_threads, r.one_thread, r.threads,
             f"fastest of {r.samples} reads of {r.buffer_bytes >> 20} MiB in {r.seconds:.1f} s")
+
+
+def _kernel_probe(seconds: float) -> KernelProbed:
+    from .probe import probe_host_kernel
+    r = probe_host_kernel(seconds)
+    return ((r.one_thread, r.all_threads, r.cached), r.threads,
+            f"fastest of {r.samples} products over {r.buffer_bytes >> 20} MiB in "
+            f"{r.seconds:.1f} s")

@@ -69,7 +69,10 @@ class GpuPart(_Sourced):
 class CpuPart(_Sourced):
     """A CPU: the cores threads run on (a hybrid Intel part's P-cores; ``e_cores`` beside them),
     clocks, the FMA units that give FLOP/s, the memory it is priced with by default and the
-    bandwidth one core streams alone (``measured``: a probe's figure, not an assumption)."""
+    bandwidth one core streams alone (``measured``: a probe's figure, not an assumption);
+    ``kernel``: on ``this`` machine, the probed rates of a dot-product kernel (bytes/s of 8-bit
+    weights from memory by one thread and by all, and by one thread from its cache:
+    :func:`cope_core.mechanisms.probe.probe_host_kernel`), None where not probed."""
 
     name: str
     label: str
@@ -84,6 +87,7 @@ class CpuPart(_Sourced):
     memory: str
     per_core_bandwidth: float
     measured: bool = False
+    kernel: tuple[float, float, float] | None = None
 
     @property
     def flop_per_cycle(self) -> int:

@@ -52,6 +52,8 @@ class Consts(NamedTuple):
     cpu_bw: np.ndarray | float
     cpu_mem_bw: np.ndarray | float      # achieved memory bandwidth, all threads
     cpu_lane_bw: np.ndarray | float     # achieved per-thread bandwidth times the threads
+    cpu_stream_bw: np.ndarray | float   # weights a dot-product kernel streams from memory
+    cpu_dot_bw: np.ndarray | float      # the threads' 16-bit kernel rate on cached weights
     launch: np.ndarray | float
     sync: np.ndarray | float
     link_latency: np.ndarray | float
@@ -70,6 +72,11 @@ def consts(spec: PlatformSpec, threads: int, share: float = 100.0) -> Consts:
                   cpu_bw=s.cpu_bw(threads) * s.cpu_efficiency,
                   cpu_mem_bw=s.cpu_bandwidth * s.cpu_efficiency,
                   cpu_lane_bw=s.cpu_bandwidth_per_thread * max(threads, 1) * s.cpu_efficiency,
+                  cpu_stream_bw=(s.cpu_kernel_bw(threads) if s.cpu_kernel_bandwidth_per_thread
+                                 else s.cpu_bandwidth) * s.cpu_efficiency,
+                  # the probed kernel dots 8-bit weights: as a 16-bit rate, over Q8_0's ratio
+                  cpu_dot_bw=s.cpu_kernel_cached(threads) * s.cpu_efficiency
+                  / (cpu_efficiency("Q8_0") if s.cpu_kernel_cached_per_thread else 1.0),
                   launch=s.gpu_launch_us,
                   sync=s.gpu_sync_us, link_latency=s.link_latency_us,
                   dispatch=s.cpu_dispatch_us, kernels_per_group=s.gpu_kernels_per_expert_group,
@@ -88,6 +95,7 @@ def drawn_consts(c: Consts, draws: int, rng: np.random.Generator) -> Consts:
                       link_bw=c.link_bw * link, copy_bw=c.copy_bw * link,
                       cpu_flops=c.cpu_flops * cpu, cpu_bw=c.cpu_bw * cpu,
                       cpu_mem_bw=c.cpu_mem_bw * cpu, cpu_lane_bw=c.cpu_lane_bw * cpu,
+                      cpu_stream_bw=c.cpu_stream_bw * cpu, cpu_dot_bw=c.cpu_dot_bw * cpu,
                       launch=c.launch * f(lat), sync=c.sync * f(lat),
                       link_latency=c.link_latency * f(lat), dispatch=c.dispatch * f(lat))
 
@@ -110,16 +118,18 @@ def cpu_experts(g: ModelGeometry, c: Consts, n: int):
 
 def cpu_expert(g: ModelGeometry, c: Consts):
     """One expert on the CPU: its FLOPs, or its bytes as stored streamed at each projection's
-    rate: the memory's, or the threads' 16-bit rate times the type's efficiency when fewer
-    (docs/design.md#bytes-as-stored); a geometry stored in ``dtype_bytes`` streams at
-    ``cpu_bw``."""
+    rate: what the dot-product kernel streams from memory, or the threads' 16-bit rate times
+    the type's efficiency when fewer (docs/design.md#bytes-as-stored); a geometry stored in
+    ``dtype_bytes`` streams at the 16-bit rate. Unprobed, the kernel's rates are the memory's
+    and the per-thread bandwidths (``cpu_mem_bw``, ``cpu_lane_bw``), as before the probe."""
     if not g.expert_layers:
-        return np.maximum(g.expert_flops / c.cpu_flops, g.expert_bytes / c.cpu_bw) * US
+        stream = g.expert_bytes / np.minimum(c.cpu_stream_bw, c.cpu_dot_bw)
+        return np.maximum(g.expert_flops / c.cpu_flops, stream) * US
     by_type: dict[str, int] = {}
     for x in g.expert_layers:
         for t, b in x.projections():
             by_type[t] = by_type.get(t, 0) + b
-    stream = sum(b / np.minimum(c.cpu_mem_bw, cpu_efficiency(t) * c.cpu_lane_bw)
+    stream = sum(b / np.minimum(c.cpu_stream_bw, cpu_efficiency(t) * c.cpu_dot_bw)
                  for t, b in by_type.items()) / g.n_layers
     return np.maximum(g.expert_flops / c.cpu_flops, stream) * US
 
