@@ -98,6 +98,15 @@ def test_this_machine_keeps_the_kernels_rates_as_measured_facts():
     assert c.cpu_dot_bw == pytest.approx(2 * 7e9 / 0.95)
 
 
+def test_a_torch_without_the_kernel_says_so():
+    this = tm.this_machine(gpu=False, cpu=True, memory=False,
+                           probe=lambda s: (12e9, 9e9, 2, "a fake probe"),
+                           kernel_probe=lambda s: "torch 2.2 has no aten._weight_int8pack_mm")
+    assert this.cpu.kernel is None
+    f = next(f for f in this.facts if f.quantity == "dot-product kernel")
+    assert (f.value, f.how) == ("not probed", "detected") and "torch 2.2" in f.source
+
+
 def test_a_stand_in_probe_has_no_kernel():
     this = tm.this_machine(gpu=False, cpu=True, memory=True,
                            probe=lambda s: (12e9, 9e9, 2, "a fake probe"))

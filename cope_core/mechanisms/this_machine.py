@@ -35,8 +35,9 @@ GB = 1e9
 Runner = Callable[[Sequence[str]], str | None]
 #: A memory probe's (all-threads bytes/s, one-thread bytes/s, threads, how it was measured).
 Probed = tuple[float, float, int, str]
-#: A kernel probe's ((one-thread, all-threads, cached bytes/s), threads, how it was measured).
-KernelProbed = tuple[tuple[float, float, float], int, str]
+#: A kernel probe's ((one-thread, all-threads, cached bytes/s), threads, how it was measured),
+#: or a line saying why there is none.
+KernelProbed = tuple[tuple[float, float, float], int, str] | str
 
 
 def run_command(cmd: Sequence[str]) -> str | None:
@@ -153,7 +154,10 @@ def this_cpu(info: CpuInfo, one_thread_bw: float | None,
         facts.append(Fact("cpu", "bandwidth of one core",
                           f"{part.per_core_bandwidth / GB:g} GB/s", "assumed",
                           "the catalog's assumption (no vendor publishes it)"))
-    if kernel is not None:
+    if isinstance(kernel, str):
+        facts.append(Fact("cpu", "dot-product kernel", "not probed", "detected",
+                          f"{kernel}; experts priced at the bandwidths above"))
+    elif kernel is not None:
         (one, every, cached), threads, how = kernel
         part = replace(part, kernel=(one, every, cached))
         src = "probe_host_kernel: torch aten._weight_int8pack_mm, one bf16 row"
@@ -322,7 +326,11 @@ def _probe(seconds: float) -> Probed:
 
 
 def _kernel_probe(seconds: float) -> KernelProbed:
+    import torch
+
     from .probe import probe_host_kernel
+    if not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
+        return f"torch {torch.__version__} has no aten._weight_int8pack_mm"
     r = probe_host_kernel(seconds)
     return ((r.one_thread, r.all_threads, r.cached), r.threads,
             f"fastest of {r.samples} products over {r.buffer_bytes >> 20} MiB in "

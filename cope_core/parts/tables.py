@@ -89,8 +89,10 @@ def markdown() -> str:
            "this machine: the CPU model and its physical cores (P-cores) from the OS, the GPU "
            "from nvidia-smi, rocm-smi or torch (none: CPU-only, and said so), the catalog's "
            "numbers for a model it lists, and the host memory's read bandwidth from a probe of "
-           "about a second (all threads and one); every number is printed as catalog, derived, "
-           "detected, measured or assumed.", ""]
+           "about a second (all threads and one), and with `--cpu this` the rate a dot-product "
+           "kernel streams weights at (8-bit, from memory by one thread and by all, from cache "
+           "by one; about half a second more), the rate the CPU experts are priced at; every "
+           "number is printed as catalog, derived, detected, measured or assumed.", ""]
     out += _section("GPUs", [gpu_row(g) | {"source": g.source, "note": g.note}
                              for g in gpus().values()],
                     ["name", "label", "memory_gib", "bandwidth_gbs", "fp16_tflops",
