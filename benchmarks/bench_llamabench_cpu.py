@@ -118,12 +118,12 @@ def measure(a: argparse.Namespace, files: dict[str, Path]) -> tuple[dict, list[d
 
 
 def saved(path: Path) -> tuple[dict, list[dict], dict, dict]:
-    """A saved report's samples, runs, llama-bench build and settings."""
+    """A saved report's samples, runs, llama-bench build, and the report."""
     r = json.loads(path.read_text())
     samples: dict[tuple[str, int], list[float]] = {(t, n): [] for t in TYPES for n in THREADS}
     for run in r["runs"]:
         samples[(run["type"], int(run["threads"]))] += [float(x) for x in run["samples_ts"]]
-    return samples, r["runs"], r["llama_bench"], r | {"spec": r["spec"]}
+    return samples, r["runs"], r["llama_bench"], r
 
 
 def kernel_now() -> tuple[tuple[float, float, float], dict]:
@@ -179,7 +179,7 @@ def main() -> None:
     a.work.mkdir(parents=True, exist_ok=True)
     files = models(a.work, a.blocks)
     geo = {t: resolve_model(str(p)) for t, p in files.items()}
-    kernel_info = None
+    kernel_info: dict = {"from": "the saved run's probes"}
     if a.rescore:
         samples, runs, build, old = saved(a.rescore)
         settings = old["settings"]
@@ -193,18 +193,21 @@ def main() -> None:
                 rates, kernel_info = kernel_now()
             spec = with_kernel(spec, rates)
     else:
-        samples, runs, build = measure(a, files)
-        settings = {"reps": a.reps, "rounds": a.rounds, "n_gen": a.n_gen,
-                    "context": (a.n_gen + 1) / 2}     # decode token i attends to i + 1 tokens
+        # the host's probes (memory, dot-product kernel) first, on the machine as it is before
+        # llama-bench runs
+        kernel_info = {"probed": "before the runs", "load_avg_1min": os.getloadavg()[0]}
         machine = compose_machine(gpu=None, cpu="this", memory="this")
         machine_dict = machine.to_dict()
         spec = host_spec(machine.cpu, machine.memory)
+        samples, runs, build = measure(a, files)
+        settings = {"reps": a.reps, "rounds": a.rounds, "n_gen": a.n_gen,
+                    "context": (a.n_gen + 1) / 2}     # decode token i attends to i + 1 tokens
     scored = score(samples, spec, geo, float(settings["context"]))
     report = {
         "what": __doc__.split("\n\n")[0].replace("\n", " "),
         "command": "python " + " ".join(sys.argv),
-        **({"rescored_from": str(a.rescore), "kernel_probed_now": kernel_info}
-           if a.rescore else {}),
+        **({"rescored_from": str(a.rescore)} if a.rescore else {}),
+        "kernel_probe": kernel_info,
         "llama_bench": build, "machine": machine_dict, "spec": spec.to_dict(),
         "model": {"blocks": a.blocks, **SHAPE,
                   "files": {t: {"name": p.name, "bytes": p.stat().st_size}
