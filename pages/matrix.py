@@ -13,14 +13,16 @@ table = matrix_table()
 
 gib, k, op, est = session.settings_row(ds, [2, 2, 2])
 
-with session.user_errors():
-    df = results.predict_at(ds, k, op, est, CANDIDATE_IDS)
+with session.user_errors():     # the K's rows of the sweep every page shares (and a restarted
+    # server keeps on disk for a shipped example): the same numbers as pricing K alone
+    df = results.sweep_at(results.sweep_view(ds, op, est, CANDIDATE_IDS), k)
 lp = df[df["candidate"] == LAYER_PARTITION].iloc[0]
 fig = figures.matrix_heatmap(df, table, title=f"Predicted TPOT at K = {k} · {est} · "
                                                f"{dsm.provenance(ds)}")
 event = st.plotly_chart(fig, on_select="rerun", selection_mode="points", key="matrix_chart")
 w = whatif.winner_of(df)
-(st.success if w.sure else st.warning)(f"At {gib:g} GiB (K = {k}): {w.sentence()}.")
+(st.success if w.sure else st.warning)(f"At {gib:g} GiB (K = {k}): {w.sentence()}.",
+                                       icon="")   # no emoji search (pages/overview.py)
 points = (event or {}).get("selection", {}).get("points", []) if event else []
 clicked = next((p.get("customdata") for p in points if p.get("customdata") in CANDIDATE_IDS),
                None)

@@ -63,7 +63,9 @@ margin = "—" if w.margin_pct is None else (
 c4.metric("Runner-up", margin, help=f"runner-up: {w.runner_up}")
 c5.metric("Speed", f"{whatif.tokens_per_s(w.tpot_us):.1f} tokens/s",
           help="decode tokens per second: 1000 / TPOT in ms")
-(st.success if w.sure else st.warning)(w.sentence() + ".")
+# icon="": none. Without it Streamlit looks for a leading emoji in any non-ASCII text and loads
+# its emoji table for that (about 0.3 s of a server's first page)
+(st.success if w.sure else st.warning)(w.sentence() + ".", icon="")
 slower = (lp.tpot_us / w.tpot_us - 1) * 100
 st.markdown(f"For scale: the layer-partition baseline (whole MoE layers on CPU or GPU, as "
             f"llama.cpp's `--n-cpu-moe`) takes **{lp.tpot_us / 1e3:.3f} ms/token** "

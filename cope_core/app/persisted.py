@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -33,6 +33,7 @@ from .machine_choice import is_your_machine
 LIBRARY = Path(__file__).resolve().parents[1]
 DATA_FILES = (MODEL_ERROR_FILE, PARAMETERS_FILE)
 _PACKAGES = ("numba", "numpy", "pandas", "streamlit")
+T = TypeVar("T")
 
 
 @functools.cache
@@ -68,3 +69,18 @@ def read_shipped(kind: str, path: str, stamp: str, reader: Callable[[str], Any])
     """``reader(path)`` of a shipped file, kept on disk under its kind, path, modification
     stamp and the library's :func:`fingerprint` (``reader`` is the kind's reader)."""
     return _read_disk(kind, path, stamp, fingerprint(), reader)
+
+
+@st.cache_data(show_spinner=False, max_entries=64, persist="disk")
+def _kept_disk(name: str, code: str, key: str, args: tuple, _compute: Callable[[], Any]) -> Any:
+    return _compute()
+
+
+def kept(name: str, ds: Dataset, args: tuple, compute: Callable[[], T]) -> T:
+    """``compute()`` of ``ds``, kept on disk when ``ds`` is :func:`shipped`: under ``name``,
+    the dataset's key (its files' paths and modification stamps), ``args`` (everything else the
+    result depends on, hashable by Streamlit) and the library's :func:`fingerprint`. Of any
+    other dataset it is computed by every process and never written."""
+    if not shipped(ds):
+        return compute()
+    return _kept_disk(name, fingerprint(), ds.key, args, compute)

@@ -23,7 +23,6 @@ from ..errors import CopeInputError
 from ..files import short_error
 from ..geometry import ModelGeometry
 from ..trace.data import SOURCES
-from . import _trace_kernels as K
 from ._common import TRACE_SCHEMA, _first_unfit, _meta_value, _open_checked, _type_ok
 
 TRACE_COLUMNS: dict[str, str] = {"prompt": "int32", "token": "int32", "layer": "int16",
@@ -181,6 +180,7 @@ def _list(arr: pa.Array, name: str, base: int, errs: _Errors,
 
 
 def _row_messages(first: np.ndarray, info: np.ndarray, L: int, errs: _Errors) -> None:
+    from . import _trace_kernels as K  # numba loads with the first kernel (see read_part)
     says: dict[int, tuple[str, Callable[[int, list], str] | None]] = {
         K.LAYER_RANGE: ("layer", lambda i, a: f"row {i}: layer {a[0]} out of range, expected "
                         f"0..{L - 1}"),
@@ -242,6 +242,9 @@ def read_part(part: Part, out: Outputs, keep: np.ndarray | None) -> np.ndarray:
     ``keep``: sorted prompt ids to copy (None: all of them). Returns the ids of every prompt
     in the file, kept or not (sorted), for the one-file-per-prompt check of a folder.
     """
+    # numba (about 0.3 s) loads with the first kernel, not with the package: a server answering
+    # from its disk cache (cope_core/app/persisted.py) reads no trace
+    from . import _trace_kernels as K
     g, src = part.model, part.src
     L, E, k = g.n_layers, g.n_experts, g.top_k
     if part.rows == 0:
@@ -321,6 +324,7 @@ def read_part(part: Part, out: Outputs, keep: np.ndarray | None) -> np.ndarray:
 
 
 def _list_message(kind: int, i: int, ids: list[int], n: int, L: int, E: int) -> str:
+    from . import _trace_kernels as K  # numba loads with the first kernel (see read_part)
     if kind == K.LIST_LAST_LAYER:
         return f"row {i}: ids {ids} at the last layer {L - 1}, expected empty"
     if kind == K.LIST_RANGE:

@@ -13,7 +13,6 @@ from ..errors import CopeInputError
 from ..files import atomic_path, check_writable
 from ..trace.data import Trace
 from ._common import META_KEY, meta_bytes
-from ._trace_kernels import _compact
 from ._trace_read import TRACE_COLUMNS, Outputs, open_parts, prompt_runs, read_part
 
 __all__ = ["TRACE_COLUMNS", "read_trace", "trace_prompts", "write_trace", "write_trace_parts"]
@@ -125,6 +124,7 @@ def _table(trace: Trace) -> pa.Table:
     pred = np.ascontiguousarray(trace.predicted[perm]).reshape(N * L, -1)
     offsets = np.empty(N * L + 1, np.int64)
     values = np.empty(pred.size, np.int16)
+    from ._trace_kernels import _compact  # numba loads with the first kernel (_trace_read)
     used = _compact(pred, offsets, values)
     return pa.table({
         "prompt": pa.array(np.repeat(np.repeat(ids, counts), L), pa.int32()),

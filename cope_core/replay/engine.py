@@ -9,7 +9,6 @@ import numpy as np
 from ..errors import CopeInputError
 from ..matrix import Residency
 from ..trace.data import Trace
-from . import _kernels
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,6 +90,9 @@ def replay(trace: Trace, order: np.ndarray, residency: Residency | str,
     # rank[l, e]: popularity rank of expert e (the inverse of the fill order), for every kernel
     rank = np.empty((L, E), np.int32)
     rank[np.arange(L)[:, None], order] = np.arange(E, dtype=np.int32)
+    # numba (about 0.3 s) loads with the first kernel, not with the package: a server answering
+    # from its disk cache (cope_core/app/persisted.py) replays nothing
+    from . import _kernels
     if residency is Residency.FIXED:
         if ks.size == 1:
             _kernels._fixed_one(routed, starts, rank, int(ks[0]), hist[0])
@@ -110,6 +112,7 @@ def replay(trace: Trace, order: np.ndarray, residency: Residency | str,
 def _fixed_sweep(routed, starts, rank, ks, k, E):
     P, L = starts.size - 1, routed.shape[1]
     cnt = np.zeros((P, L, k, E), np.int64)
+    from . import _kernels
     _kernels._fixed_order_stats(routed, starts, rank, cnt)
     # at_least[p, l, j, K] = tokens with >= j+1 hits at cache size K
     cum = np.zeros((P, L, k, E + 1), np.int64)

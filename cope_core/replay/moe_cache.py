@@ -13,14 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import numba
 import numpy as np
 
 from ..errors import CopeInputError
 from ..geometry import MIB, ModelGeometry
 from ..trace.data import Trace
 from ..weight_formats import tensor_bytes
-from . import _cache_kernels
 from ._cache_plan import CLASS_LRU_WEIGHT, buckets, distinct_per_layer, first_use_counts
 
 #: ggml-cuda's buffer alignment (ggml/src/ggml-cuda/ggml-cuda.cu,
@@ -47,9 +45,10 @@ class Reading(NamedTuple):
         return f"{self.clock} clock, {self.cpu_order} to the CPU"
 
 
-_CLOCKS = {"token": _cache_kernels.TOKEN_CLOCK, "layer": _cache_kernels.LAYER_CLOCK,
-           "layer-first": _cache_kernels.LAYER_CLOCK_FIRST}
-_ORDERS = {"coldest": _cache_kernels.COLDEST, "ascending": _cache_kernels.ASCENDING}
+# each reading's constant in the kernels, by name: numba loads with the first replay, not with
+# the package (a server answering from its disk cache runs none)
+_CLOCKS = {"token": "TOKEN_CLOCK", "layer": "LAYER_CLOCK", "layer-first": "LAYER_CLOCK_FIRST"}
+_ORDERS = {"coldest": "COLDEST", "ascending": "ASCENDING"}
 #: every plausible reading, COPE's first; the class-LRU's predictions are replayed under each
 READINGS = tuple(Reading(c, o) for c in _CLOCKS for o in _ORDERS)
 OURS = READINGS[0]
@@ -370,12 +369,16 @@ def replay_cache(trace: Trace, configs: Sequence[CacheConfig], *,
         off_of.append(len(offs))
     version = np.array([c.version.kernel for c in configs], np.int64)
     share = np.array([c.cpu_share for c in configs], np.float64)
+    import numba  # with the first replay, not with the package (see _CLOCKS)
+
+    from . import _cache_kernels as K
     bucket_start, run_order = buckets(run, n_cached * np.where(version, CLASS_LRU_WEIGHT, 1.0),
                                       numba.get_num_threads())
-    _cache_kernels._cache_buckets(
+    K._cache_buckets(
         trace.routed, trace.prompt_start.astype(np.int64), layers, n_cached, group,
         np.asarray(offs, np.int64), np.asarray(off_of, np.int64), version, share,
-        bool(persist), E, np.array([_CLOCKS[r.clock] for r in each], np.int64),
-        np.array([_ORDERS[r.cpu_order] for r in each], np.int64), bucket_start, run_order, cnt)
+        bool(persist), E, np.array([getattr(K, _CLOCKS[r.clock]) for r in each], np.int64),
+        np.array([getattr(K, _ORDERS[r.cpu_order]) for r in each], np.int64), bucket_start,
+        run_order, cnt)
     return CacheCounts(tuple(configs), layouts, cnt)
 

@@ -11,14 +11,6 @@ import numpy as np
 
 from ..errors import CopeInputError
 from ..geometry import ModelGeometry
-from ._kernels import (
-    DUPLICATE,
-    LAST_LAYER,
-    OUT_OF_RANGE,
-    PAD_INSIDE,
-    first_list_problem,
-    popularity_counts,
-)
 
 #: The schema id of a trace file (docs/formats.md); :mod:`cope_core.parquet_io` reads it here.
 TRACE_SCHEMA = "cope.trace/1"
@@ -97,6 +89,7 @@ class Trace:
     def popularity(self) -> np.ndarray:
         """``counts[l, e]``: tokens whose routed set at layer ``l`` contains ``e`` (computed once;
         the arrays of a trace are never modified)."""
+        from ._kernels import popularity_counts  # numba loads with the first kernel (validate)
         counts = popularity_counts(self.routed, self.model.n_experts)
         counts.flags.writeable = False
         return counts
@@ -107,6 +100,9 @@ class Trace:
 
     def validate(self) -> None:
         """Check array shapes, dtypes and id contracts; raise CopeInputError naming the problem."""
+        # numba (about 0.3 s) loads with the first kernel, not with the package: a server
+        # answering from its disk cache (cope_core/app/persisted.py) runs none
+        from ._kernels import DUPLICATE, LAST_LAYER, OUT_OF_RANGE, PAD_INSIDE, first_list_problem
         src, g = self.path, self.model
         L, E, k = g.n_layers, g.n_experts, g.top_k
         if self.source not in SOURCES:

@@ -53,7 +53,6 @@ import numpy as np
 
 from ..errors import CopeInputError
 from ..geometry import ModelGeometry
-from ._synth_kernels import _alias_tables, _predicted_prompt, _routed_prompt
 from .data import Trace
 
 __all__ = ["SynthParams", "popularity_weights", "synthesize", "synthesize_parts"]
@@ -226,6 +225,8 @@ def _stream(seed: int, *key: int) -> np.random.Generator:
 def _generate(model: ModelGeometry, par: SynthParams, description: str, lo: int,
               hi: int) -> Trace:
     """The ``lo``-th to ``hi - 1``-th prompts of the trace ``par`` describes."""
+    # numba loads with the first kernel, not with the package (trace.data.Trace.validate)
+    from ._synth_kernels import _alias_tables, _predicted_prompt, _routed_prompt
     L, E, k = model.n_layers, model.n_experts, model.top_k
     T, P = par.tokens, hi - lo
     by_rank = np.argsort(_stream(par.seed, 0).random((L, E)), axis=1)  # [l, rank] -> expert id
