@@ -45,8 +45,8 @@ st.plotly_chart(results.figure("bars", key + (k, title),
 
 st.subheader("TPOT against the VRAM budget")
 title = f"Every K = 0 … {g.n_experts} · {est} · {dsm.provenance(ds)}"
-base = results.figure("budget", key + (title,), lambda: figures.budget_base(
-    view.frame, g, view.regions, title=title, uncertain=view.unsure).to_dict())
+base = results.figure("budget", key + (title,), lambda: figures.budget_spec(
+    view.frame, g, view.regions, title=title, uncertain=view.unsure))
 st.plotly_chart(figures.mark_budget(base, gib, k), key="sweep_chart")
 if view.unsure:
     st.caption("Unsure budgets (red strip): " + "; ".join(

@@ -54,16 +54,28 @@ def _wins(df: pd.DataFrame) -> list[str]:
     return out
 
 
-def _add_band(fig: go.Figure, x: np.ndarray, rows: pd.DataFrame, name: str) -> None:
-    """The 95 % band of ``rows`` (the winner at each K) along ``x``, when they have draws."""
+def _band(x: np.ndarray, rows: pd.DataFrame, name: str) -> list[dict]:
+    """The 95 % band of ``rows`` (the winner at each K) along ``x`` as two traces, when they
+    have draws (none else)."""
     iv = _interval(rows)
     if iv is None:
-        return
+        return []
     lo, hi = iv
-    fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", line=dict(width=0), showlegend=False,
-                             hoverinfo="skip"))
-    fig.add_trace(go.Scatter(x=x, y=lo, mode="lines", line=dict(width=0), fill="tonexty",
-                             fillcolor="rgba(17,17,17,0.13)", name=name, hoverinfo="skip"))
+    return [dict(type="scatter", x=x, y=hi, mode="lines", line=dict(width=0), showlegend=False,
+                 hoverinfo="skip"),
+            dict(type="scatter", x=x, y=lo, mode="lines", line=dict(width=0), fill="tonexty",
+                 fillcolor="rgba(17,17,17,0.13)", name=name, hoverinfo="skip")]
+
+
+def _add_band(fig: go.Figure, x: np.ndarray, rows: pd.DataFrame, name: str) -> None:
+    """:func:`_band` added to ``fig``."""
+    fig.add_traces(_band(x, rows, name))
+
+
+def _legend_width(names: Sequence[str]) -> int:
+    """Pixels a vertical legend of ``names`` takes right of the plot (plotly's automargin
+    would push the margin there and draw the chart a second time: on every operating point)."""
+    return 70 + 6 * max((len(str(n)) for n in names), default=0)
 
 
 def _budget_line(current_gib: float | None) -> list[dict]:
@@ -106,9 +118,11 @@ def tpot_bars(df: pd.DataFrame, title: str = "") -> go.Figure:
     fig.add_trace(go.Scatter(x=end, y=labels, mode="text", text=[f" {t:.2f}" for t in tpot],
                              textposition="middle right", textfont=dict(size=10),
                              showlegend=False, hoverinfo="skip"))
+    # margins that hold the labels and the legend below (else the browser's automargin draws
+    # the chart twice)
     fig.update_layout(barmode="stack", title=title, xaxis_title="TPOT (ms per token)",
-                      height=max(260, 34 * len(s) + 110), margin=dict(l=10, r=40, t=60, b=40),
-                      legend=dict(orientation="h", y=-0.18))
+                      height=max(260, 34 * len(s) + 110), legend=dict(orientation="h", y=-0.18),
+                      margin=dict(l=8 + 6 * max(map(len, labels)), r=40, t=60, b=110))
     return fig
 
 
@@ -132,24 +146,32 @@ def budget_base(sweep: pd.DataFrame, g: ModelGeometry, regions: Sequence[Region]
                 title: str = "", log_y: bool = False,
                 uncertain: Sequence[tuple[float, float, int, int]] = ()) -> go.Figure:
     """:func:`tpot_vs_budget` without the current budget: what does not move with the slider,
-    drawn once (the explorer keeps its ``to_dict()`` for every session)."""
+    drawn once (the explorer keeps :func:`budget_spec`, this figure's ``to_dict()``, for every
+    session)."""
+    return go.Figure(budget_spec(sweep, g, regions, title, log_y, uncertain))
+
+
+def budget_spec(sweep: pd.DataFrame, g: ModelGeometry, regions: Sequence[Region],
+                title: str = "", log_y: bool = False,
+                uncertain: Sequence[tuple[float, float, int, int]] = ()) -> dict:
+    """:func:`budget_base` as the plain dict plotly's validation would make of it, built without
+    validating each trace (tens of ms per operating point): ``data`` and ``layout``."""
     sweep = plain(sweep)
     x_all = sweep_budgets(sweep, g)
-    fig = go.Figure()
+    data: list[dict] = []
     win = sweep[sweep["winner"]].sort_values("experts_per_layer")
-    _add_band(fig, x_all[sweep.index.get_indexer(win.index)], win, "winner's 95 % band")
+    band = _band(x_all[sweep.index.get_indexer(win.index)], win, "winner's 95 % band")
+    data += band
     for cand, sub in sweep.groupby("candidate", sort=False):
-        idx = sub.index.to_numpy()
-        pos = sweep.index.get_indexer(idx)
+        pos = sweep.index.get_indexer(sub.index.to_numpy())
         colour, dash, _ = candidate_style(cand)
-        fig.add_trace(go.Scatter(
-            x=x_all[pos], y=_ms(sub["tpot_us"]), mode="lines", name=cand,
+        data.append(dict(
+            type="scatter", x=x_all[pos], y=_ms(sub["tpot_us"]), mode="lines", name=cand,
             line=dict(color=colour, dash=dash, width=2.2 if "/" in cand else 2.6),
             customdata=sub["experts_per_layer"].to_numpy(),
             hovertemplate=cand + "<br>%{x:.2f} GiB (K = %{customdata})<br>"
-                          "%{y:.3f} ms/token<extra></extra>"))
+                                 "%{y:.3f} ms/token<extra></extra>"))
     x_lo, x_hi = float(x_all.min()), float(x_all.max())
-    # shapes and annotations as plain dicts, set once: add_vrect / add_vline cost tens of ms each
     shapes, notes = [], []
     for r in regions:
         x1 = r.gib_to if r.gib_to is not None else x_hi
@@ -170,20 +192,23 @@ def budget_base(sweep: pd.DataFrame, g: ModelGeometry, regions: Sequence[Region]
                           xanchor="left", yanchor="bottom", font=dict(size=10, color="#c0392b"),
                           text="unsure: tied, no candidate faster than every rival in "
                                "97.5 % of the paired draws"))
-    fig.update_layout(shapes=shapes, annotations=notes, meta={"x_range": [x_lo, x_hi]})
-    fig.update_layout(title=title, xaxis_title="VRAM budget (GiB)",
-                      yaxis_title="TPOT (ms per token)", height=480,
-                      yaxis_type="log" if log_y else "linear",
-                      margin=dict(l=10, r=10, t=60, b=40))
-    return fig
+    # the margins the legend and the tick labels take (the browser's automargin would push
+    # them there and draw the chart a second time, on every operating point)
+    return {"data": data, "layout": dict(
+        shapes=shapes, annotations=notes, meta={"x_range": [x_lo, x_hi]},
+        title=dict(text=title), xaxis=dict(title=dict(text="VRAM budget (GiB)")),
+        yaxis=dict(title=dict(text="TPOT (ms per token)"), type="log" if log_y else "linear"),
+        height=480, margin=dict(l=75, b=70, t=60, r=_legend_width(
+            [*sweep["candidate"].unique(), *(b["name"] for b in band[1:])])))}
 
 
 def mark_budget(base: dict, current_gib: float | None,
                 current_k: int | None = None) -> go.Figure:
-    """The budget chart ``base`` (a :func:`budget_base` figure's ``to_dict()``, not modified)
-    with the current budget as a dashed line and its label. The base was validated when it was
-    drawn, so the figure is assembled without validating it again: a slider move costs a few
-    milliseconds here instead of drawing every trace anew."""
+    """The budget chart ``base`` (:func:`budget_spec`, or a :func:`budget_base` figure's
+    ``to_dict()``; not modified) with the current budget as a dashed line and its label. The
+    figure is assembled without validating it (``budget_base`` validates the same dict, and the
+    tests draw it): a slider move costs a few milliseconds here instead of drawing every trace
+    anew."""
     layout = dict(base["layout"])
     if current_gib is not None:
         shape, note = _budget_marker(layout["meta"]["x_range"], current_gib, current_k)
