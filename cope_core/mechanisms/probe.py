@@ -158,12 +158,13 @@ _KERNEL_K = 2048
 _KERNEL_BYTES, _CACHED_BYTES = 128 << 20, 2 << 20
 
 
-def probe_host_kernel(seconds: float = 0.5, buffer_bytes: int = _KERNEL_BYTES,
+def probe_host_kernel(seconds: float = 0.5, buffer_bytes: int | None = None,
                       threads: int | None = None) -> KernelRate:
     """The rate a decode kernel turns 8-bit weights into dot products on this host: torch's
     weight-only int8 matrix-vector product (``aten._weight_int8pack_mm``, one bfloat16
-    activation row, one scale per output row) over a ``buffer_bytes`` weight matrix (larger
-    than a last-level cache, so it streams from memory) by one thread, by ``threads`` threads
+    activation row, one scale per output row) over a ``buffer_bytes`` weight matrix (by default
+    128 MiB or 8 MiB per thread, up to 1 GiB: more than a last-level cache, even a server's, so
+    it streams from memory) by one thread, by ``threads`` threads
     each on its own share of the rows (as ggml's threads split a product's rows; each runs one
     intra-op thread, since torch's own split of a one-row product does not scale), and by one
     thread on a 2 MiB matrix that stays in the cache. The fastest of a few samples
@@ -171,6 +172,8 @@ def probe_host_kernel(seconds: float = 0.5, buffer_bytes: int = _KERNEL_BYTES,
     does, and decode's weights go through the kernel, so this, not a copy's bandwidth, is the
     rate a thread reaches (docs/design.md, "Validation against llama.cpp's CPU kernels")."""
     threads = threads or cpu_cores()
+    if buffer_bytes is None:
+        buffer_bytes = min(max(_KERNEL_BYTES, threads << 23), 1 << 30)
     rows = max(threads, buffer_bytes // _KERNEL_K // threads * threads)
     w = torch.ones((rows, _KERNEL_K), dtype=torch.int8)     # touched, so pages exist
     scales = torch.ones(rows, dtype=torch.bfloat16)
