@@ -221,6 +221,12 @@ def main() -> None:
     for b in scored["before_refit"]:
         print(f"{b['type']} at {b['threads']} thread(s): measured {b['measured_ts']:.2f} tok/s, "
               f"predicted {b['predicted_ts']:.2f} ({b['error_pct']:+.1f} %)")
+    print(f"mean absolute error before any refit: {scored['mae_before_pct']:.1f} % "
+          f"(target <= 15 %: {'met' if scored['mae_before_pct'] <= 15 else 'missed'})")
+    for name, v in scored["refits"].items():
+        after = v["mae_held_out_after_pct"]
+        print(f"refit on {name}: held-out error {after:.1f} % "
+              f"(target <= 5 %: {'met' if after <= 5 else 'missed'})")
     print(json.dumps({"mae_before_pct": scored["mae_before_pct"],
                       **{k: {"held_out_after": v["mae_held_out_after_pct"],
                              "factors": [x["factor"] for x in v["knobs"]]}
