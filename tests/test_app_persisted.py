@@ -93,14 +93,14 @@ def test_second_start_reads_the_sweep_and_files_from_disk(tmp_path, files):
     home.mkdir()
     first = _start(home, "shipped", files["trace"], tmp_path / "1.pkl")
     assert first == {"swept": 1, "read": 1, "built": 1}
-    assert len(_cache_files(home)) == 3           # the sweep, the trace file and the policy
+    assert len(_cache_files(home)) == 4    # the sweep, its replay, the trace file, the policy
     second = _start(home, "shipped", files["trace"], tmp_path / "2.pkl")
     assert second == {"swept": 0, "read": 0, "built": 0}      # all unpickled from disk
     _same(tmp_path / "1.pkl", tmp_path / "2.pkl")
     # another library version misses both, computes the same numbers and keeps its own files
     changed = _start(home, "changed", files["trace"], tmp_path / "3.pkl")
     assert changed == {"swept": 1, "read": 1, "built": 1}
-    assert len(_cache_files(home)) == 6
+    assert len(_cache_files(home)) == 8
     _same(tmp_path / "1.pkl", tmp_path / "3.pkl", same_run=False)
 
 
