@@ -304,13 +304,16 @@ def sweep_interval_columns(point: np.ndarray, drawn: np.ndarray | None,
         verdict = most_likely_fastest(m, [candidates[i].id for i in rivals],
                                       pt[kk, rivals].tolist())
         confs.append(_confidence(point[kk], None if drawn is None else drawn[kk], candidates,
-                                 rivals, prob[kk], idx, P, verdict))
+                                 rivals, prob[kk], idx, P, verdict, pt[kk]))
     return {"tpot_lo_us": lo, "tpot_hi_us": hi, "draws_lo_us": lo_d, "draws_hi_us": hi_d,
             "win_probability": prob, "equivalent_to": equivalent}, confs
 
 
-def _confidence(point, drawn, candidates, rivals, prob, idx, P, verdict) -> KConfidence:
-    tpot = np.array([p.mean() for p in point])
+def _confidence(point, drawn, candidates, rivals, prob, idx, P, verdict,
+                tpot=None) -> KConfidence:
+    # tpot: each candidate's mean over the prompts when the caller has them
+    # (``point.mean(axis=-1)``: the same numbers as one mean per candidate)
+    tpot = np.array([p.mean() for p in point]) if tpot is None else tpot
     w = min(rivals, key=lambda i: (tpot[i], i))      # the point-estimate winner (tie rule)
     others = [i for i in rivals if i != w]
     if not others:
