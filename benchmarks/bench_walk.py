@@ -123,8 +123,10 @@ def main() -> None:
         cache.mkdir()
         home.mkdir()
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        # the project's own config, no other flags; both caches start empty
-        env = {"NUMBA_CACHE_DIR": str(cache), "HOME": str(home)}
+        # the project's own config, no other flags; both caches start empty. Python writes its
+        # bytecode as it does for a user (a VM's PYTHONDONTWRITEBYTECODE=1 made every server
+        # compile cope_core from source); cope_core's own __pycache__ is not emptied
+        env = {"NUMBA_CACHE_DIR": str(cache), "HOME": str(home), "PYTHONDONTWRITEBYTECODE": ""}
         with log.open("a") as fh, serve(env, fh, poll_s=0.2) as (base, _):
             out["cold_first_page_s"] = first_page(browser, base, args.example)
         with log.open("a") as fh, serve(env, fh, poll_s=0.2) as (base, _):
