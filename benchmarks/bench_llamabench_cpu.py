@@ -45,11 +45,11 @@ from llama_tools import LLAMA, LLAMA_VULKAN, write_moe_streamed  # noqa: E402
 from cope_core.estimate.cpu_only import host_spec, spec_tpot  # noqa: E402
 from cope_core.estimate.refit import HOST_EXPERTS, FitPoint, refit  # noqa: E402
 from cope_core.files import write_atomic  # noqa: E402
+from cope_core.llamacpp.bench_run import probe_build, run_bench  # noqa: E402
 from cope_core.machine import compose_machine  # noqa: E402
 from cope_core.mechanisms.probe import probe_host_kernel  # noqa: E402
 from cope_core.models import resolve_model  # noqa: E402
 from cope_core.platforms import PlatformSpec, with_kernel  # noqa: E402
-from cope_core.verify.llamabench_run import probe_build, run_bench  # noqa: E402
 
 #: Qwen3-30B-A3B's shapes (its config.json), the vocabulary cut to 512 byte-level tokens
 SHAPE = dict(n_experts=128, n_used=8, hidden=2048, inter=768, heads=32, kv_heads=4,

@@ -32,10 +32,10 @@ import time
 import numpy as np
 
 from cope_core import parquet_io
-from cope_core.estimate.llamacpp_cache import search
 from cope_core.estimate.predict import predict, winner
 from cope_core.geometry import GIB
-from cope_core.replay.moe_cache import TUNER_SHARES, CacheVersion, cache_mib_for_bytes
+from cope_core.llamacpp import search
+from cope_core.llamacpp.moe_cache import TUNER_SHARES, CacheVersion, cache_mib_for_bytes
 
 EX = "data/examples/"
 CALIB_SHARES = (0.0, 0.5, 0.95)

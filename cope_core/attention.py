@@ -29,10 +29,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
-if TYPE_CHECKING:
-    from .geometry import ModelGeometry
+
+class Shape(Protocol):
+    """What these rules read of a model: :class:`cope_core.geometry.ModelGeometry` has it all.
+    A protocol, so that this module sits below the geometry and never imports it (the geometry's
+    KV cache and weights are built on top of the rules here)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def hidden(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+    @property
+    def n_kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def dense_layers(self) -> int: ...
 
 #: llama.cpp keeps a recurrent layer's state in F32 (``llama_memory_recurrent``, r and s F32)
 STATE_BYTES = 4
@@ -97,7 +115,7 @@ SHAPE = ("n_layers", "n_experts", "top_k", "hidden", "expert_intermediate", "n_h
          "n_kv_heads", "head_dim", "dense_layers", "n_shared_experts")
 
 
-def family_of(g: ModelGeometry, catalog: Mapping[str, ModelGeometry],
+def family_of(g: Shape, catalog: Mapping[str, Shape],
               aliases: Mapping[str, str]) -> Family:
     """The family of ``g``: its catalog entry's by name, else that of the catalog entry with its
     shape (a GGUF file of a catalog model is named after the file); None (full attention)
@@ -124,14 +142,14 @@ class BlockAttention(NamedTuple):
     state: int = 0
 
 
-def full_block(g: ModelGeometry, q_factor: int = 1) -> BlockAttention:
+def full_block(g: Shape, q_factor: int = 1) -> BlockAttention:
     """Q (``q_factor`` times: a gated query is two), K, V and O; K and V cached."""
     qd, kvd = g.n_heads * g.head_dim, g.n_kv_heads * g.head_dim
     return BlockAttention((q_factor + 1) * qd * g.hidden + 2 * kvd * g.hidden, kvd * g.hidden,
                           kvd, kvd)
 
 
-def mla_block(g: ModelGeometry, m: Mla) -> BlockAttention:
+def mla_block(g: Shape, m: Mla) -> BlockAttention:
     h, qk = g.n_heads, m.qk_nope_head_dim + m.qk_rope_head_dim
     q = (g.hidden * m.q_lora_rank + m.q_lora_rank * h * qk) if m.q_lora_rank else g.hidden * h * qk
     latent = m.kv_lora_rank + m.qk_rope_head_dim
@@ -140,7 +158,7 @@ def mla_block(g: ModelGeometry, m: Mla) -> BlockAttention:
     return BlockAttention(params, 0, latent, 0)
 
 
-def delta_net_block(g: ModelGeometry, d: GatedDeltaNet) -> BlockAttention:
+def delta_net_block(g: Shape, d: GatedDeltaNet) -> BlockAttention:
     """A Gated DeltaNet layer: in_proj_qkv (attn_qkv), in_proj_z, in_proj_b and in_proj_a, the
     depthwise conv1d, out_proj; no per-token cache, a fixed recurrent state."""
     vd = d.value_heads * d.value_head_dim
@@ -149,7 +167,7 @@ def delta_net_block(g: ModelGeometry, d: GatedDeltaNet) -> BlockAttention:
     return BlockAttention(params, g.hidden * d.conv_dim, 0, 0, d.state_values)
 
 
-def block_attention(g: ModelGeometry, fam: Family) -> tuple[BlockAttention, ...]:
+def block_attention(g: Shape, fam: Family) -> tuple[BlockAttention, ...]:
     """Each transformer block's attention, leading dense blocks first."""
     n = g.dense_layers + g.n_layers
     if isinstance(fam, Mla):

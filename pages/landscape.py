@@ -4,7 +4,7 @@ import streamlit as st
 
 from cope_core.app import dataset as dsm
 from cope_core.app import figures, llamacpp_view, results, session, whatif
-from cope_core.estimate.llamacpp_cache import LABEL
+from cope_core.llamacpp import LABEL
 from cope_core.matrix import EXECUTIONS, RESIDENCIES
 
 ds = session.page("Landscape: what-if VRAM budgets", predictable=True)

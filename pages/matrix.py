@@ -5,7 +5,7 @@ import streamlit as st
 from cope_core.app import dataset as dsm
 from cope_core.app import figures, llamacpp_view, results, session, whatif
 from cope_core.app.timeline import execution_timeline, layer_partition_timelines
-from cope_core.estimate.llamacpp_cache import LABEL
+from cope_core.llamacpp import LABEL
 from cope_core.matrix import CANDIDATE_IDS, EXECUTIONS, LAYER_PARTITION, get_candidate, matrix_table
 
 ds = session.page("Policy Matrix", predictable=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 
 from cope_core import parquet_io
-from cope_core.replay.cache_cliff import cliff_mib
-from cope_core.replay.moe_cache import (
+from cope_core.llamacpp import cliff_mib
+from cope_core.llamacpp.moe_cache import (
     READINGS,
     CacheConfig,
     CacheVersion,

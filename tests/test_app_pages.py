@@ -231,8 +231,7 @@ def test_matrix_cells_and_timeline(qwen):
 
 
 def test_matrix_page_shows_llamacpps_own_cache_as_the_library_searches_it(qwen):
-    from cope_core.estimate.llamacpp_cache import LABEL
-    from cope_core.estimate.llamacpp_record import llamacpp_record
+    from cope_core.llamacpp import LABEL, llamacpp_record
     tr, cal, prof = qwen
     at = open_app("matrix", vram="20")
     k = whatif.k_for_budget(tr.model, 20.0)
@@ -262,8 +261,8 @@ def test_matrix_and_export_pages_show_the_same_llamacpp_numbers(qwen):
 
 # --- Landscape ------------------------------------------------------------------------------------
 def test_landscape_sweeps_the_llamacpp_cache_size(qwen):
-    from cope_core.estimate.llamacpp_cache import search
     from cope_core.geometry import GIB
+    from cope_core.llamacpp import search
     tr, _, prof = qwen
     at = open_app("landscape", vram="20", ncmoe="40", cachesweep="1")
     fig = charts(at)[-1]

@@ -12,13 +12,12 @@ from hypothesis import strategies as st
 
 from cope_core import parquet_io
 from cope_core.errors import CopeInputError
-from cope_core.estimate.llamacpp_cache import Contender, search, search_space
-from cope_core.estimate.llamacpp_readings import ReadingTpot, class_lru_readings, spread
-from cope_core.estimate.llamacpp_record import CacheRecord, llamacpp_record, record_of
 from cope_core.geometry import GIB
-from cope_core.replay import _cache_kernels
-from cope_core.replay.cache_cliff import below_cliff, cliff_mib, cliff_slots, group_cliffs
-from cope_core.replay.moe_cache import READINGS, CacheVersion, cache_layout
+from cope_core.llamacpp import READINGS, CacheVersion, _cache_kernels, cache_layout
+from cope_core.llamacpp.cache_cliff import below_cliff, cliff_mib, cliff_slots, group_cliffs
+from cope_core.llamacpp.cache_readings import ReadingTpot, class_lru_readings, spread
+from cope_core.llamacpp.cache_record import CacheRecord, llamacpp_record, record_of
+from cope_core.llamacpp.cache_search import Contender, search, search_space
 
 LRU, CLS = CacheVersion.LRU, CacheVersion.CLASS_LRU
 CLOCKS = (_cache_kernels.TOKEN_CLOCK, _cache_kernels.LAYER_CLOCK, _cache_kernels.LAYER_CLOCK_FIRST)
@@ -270,8 +269,8 @@ def test_every_row_shows_its_rules_spread_the_class_lru_s_alone(record):
 
     from cope_core.app.llamacpp_view import best_table
     from cope_core.cli.cache_report import json_rows
-    from cope_core.export.cache_notes import row_spread, spread_text
     from cope_core.export.llamacpp import cache_lines
+    from cope_core.llamacpp import row_spread, spread_text
     g = parquet_io.read_trace(SMALL + "trace.parquet").model
     lo = min(r.tpot_us for r in record.rule_readings)
     hi = max(r.tpot_us for r in record.rule_readings)

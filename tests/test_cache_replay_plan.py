@@ -1,4 +1,4 @@
-"""The llama.cpp cache replay's shortcuts (cope_core/replay/_cache_plan.py, issue 40): the counts
+"""The llama.cpp cache replay's shortcuts (cope_core/llamacpp/_cache_plan.py, issue 40): the counts
 of a configuration that never evicts are summed from one pass over the trace instead of
 replayed, and the replayed ones are dealt to the threads by their work. Both must give exactly
 the exhaustive replay's integers (every configuration through the kernel), for every rule,
@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 from cope_core import parquet_io
-from cope_core.estimate.llamacpp_cache import search
 from cope_core.geometry import GIB
-from cope_core.replay import _cache_kernels, moe_cache
-from cope_core.replay._cache_plan import buckets, distinct_per_layer, first_use_counts
-from cope_core.replay.moe_cache import (
+from cope_core.llamacpp import _cache_kernels, moe_cache, search
+from cope_core.llamacpp._cache_plan import buckets, distinct_per_layer, first_use_counts
+from cope_core.llamacpp.moe_cache import (
     READINGS,
     TUNER_SHARES,
     CacheConfig,

@@ -9,9 +9,9 @@ import pytest
 
 from cope_core import parquet_io
 from cope_core.app import whatif
-from cope_core.estimate.llamacpp_record import LlamaSettings
 from cope_core.export import build_policy
 from cope_core.geometry import DEFAULT_CONTEXT, GIB
+from cope_core.llamacpp import LlamaSettings
 
 EX = "data/examples/olmoe-1b-7b"
 

@@ -36,11 +36,10 @@ from cope_core.export import (
     render,
     write_policy,
 )
-from cope_core.export.layers import int_set_regex
 from cope_core.export.vllm import vllm_offload
 from cope_core.geometry import CATALOG, GIB, MIB, get_model
 from cope_core.matrix import CANDIDATE_IDS
-from cope_core.placement import layer_plan
+from cope_core.placement import int_set_regex, layer_plan
 from cope_core.platforms import platform_spec
 from cope_core.trace.data import Trace
 
@@ -579,7 +578,7 @@ def test_an_explicit_candidate_is_the_first_command_in_every_format(fmt):
     """``--candidate`` leads every format (issue 37: the llama.cpp export led with the cache's
     best, so a script taking the first llama-server line ran what the user did not choose);
     COPE's own pick still leads with llama.cpp's best, the chosen candidate's line follows."""
-    from cope_core.estimate.llamacpp_record import CacheRecord
+    from cope_core.llamacpp import CacheRecord
     g = get_model("qwen3-30b-a3b")
     best = {"candidate": "llamacpp_cache/classlru", "build": "b12191", "cpu_layers": 30,
             "n_cpu_moe": 30, "cache_mib": 999, "cpu_share": 0.5, "slots": 10, "tpot_us": 900.0,

@@ -17,16 +17,15 @@ from llama_tools import LLAMA_VULKAN, missing_runtime, write_tiny_moe
 
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
-from cope_core.estimate.llamabench_eval import (
+from cope_core.llamacpp import BenchRow, placement_tpot, read_llama_bench
+from cope_core.llamacpp.bench_eval import (
     BenchMatch,
     match_rows,
     model_tensor_bytes,
     placement_of,
     score_rows,
 )
-from cope_core.estimate.llamabench_file import BenchRow, read_llama_bench
-from cope_core.estimate.llamacpp_cache import placement_tpot
-from cope_core.estimate.llamacpp_vram import LlamaModel, read_llama_model
+from cope_core.llamacpp.vram import LlamaModel, read_llama_model
 from cope_core.machine import compose_machine
 from cope_core.models import resolve_model
 from cope_core.placement import LayerPlan

@@ -17,13 +17,12 @@ from cope_core import parts
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.estimate.cpu_only import host_spec, spec_tpot
-from cope_core.estimate.llamabench_file import BenchRow
 from cope_core.estimate.refit import HOST_EXPERTS, OP_FIXED, FitPoint, Knob, refit, scaled_spec
+from cope_core.llamacpp import BenchBuild, BenchRow
+from cope_core.llamacpp import bench_verify as lv
+from cope_core.llamacpp.bench_record import bench_record, server_command
 from cope_core.machine import compose_machine
 from cope_core.models import get_model
-from cope_core.verify import llamabench_verify as lv
-from cope_core.verify.llamabench_record import bench_record, server_command
-from cope_core.verify.llamabench_run import BenchBuild
 
 TINY = dict(hidden=128, inter=256, heads=4, kv_heads=2, head_dim=32, vocab=512)
 CPU = parts.cpu_part("ryzen-9-7950x")
@@ -240,7 +239,7 @@ def test_plan_with_a_gpu_races_fitting_placements_and_fit(tiny):
     """On a 24 GiB card every --n-cpu-moe placement of the tiny file fits: the contenders are
     the fastest predicted (fewest CPU layers first) within the model's error, each priced by
     placement_tpot; -fitt enters when the build lists it, the cache is skipped with why."""
-    from cope_core.estimate.llamacpp_cache import placement_tpot
+    from cope_core.llamacpp import placement_tpot
     from cope_core.profile.analytic import analytic_profile
     machine = compose_machine(gpu="rtx3090", cpu="ryzen-9-7950x", threads=4)
     build = dataclasses.replace(BUILD, flags=frozenset({"-t", "-ncmoe", "-fitt"}))

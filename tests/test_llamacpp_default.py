@@ -13,8 +13,10 @@ import pytest
 from cope_core import parquet_io
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
-from cope_core.estimate.llamacpp_cache import search
-from cope_core.estimate.llamacpp_default import (
+from cope_core.geometry import GIB
+from cope_core.llamacpp import search
+from cope_core.llamacpp.cache_record import CacheRecord, LlamaSettings, expert_budget
+from cope_core.llamacpp.default import (
     KEEP_LEVEL,
     FitBaseline,
     baseline_of,
@@ -23,15 +25,13 @@ from cope_core.estimate.llamacpp_default import (
     n_cpu_moe_memory,
     short_args,
 )
-from cope_core.estimate.llamacpp_fit import ALL_EXPERTS, FIT_MARGIN, FIT_NAME, fit_default
-from cope_core.estimate.llamacpp_record import CacheRecord, LlamaSettings, expert_budget
-from cope_core.estimate.llamacpp_vram import (
+from cope_core.llamacpp.fit import ALL_EXPERTS, FIT_MARGIN, FIT_NAME, fit_default
+from cope_core.llamacpp.vram import (
     Placement,
     device_memory,
     llama_model_of,
     read_llama_model,
 )
-from cope_core.geometry import GIB
 from cope_core.models import resolve_model
 
 HEADER = "data/models/qwen3-30b-a3b-Q4_K_M.header.gguf"

@@ -1,4 +1,4 @@
-"""The typed llama.cpp cache record (cope_core.estimate.llamacpp_record): its validation and
+"""The typed llama.cpp cache record (cope_core.llamacpp.cache_record): its validation and
 JSON, and that ``cope predict``, ``cope export`` (build_policy) and the app's call give the same
 record, because they call one function with the same settings."""
 from __future__ import annotations
@@ -12,16 +12,16 @@ import pytest
 from cope_core import parquet_io
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
-from cope_core.estimate.llamacpp_record import (
+from cope_core.estimate.ranking import fastest_first
+from cope_core.export import Policy, build_policy
+from cope_core.llamacpp import CacheVersion
+from cope_core.llamacpp.cache_record import (
     RECORD_CANDIDATES,
     CacheRecord,
     llamacpp_record,
 )
-from cope_core.estimate.ranking import fastest_first
-from cope_core.export import Policy, build_policy
 from cope_core.profile.data import ProfileKey
 from cope_core.profile.raw_samples import raw_key, write_raw_samples
-from cope_core.replay.moe_cache import CacheVersion
 
 EX = "data/examples/deepseek-v2-lite-4l-"
 FILES = {"trace": EX + "trace.parquet", "calibration": EX + "calibration.parquet",

@@ -13,10 +13,10 @@ from tiny import make_policy, tiny_geometry
 
 from cope_core.errors import CopeInputError
 from cope_core.estimate.costs import cope_costs
-from cope_core.estimate.llamacpp_cache import search_space
 from cope_core.estimate.predict import compose
 from cope_core.export import render
 from cope_core.geometry import ExpertTensors
+from cope_core.llamacpp.cache_search import search_space
 from cope_core.matrix import get_candidate
 from cope_core.models import read_model_file
 from cope_core.parquet_io import read_profile, read_trace
@@ -133,8 +133,8 @@ def test_the_llamacpp_export_says_when_the_budget_holds_more_than_ks_bytes():
     """K is the floor of what the VRAM leaves, so the search at the budget may place a layer
     more than the layer partition at K's bytes; the export says so instead of leaving two
     --n-cpu-moe values unexplained."""
-    from cope_core.estimate.llamacpp_record import CacheRecord
     from cope_core.geometry import get_model
+    from cope_core.llamacpp import CacheRecord
     g = get_model("qwen3-30b-a3b")
     pol = make_policy(g, 32, "layer_partition")
     n = pol.layer_plan.n_cpu

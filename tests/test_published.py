@@ -15,7 +15,7 @@ from tiny import ROUND_OVERHEADS as OVER
 from tiny import exact, row_us
 
 from cope_core.errors import CopeInputError
-from cope_core.estimate.llamacpp_cache import placement_tpot
+from cope_core.llamacpp import placement_tpot
 from cope_core.profile.analytic import analytic_profile
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -31,8 +31,8 @@ import numpy as np
 import pytest
 from llama_tools import CACHE, LLAMA, convert, missing_runtime, sentencepiece_tokenizer
 
-from cope_core.estimate.llamacpp_record import CacheRecord
 from cope_core.export import Policy, render
+from cope_core.llamacpp import CacheRecord
 from cope_core.matrix import CANDIDATE_IDS
 
 VLLM_PY = CACHE / "venv-vllm-0.33.0" / "bin" / "python"

@@ -5,13 +5,16 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..estimate.llamacpp_cache import LABEL
-from ..estimate.llamacpp_default import baseline_of
-from ..estimate.llamacpp_fit import FIT_NAME
-from ..estimate.llamacpp_record import CacheRecord
-from ..export.cache_notes import cache_notes, spread_text
-from ..export.llamacpp import cache_flags
 from ..geometry import ModelGeometry
+from ..llamacpp import (
+    FIT_NAME,
+    LABEL,
+    CacheRecord,
+    baseline_of,
+    cache_flags,
+    cache_notes,
+    spread_text,
+)
 
 
 def best_table(rec: CacheRecord, g: ModelGeometry, cpu_threads: int) -> pd.DataFrame:
@@ -43,7 +46,7 @@ def verdict(rec: CacheRecord, g: ModelGeometry | None = None) -> str:
     """The best configuration against layer_partition and the Policy Matrix's winner (llama.cpp's
     default is :func:`default_line`, shown before it); then, given the geometry, the cache's
     cliff and the spread of the class-LRU's inferred rules
-    (:func:`cope_core.export.cache_notes.cache_notes`)."""
+    (:func:`cope_core.llamacpp.cache_notes.cache_notes`)."""
     v = [x for x in rec.versus if x.name != FIT_NAME]
     best = rec.best[0]
     ci = v[0].tpot_ci_us

@@ -19,19 +19,17 @@ import streamlit as st
 from ..estimate.compare import Comparison, compare
 from ..estimate.costs import estimators_for
 from ..estimate.evaluate import Evaluation, evaluate
-from ..estimate.llamacpp_cache import search as cache_search
-from ..estimate.llamacpp_record import CacheRecord
 from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from ..estimate.quality import measurement_checks
 from ..estimate.uncertainty import DEFAULT_DRAWS
 from ..export import Policy, build_policy
 from ..geometry import GIB, ModelGeometry
+from ..llamacpp import CacheRecord, CacheVersion, cache_mib_for_bytes, cliff_mib
+from ..llamacpp import search as cache_search
 from ..matrix import Residency, residencies_of
 from ..placement import gpu_expert_bytes
 from ..profile.data import Profile
-from ..replay.cache_cliff import cliff_mib
 from ..replay.engine import ReplayCounts
-from ..replay.moe_cache import CacheVersion, cache_mib_for_bytes
 from ..trace.stats import TraceStats, trace_stats
 from . import persisted, whatif
 from .dataset import Dataset
@@ -333,7 +331,7 @@ def policy_for(ds: Dataset, gib: float, op: tuple[int, float], candidate: str) -
 def llamacpp_at(ds: Dataset, gib: float, op: tuple[int, float]) -> CacheRecord:
     """llama.cpp's own MoE cache searched at the budget: the record of the policy
     :func:`policy_for` exports there (:func:`cope_core.export.build_policy` calls
-    :func:`cope_core.estimate.llamacpp_record.llamacpp_record`, as ``cope predict`` and ``cope
+    :func:`cope_core.llamacpp.cache_record.llamacpp_record`, as ``cope predict`` and ``cope
     export`` do), so the Policy Matrix and the Export page show one search, computed once."""
     rec = policy_for(ds, gib, op, "best").llamacpp_cache
     # its only None is a budget below K = 0's need, which K's own check refuses first

@@ -10,12 +10,19 @@ from typing import Any
 import pandas as pd
 
 from ..errors import CopeInputError
-from ..estimate.llamacpp_cache import LABEL
-from ..estimate.llamacpp_default import baseline_of, llama_settings
-from ..estimate.llamacpp_record import CLASS_LRU, CacheRecord, LlamaSettings, llamacpp_record
 from ..estimate.predict import winner
-from ..export.cache_notes import row_spread
-from ..export.llamacpp import cache_flags, cache_lines
+from ..export.llamacpp import cache_lines
+from ..llamacpp import (
+    CLASS_LRU,
+    LABEL,
+    CacheRecord,
+    LlamaSettings,
+    baseline_of,
+    cache_flags,
+    llama_settings,
+    llamacpp_record,
+    row_spread,
+)
 from ..matrix import LAYER_PARTITION
 from ..profile.data import Profile
 from ..trace.data import Trace

@@ -10,12 +10,12 @@ import pandas as pd
 from .. import parquet_io
 from ..errors import CopeInputError
 from ..estimate.evaluate import evaluate
-from ..estimate.llamacpp_default import n_cpu_moe_memory
 from ..estimate.predict import predict
 from ..estimate.quality import check_lines, checks_to_dict, measurement_checks
 from ..estimate.uncertainty import check_draws
 from ..files import print_json
 from ..geometry import CATALOG, GIB
+from ..llamacpp import n_cpu_moe_memory
 from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
 from ..platforms import resolve_platform
 from ..profile.busy import busy_note

@@ -31,9 +31,9 @@ from ..export import (
 )
 from ..export.formats import epilog
 from ..files import check_writable, sha256_file, write_atomic
+from ..llamacpp import is_bench_record, read_bench_record
 from ..platforms import resolve_platform
 from ..verify import read_verify
-from ..verify.llamabench_record import is_bench_record, read_bench_record
 from . import cache_report
 from .args import add_model_options, priced_as_model
 

@@ -1,5 +1,5 @@
 """``cope evaluate --llama-bench FILE``: a prediction for a model file and machine scored against
-llama-bench's results (:mod:`cope_core.estimate.llamabench_eval`).
+llama-bench's results (:mod:`cope_core.llamacpp.bench_eval`).
 
     cope evaluate --llama-bench bench.json --model M.gguf
                   (--profile P | --analytic GPU [--cpu CPU] [--memory MEM] [--link LINK])
@@ -12,10 +12,8 @@ import os
 
 from .. import parquet_io
 from ..errors import CopeInputError
-from ..estimate.llamabench_eval import BenchEvaluation, match_rows, score_rows
-from ..estimate.llamabench_file import read_llama_bench
-from ..estimate.llamacpp_vram import read_llama_model
 from ..files import print_json
+from ..llamacpp import BenchEvaluation, match_rows, read_llama_bench, read_llama_model, score_rows
 from .args import model_from_args
 
 

@@ -43,9 +43,7 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
 
 
 def cmd_verify_llamabench(args: argparse.Namespace) -> int:
-    from ..verify.llamabench_record import bench_record, write_bench_record
-    from ..verify.llamabench_run import probe_build
-    from ..verify.llamabench_verify import BenchSettings, plan, race
+    from ..llamacpp import BenchSettings, bench_record, plan, probe_build, race, write_bench_record
     if not args.model:
         raise CopeInputError("needs --model FILE.gguf (the file llama-bench loads)",
                              field="--llama-bench")

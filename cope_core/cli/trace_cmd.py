@@ -7,7 +7,7 @@ from .. import parquet_io
 from ..errors import CopeInputError
 from ..files import print_json
 from ..geometry import get_model
-from ..replay.moe_cache import CacheVersion
+from ..llamacpp import CacheVersion
 from ..trace.sources.importers import FORMATS
 from .args import add_model_options, check_output, layers, priced_as_model
 
@@ -209,8 +209,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cache_log(args: argparse.Namespace, tr) -> int:
-    from ..replay.moe_cache import CacheConfig
-    from ..verify.llamacpp_log import check_cache_log, read_cache_log
+    from ..llamacpp import CacheConfig, check_cache_log, read_cache_log
     if args.n_cpu_moe is None or args.moe_cache_mib is None:
         raise CopeInputError("give the server's --n-cpu-moe and --moe-cache-mib",
                              field="--llamacpp-log")

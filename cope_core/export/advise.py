@@ -31,10 +31,9 @@ from typing import Any
 
 from ..errors import CopeInputError
 from ..estimate.cpu_only import cpu_only_price
-from ..estimate.llamacpp_default import KEEP_LEVEL, baseline_of, llama_settings
-from ..estimate.llamacpp_fit import FIT_MARGIN
 from ..estimate.speed import tokens_per_s
 from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
+from ..llamacpp import FIT_MARGIN, KEEP_LEVEL, baseline_of, llama_settings
 from ..machine import Machine
 from ..matrix import LAYER_PARTITION
 from ..profile.analytic import analytic_profile
@@ -307,7 +306,7 @@ def runtime_default(policy: Policy, runtime: str) -> tuple[str, Speed | None]:
 def llamacpp_default(policy: Policy) -> tuple[str, Speed | None]:
     """llama.cpp with no placement flag: the placement ``--fit`` (on by default) chooses at the
     same budget, priced under the same draws as the best configuration
-    (:func:`cope_core.estimate.llamacpp_default.baseline_of` of the policy's llama.cpp
+    (:func:`cope_core.llamacpp.default.baseline_of` of the policy's llama.cpp
     record)."""
     f = get_format("llama.cpp")
     base = baseline_of(policy.llamacpp_cache)

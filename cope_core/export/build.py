@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 
 from ..errors import CopeInputError
 from ..estimate.costs import ESTIMATORS, hrm_spec
-from ..estimate.llamacpp_record import LlamaSettings, llamacpp_record
 from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from ..estimate.ranking import fastest_first
 from ..files import describe_input
 from ..geometry import DEFAULT_CONTEXT, DEFAULT_WORKSPACE_BYTES, GIB
+from ..llamacpp import LlamaSettings, llamacpp_record
 from ..matrix import get_candidate
 from ..platforms import PlatformSpec
 from ..profile.data import Profile

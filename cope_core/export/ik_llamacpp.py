@@ -28,7 +28,7 @@ is ik_llama.cpp's own placement, the last layers, at the number that fits the sa
 from __future__ import annotations
 
 from ..matrix import LAYER_PARTITION
-from ..placement import LayerFlag, layer_plan
+from ..placement import LayerFlag, describe_blocks, int_set_regex, layer_plan
 from .common import (
     Rendered,
     gap_line,
@@ -37,7 +37,6 @@ from .common import (
     layer_partition_summary,
     whole_layer_equivalent,
 )
-from .layers import describe_blocks, int_set_regex
 from .policy import Policy
 
 #: the expert tensors ik_llama.cpp's -ncmoe moves (src/llama-load-tensors.cpp @ da2293ded)

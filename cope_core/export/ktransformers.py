@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from ..errors import CopeInputError, UnsupportedByRuntime
 from ..matrix import LAYER_PARTITION
+from ..placement import describe_blocks, int_set_regex
 from .common import Rendered, gap_line, header, layer_partition_summary, whole_layer_equivalent
-from .layers import describe_blocks, int_set_regex
 from .policy import Policy
 
 V1 = "ktransformers.operators.experts.KTransformersExperts"

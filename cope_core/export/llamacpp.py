@@ -24,15 +24,20 @@ a model's dense blocks sit between MoE ones, since the block numbers here would 
 """
 from __future__ import annotations
 
-from ..estimate.llamacpp_default import baseline_of
-from ..estimate.llamacpp_fit import FIT_NAME
-from ..estimate.llamacpp_record import CacheRecord
 from ..estimate.speed import tokens_per_s
 from ..geometry import ModelGeometry
+from ..llamacpp import (
+    FIT_NAME,
+    CacheRecord,
+    CacheVersion,
+    baseline_of,
+    cache_flags,
+    cache_notes,
+    llamacpp_flags,
+    spread_text,
+)
 from ..matrix import LAYER_PARTITION, get_candidate
-from ..placement import LayerPlan
-from ..replay.moe_cache import CacheVersion
-from .cache_notes import cache_notes, spread_text
+from ..placement import describe_blocks
 from .common import (
     Rendered,
     gap_line,
@@ -41,47 +46,14 @@ from .common import (
     layer_partition_summary,
     whole_layer_equivalent,
 )
-from .layers import describe_blocks, int_set_regex
 from .policy import Policy
-
-#: The routed-expert tensor names llama.cpp's own ``--n-cpu-moe`` matches (LLM_FFN_EXPS_REGEX).
-EXPERT_TENSORS = r"ffn_(up|down|gate|gate_up)_(ch|)exps"
-
-
-def override_regex(blocks: tuple[int, ...]) -> str:
-    """Regex of every routed-expert tensor of exactly ``blocks`` (weights, biases and the
-    scales of quantized models: no suffix anchor, like llama.cpp's own ``--n-cpu-moe``)."""
-    return rf"^blk\.{int_set_regex(blocks)}\.{EXPERT_TENSORS}"
-
-
-def llamacpp_flags(plan: LayerPlan, cpu_threads: int) -> tuple[str, str]:
-    """The ``--n-cpu-moe`` form and the explicit ``-ot`` form of one layer partition."""
-    ngl = max(99, plan.n_blocks + 1)  # every block on the GPU unless an override says otherwise
-    common = f"-ngl {ngl} -fit off -t {cpu_threads}"
-    short = f"{common} --n-cpu-moe {plan.n_cpu_moe}"
-    if plan.n_cpu == 0:
-        return short, common
-    return short, f"{common} -ot '{override_regex(plan.cpu_blocks)}=CPU'"
-
-
-def cache_flags(n_blocks: int, n_cpu_moe: int, cache_mib: int, cpu_share: float,
-                cpu_threads: int) -> str:
-    """``llama-server`` flags of one point of llama.cpp's MoE-cache space (docs/export.md)."""
-    out = f"-ngl {max(99, n_blocks + 1)} -fit off -t {cpu_threads}"
-    if n_cpu_moe:
-        out += f" --n-cpu-moe {n_cpu_moe}"
-    if cache_mib:
-        out += f" --moe-cache-mib {cache_mib}"
-    if cpu_share:
-        out += f" --moe-cache-cpu-share {cpu_share:g}"
-    return out
 
 
 def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int) -> list[str]:
     """The lines that lead the llama.cpp export (and close ``cope predict``): the fastest
     configuration llama.cpp can run at this VRAM, its build, prediction and margins, from a
     ``llamacpp_cache`` record (none without one), led by llama.cpp's default (``--fit``) and
-    what the configuration gains over it (:mod:`cope_core.estimate.llamacpp_default`)."""
+    what the configuration gains over it (:mod:`cope_core.llamacpp.default`)."""
     if not rec:
         return []
     base = baseline_of(rec)

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CopeInputError
-from ..estimate.llamacpp_record import CacheRecord
 from ..estimate.ranking import fastest_first, runner_up
 from ..files import write_atomic
 from ..geometry import ModelGeometry
+from ..llamacpp import CacheRecord
 from ..matrix import CANDIDATE_IDS, get_candidate
 from ..placement import LayerPlan, layer_plan
 
@@ -80,7 +80,7 @@ class Policy:
         own) for records written before it existed.
     llamacpp_cache : CacheRecord or None
         llama.cpp's own MoE cache searched at this VRAM
-        (:class:`cope_core.estimate.llamacpp_record.CacheRecord`); None when not searched.
+        (:class:`cope_core.llamacpp.cache_record.CacheRecord`); None when not searched.
     path : str or None
         File it was read from, for messages.
     """

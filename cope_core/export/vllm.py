@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from ..geometry import GIB, MIB
 from ..matrix import LAYER_PARTITION
+from ..placement import describe_blocks
 from .common import Rendered, gap_line, gap_summary, header, ms, whole_layer_equivalent
-from .layers import describe_blocks
 from .policy import Policy
 
 

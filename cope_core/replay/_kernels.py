@@ -17,6 +17,7 @@ import numpy as np
 from numba import prange
 
 from ..jit import NJIT
+from .lists import list_append, list_to_tail, list_unlink
 
 
 @numba.njit(**NJIT)
@@ -57,62 +58,6 @@ def _fixed_order_stats(routed, prompt_start, rank, cnt):
                     cnt[p, l, j, buf[j]] += 1
 
 
-# --- recency lists -----------------------------------------------------------------------------
-# Nodes are ``layer * E + expert``; ``prv``/``nxt`` link them, -1 ends a list. Head and tail travel
-# as plain values (returned, not stored in an array): numba keeps them in registers, which an
-# earlier version that kept them in an array did not (2.7-3.6x slower). ``forceinline`` makes LLVM
-# inline the helpers: numba's IR-level ``inline="always"`` ran the mutable kernels 7x slower, and
-# plain calls 30 % slower. The scan of the predicted ids stays written out in both kernels: as a
-# helper it cost 30 %, however written (benchmarks/bench_predict.py, measured when written).
-@numba.njit(forceinline=True, **NJIT)
-def _append(prv, nxt, head, tail, node):
-    """Link ``node`` after the tail (the newest stamp); returns (head, tail)."""
-    prv[node] = tail
-    nxt[node] = -1
-    if tail >= 0:
-        nxt[tail] = node
-    else:
-        head = node
-    return head, node
-
-
-@numba.njit(forceinline=True, **NJIT)
-def _unlink(prv, nxt, head, tail, node):
-    """Take ``node`` out of its list; returns (head, tail)."""
-    a = prv[node]
-    b = nxt[node]
-    if a >= 0:
-        nxt[a] = b
-    else:
-        head = b
-    if b >= 0:
-        prv[b] = a
-    else:
-        tail = a
-    return head, tail
-
-
-@numba.njit(forceinline=True, **NJIT)
-def _to_tail(prv, nxt, head, tail, node):
-    """Give ``node`` the newest stamp (move it to the tail); returns (head, tail).
-
-    :func:`_unlink` then :func:`_append`, without their end-of-list branches: ``node`` is not the
-    tail, and the list is not empty (this runs for every hit, the kernels' hottest path)."""
-    if tail == node:
-        return head, tail
-    a = prv[node]
-    b = nxt[node]            # not the tail, so it has a successor
-    if a >= 0:
-        nxt[a] = b
-    else:
-        head = b
-    prv[b] = a
-    prv[node] = tail
-    nxt[node] = -1
-    nxt[tail] = node
-    return head, node
-
-
 @numba.njit(forceinline=True, **NJIT)
 def _gather_hits(routed, t, l, k, base, resident, hits):
     """Resident nodes among token ``t``'s experts at layer ``l``, in routed order, into ``hits``;
@@ -151,14 +96,14 @@ def _per_layer_one(routed, predicted, prompt_start, order, rank, K, hist, ins):
             for r in range(K - 1, -1, -1):
                 node = l * E + order[l, r]
                 resident[node] = True
-                hd, tl = _append(prv, nxt, hd, tl, node)
+                hd, tl = list_append(prv, nxt, hd, tl, node)
             head[l], tail[l] = hd, tl
         for t in range(prompt_start[p], prompt_start[p + 1]):
             for l in range(L):
                 h = _gather_hits(routed, t, l, k, l * E, resident, hits)
                 hd, tl = head[l], tail[l]
                 for j in range(h):
-                    hd, tl = _to_tail(prv, nxt, hd, tl, hits[j])
+                    hd, tl = list_to_tail(prv, nxt, hd, tl, hits[j])
                 head[l], tail[l] = hd, tl
                 hist[p, l, h] += 1
                 if l < L - 1:
@@ -175,10 +120,10 @@ def _per_layer_one(routed, predicted, prompt_start, order, rank, K, hist, ins):
                     if q >= 0:
                         hd, tl = head[n], tail[n]
                         v = hd                                  # the layer's oldest stamp
-                        hd, tl = _unlink(prv, nxt, hd, tl, v)
+                        hd, tl = list_unlink(prv, nxt, hd, tl, v)
                         resident[v] = False
                         resident[q] = True
-                        head[n], tail[n] = _append(prv, nxt, hd, tl, q)
+                        head[n], tail[n] = list_append(prv, nxt, hd, tl, q)
                         ins[p, l, h] += 1
 
 
@@ -206,12 +151,12 @@ def _cross_layer_one(routed, predicted, prompt_start, order, rank, K, hist, ins)
             for l in range(L):
                 node = l * E + order[l, r]
                 resident[node] = True
-                head, tail = _append(prv, nxt, head, tail, node)
+                head, tail = list_append(prv, nxt, head, tail, node)
         for t in range(prompt_start[p], prompt_start[p + 1]):
             for l in range(L):
                 h = _gather_hits(routed, t, l, k, l * E, resident, hits)
                 for j in range(h):
-                    head, tail = _to_tail(prv, nxt, head, tail, hits[j])
+                    head, tail = list_to_tail(prv, nxt, head, tail, hits[j])
                 hist[p, l, h] += 1
                 if l < L - 1:
                     q = -1
@@ -228,10 +173,10 @@ def _cross_layer_one(routed, predicted, prompt_start, order, rank, K, hist, ins)
                         while v >= 0 and v // E == l:
                             v = nxt[v]
                         if v >= 0:
-                            head, tail = _unlink(prv, nxt, head, tail, v)
+                            head, tail = list_unlink(prv, nxt, head, tail, v)
                             resident[v] = False
                             resident[q] = True
-                            head, tail = _append(prv, nxt, head, tail, q)
+                            head, tail = list_append(prv, nxt, head, tail, q)
                             ins[p, l, h] += 1
 
 

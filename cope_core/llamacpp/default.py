@@ -3,7 +3,7 @@ default) chooses, priced like every other configuration, and what the recommende
 gains over it (docs/design.md#llamacpp-fit).
 
 A user who types ``llama-server -m model.gguf`` gets fit's placement
-(:func:`~cope_core.estimate.llamacpp_fit.fit`). Our flags switch it off: ``-fit off`` does, and
+(:func:`~cope_core.llamacpp.fit.fit`). Our flags switch it off: ``-fit off`` does, and
 so does any of ``--n-cpu-moe``, ``-ot`` or an explicit ``-ngl`` on its own (fit aborts its
 placement when the user set one, common/fit.cpp l. 461-486 of b11434). So the answer says
 whether pasting them is worth it: the gain and the share of paired draws the recommended
@@ -18,14 +18,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CopeInputError
+from ..estimate.uncertainty import DEFAULT_DRAWS, LEVEL
 from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
 from ..matrix import LAYER_PARTITION
 from ..profile.data import Profile
 from ..trace.data import Trace
-from .llamabench_eval import NCMOE_PATTERN
-from .llamacpp_fit import FIT_MARGIN, FIT_NAME, FitDefault
-from .llamacpp_record import CacheRecord, LlamaSettings, llamacpp_record
-from .llamacpp_vram import (
+from .bench_eval import NCMOE_PATTERN
+from .cache_record import CacheRecord, LlamaSettings, llamacpp_record
+from .fit import FIT_MARGIN, FIT_NAME, FitDefault
+from .vram import (
     DeviceMemory,
     LlamaModel,
     Placement,
@@ -33,7 +34,6 @@ from .llamacpp_vram import (
     read_llama_model,
     row_bytes,
 )
-from .uncertainty import DEFAULT_DRAWS, LEVEL
 
 #: the recommended configuration is worth its flags when it is faster in at least this share
 #: of the paired draws (the intervals' level); below it: keep the default
@@ -205,7 +205,7 @@ def default_fit_baseline(model: str | os.PathLike | LlamaModel | ModelGeometry |
     model : path, LlamaModel, ModelGeometry or None
         The model file: a GGUF (its header's tensor table), a table, or a catalog geometry
         (e.g. ``resolve_model("qwen3-30b-a3b", "Q4_K_M")``, its table made by
-        :func:`~cope_core.estimate.llamacpp_vram.llama_model_of`); a geometry re-labels the
+        :func:`~cope_core.llamacpp.vram.llama_model_of`); a geometry re-labels the
         trace as it. None: the trace's own geometry.
     vram_gib : float
         The budget in GiB both get: the recommended configuration's flags use up to it by
@@ -219,7 +219,7 @@ def default_fit_baseline(model: str | os.PathLike | LlamaModel | ModelGeometry |
     cpu_threads, gpu_share
         The operating point (the profile's defaults).
     persist, draws, seed, raw_samples
-        As for :func:`~cope_core.estimate.llamacpp_record.llamacpp_record`.
+        As for :func:`~cope_core.llamacpp.cache_record.llamacpp_record`.
 
     Returns
     -------

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CopeInputError
-from ..replay.moe_cache import CacheConfig, cache_layout, replay_cache
 from ..trace.data import Trace
+from .moe_cache import CacheConfig, cache_layout, replay_cache
 
 _STATS = re.compile(r"llama_moe_cache: (ubatch <= 8|ubatch  > 8): hits = (\d+), misses = (\d+), "
                     r"hit rate = ([0-9.]+)%, uploaded = ([0-9.]+) MiB")

@@ -3,11 +3,11 @@ that can hit, per group) and the spread of the class-LRU's inferred rules; ``cop
 the llama.cpp export and the app show these lines (docs/design.md#llamacpp-moe-cache)."""
 from __future__ import annotations
 
-from ..estimate.llamacpp_readings import ReadingTpot, spread
-from ..estimate.llamacpp_record import CLASS_LRU, BestConfig, CacheRecord
 from ..geometry import ModelGeometry
-from ..replay.cache_cliff import cliff_mib, group_cliffs
-from ..replay.moe_cache import CacheVersion
+from .cache_cliff import cliff_mib, group_cliffs
+from .cache_readings import ReadingTpot, spread
+from .cache_record import CLASS_LRU, BestConfig, CacheRecord
+from .moe_cache import CacheVersion
 
 
 def cliff_line(g: ModelGeometry, n_cpu: int) -> str | None:

@@ -1,6 +1,6 @@
 """The class-LRU's inferred rules, stated as a spread: its fastest configuration replayed and
 priced under every plausible reading of what upstream's readable source does not show
-(``replay.moe_cache.READINGS``: the clock a key's age is read on, and which misses the CPU share
+(``llamacpp.moe_cache.READINGS``: the clock a key's age is read on, and which misses the CPU share
 takes), so a prediction can say how far it rests on COPE's reading
 (docs/design.md#llamacpp-moe-cache)."""
 from __future__ import annotations
@@ -11,11 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import CopeInputError
+from ..estimate.costs import cope_costs
 from ..profile.data import Profile
-from ..replay.moe_cache import OURS, READINGS, CacheCounts, CacheVersion, replay_cache
 from ..trace.data import Trace
-from .costs import cope_costs
-from .llamacpp_cache import CacheSearch, cache_costs, expert_tpot
+from .cache_search import CacheSearch, cache_costs, expert_tpot
+from .moe_cache import OURS, READINGS, CacheCounts, CacheVersion, replay_cache
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ dense prefix counted, ``tools/llama-bench/llama-bench.cpp`` l. 1257-1291 and
 tensor's name choosing its buffer, else ``-ngl``. A row COPE prices is one whose every tensor but
 the token embedding is on the GPU except the routed experts of whole MoE blocks, on the CPU:
 llama.cpp's plain ``--n-cpu-moe`` placement at ``n`` MoE layers on the CPU, priced by
-:func:`~cope_core.estimate.llamacpp_cache.placement_tpot` (whichever blocks they are: the
+:func:`~cope_core.llamacpp.cache_search.placement_tpot` (whichever blocks they are: the
 profile prices every MoE layer alike). Every other row is listed with why, never guessed.
 """
 from __future__ import annotations
@@ -23,9 +23,9 @@ import numpy as np
 
 from ..geometry import ModelGeometry
 from ..profile.data import Profile
-from .llamabench_file import BenchRow
-from .llamacpp_cache import placement_tpot
-from .llamacpp_vram import LlamaModel
+from .bench_file import BenchRow
+from .cache_search import placement_tpot
+from .vram import LlamaModel
 
 #: llama-bench's --n-cpu-moe pattern of block ``i`` (common/common.h l. 1224-1230)
 NCMOE_PATTERN = r"blk\.{}\.ffn_(up|down|gate|gate_up)_(ch|)exps"
@@ -134,7 +134,7 @@ def match_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeometry,
     ----------
     rows : sequence of BenchRow
     m : LlamaModel
-        The model file predicted (:func:`~cope_core.estimate.llamacpp_vram.read_llama_model`).
+        The model file predicted (:func:`~cope_core.llamacpp.vram.read_llama_model`).
     geometry : ModelGeometry
         Its geometry, as the profile prices it.
     profile : Profile

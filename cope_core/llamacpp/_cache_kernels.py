@@ -1,6 +1,6 @@
 """Numba kernels of llama.cpp's MoE expert cache (docs/design.md#llamacpp-moe-cache). Private:
 arrays and scalars in, preallocated arrays out, no validation (the wrapper in
-:mod:`cope_core.replay.moe_cache` does that).
+:mod:`cope_core.llamacpp.moe_cache` does that).
 
 The cache covers the first ``N`` MoE layers (their experts are host-resident); each layer belongs
 to one *group* (layers with the same expert tensor layout), and each group is one pool of slots
@@ -21,7 +21,7 @@ import numpy as np
 from numba import prange
 
 from ..jit import NJIT
-from ._kernels import _append, _to_tail, _unlink
+from ..replay.lists import list_append, list_to_tail, list_unlink
 
 #: class-LRU constants of llama.cpp b12170 (src/llama-moe-cache.cpp, struct moe_cache_lru)
 N_CLASS = 8
@@ -73,7 +73,7 @@ def _lru_one(routed, prompt_start, layers, n_cached, group, off, persist, E, cnt
             for g in range(G):
                 hd, tl = -1, -1
                 for s in range(off[g], off[g + 1]):
-                    hd, tl = _append(prv, nxt, hd, tl, s)
+                    hd, tl = list_append(prv, nxt, hd, tl, s)
                 head[g], tail[g] = hd, tl
         for t in range(prompt_start[p], prompt_start[p + 1]):
             for i_l in range(n_cached):
@@ -86,7 +86,7 @@ def _lru_one(routed, prompt_start, layers, n_cached, group, off, persist, E, cnt
                     s = slot_of[base + routed[t, l, j]]
                     if s >= 0:
                         h += 1
-                        hd, tl = _to_tail(prv, nxt, hd, tl, s)
+                        hd, tl = list_to_tail(prv, nxt, hd, tl, s)
                 m = _sorted_misses(routed, t, l, k, base, slot_of, miss)
                 for i in range(m):
                     s = hd
@@ -94,7 +94,7 @@ def _lru_one(routed, prompt_start, layers, n_cached, group, off, persist, E, cnt
                         slot_of[key_of[s]] = -1
                     key_of[s] = base + miss[i]
                     slot_of[base + miss[i]] = s
-                    hd, tl = _to_tail(prv, nxt, hd, tl, s)
+                    hd, tl = list_to_tail(prv, nxt, hd, tl, s)
                 head[g], tail[g] = hd, tl
                 cnt[p, h, 0] += 1
 
@@ -172,11 +172,11 @@ def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E
                     if s >= 0:
                         h += 1
                         li = g * N_CLASS + cls_of[s]
-                        head[li], tail[li] = _unlink(prv, nxt, head[li], tail[li], s)
+                        head[li], tail[li] = list_unlink(prv, nxt, head[li], tail[li], s)
                         c = _use(crf, last, key, now)
                         cls_of[s] = c
                         li = g * N_CLASS + c
-                        head[li], tail[li] = _append(prv, nxt, head[li], tail[li], s)
+                        head[li], tail[li] = list_append(prv, nxt, head[li], tail[li], s)
                         mark[s] = lookup
                 m = _sorted_misses(routed, t, l, k, base, slot_of, miss)
                 n_cpu = 0
@@ -221,13 +221,13 @@ def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E
                                     best = score
                         slot_of[key_of[s]] = -1
                         li = g * N_CLASS + cls_of[s]
-                        head[li], tail[li] = _unlink(prv, nxt, head[li], tail[li], s)
+                        head[li], tail[li] = list_unlink(prv, nxt, head[li], tail[li], s)
                     key_of[s] = key
                     slot_of[key] = s
                     c = _use(crf, last, key, now)
                     cls_of[s] = c
                     li = g * N_CLASS + c
-                    head[li], tail[li] = _append(prv, nxt, head[li], tail[li], s)
+                    head[li], tail[li] = list_append(prv, nxt, head[li], tail[li], s)
                     mark[s] = lookup
                 cnt[p, h, n_cpu] += 1
                 if clock_of == LAYER_CLOCK:

@@ -12,18 +12,18 @@ from typing import Any
 import numpy as np
 
 from ..errors import CopeInputError
+from ..estimate.uncertainty import DEFAULT_DRAWS
 from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
 from ..matrix import LAYER_PARTITION, Residency
 from ..placement import k_budget_bytes
 from ..profile.data import Profile
 from ..replay.engine import ReplayCounts
-from ..replay.moe_cache import CacheVersion
 from ..trace.data import Trace
-from .llamacpp_cache import CACHE_CANDIDATES, PREFIX, CacheSearch, Contender, compare, search
-from .llamacpp_fit import ALL_EXPERTS, FIT_MARGIN, FIT_NAME, FitDefault, fit_default
-from .llamacpp_readings import ReadingTpot, class_lru_readings, spread
-from .llamacpp_vram import LlamaModel, Placement, device_memory, llama_model_of
-from .uncertainty import DEFAULT_DRAWS
+from .cache_readings import ReadingTpot, class_lru_readings, spread
+from .cache_search import CACHE_CANDIDATES, PREFIX, CacheSearch, Contender, compare, search
+from .fit import ALL_EXPERTS, FIT_MARGIN, FIT_NAME, FitDefault, fit_default
+from .moe_cache import CacheVersion
+from .vram import LlamaModel, Placement, device_memory, llama_model_of
 
 #: what ``best[].candidate`` may name: the placement alone, or one eviction rule's cache
 RECORD_CANDIDATES = (LAYER_PARTITION,) + CACHE_CANDIDATES
@@ -106,9 +106,9 @@ class CacheRecord:
     """llama.cpp's space searched at one budget: the fastest configuration of each candidate,
     fastest first, and the best one against the placement at K, the Policy Matrix's winner and
     llama.cpp's default (``default_fit``, its placement; its prediction is the ``versus`` row
-    named :data:`~cope_core.estimate.llamacpp_fit.FIT_NAME`; None in a record written without
+    named :data:`~cope_core.llamacpp.fit.FIT_NAME`; None in a record written without
     it). ``rule_readings``: the class-LRU's fastest configuration under every reading of its
-    inferred rules (:mod:`~cope_core.estimate.llamacpp_readings`; empty without one, or in a
+    inferred rules (:mod:`~cope_core.llamacpp.cache_readings`; empty without one, or in a
     record written before them)."""
 
     expert_budget_gib: float
@@ -243,7 +243,7 @@ def record_of(result: CacheSearch, versus: Sequence[Contender],
 @dataclass(frozen=True)
 class LlamaSettings:
     """How llama.cpp is run, for its memory: the model file's tensor table (None: made from
-    the geometry, :func:`~cope_core.estimate.llamacpp_vram.llama_model_of`), the context
+    the geometry, :func:`~cope_core.llamacpp.vram.llama_model_of`), the context
     (``-c``) and KV cache types (``-ctk``/``-ctv``), and ``--fit``'s margin (``-fitt``)."""
 
     model: LlamaModel | None = None

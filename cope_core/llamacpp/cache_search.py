@@ -23,14 +23,18 @@ import numpy as np
 import pandas as pd
 
 from ..errors import CopeInputError
+from ..estimate.costs import cope_costs
+from ..estimate.predict import candidate_tpot, counts_at, replay_counts
+from ..estimate.uncertainty import drawn_point, percentile_interval, prompt_bootstrap
 from ..geometry import GIB, ModelGeometry
 from ..matrix import EXECUTIONS, Execution, Residency, get_candidate, residencies_of
 from ..placement import gpu_expert_bytes, layer_plan
 from ..profile.data import Profile
 from ..profile.layout import OperatingPoint
-from ..replay.cache_cliff import below_cliff
 from ..replay.engine import ReplayCounts
-from ..replay.moe_cache import (
+from ..trace.data import Trace
+from .cache_cliff import below_cliff
+from .moe_cache import (
     TUNER_SHARES,
     CacheConfig,
     CacheCounts,
@@ -39,10 +43,6 @@ from ..replay.moe_cache import (
     cache_mib_for_bytes,
     replay_cache,
 )
-from ..trace.data import Trace
-from .costs import cope_costs
-from .predict import candidate_tpot, counts_at, replay_counts
-from .uncertainty import drawn_point, percentile_interval, prompt_bootstrap
 
 #: the label of these rows wherever the Policy Matrix is shown
 LABEL = "llama.cpp MoE cache"
@@ -147,7 +147,7 @@ def search_space(g: ModelGeometry, budget_bytes: float, *,
     Per ``--n-cpu-moe`` (every one whose GPU layers fit, or those of ``n_cpu``): the placement
     alone (no cache), and the cache with the most MiB the rest of the budget holds (or each of
     ``cache_mib`` that fits) under each eviction rule and, for the class-LRU, each CPU share.
-    The search's own size is never below the cliff (``replay.cache_cliff.below_cliff``: some
+    The search's own size is never below the cliff (``llamacpp.cache_cliff.below_cliff``: some
     cached layer could not hit); sizes given in ``cache_mib`` are kept (a sweep shows them)."""
     if not np.isfinite(budget_bytes):
         raise CopeInputError(f"expected a finite budget, got {budget_bytes!r}", field="vram")
@@ -214,7 +214,7 @@ def search(trace: Trace, profile: Profile, budget_bytes: float, *,
         cpu_share, slots, cached_layers, host_layers_uncached, cache_bytes, tpot_us, shared_us,
         experts_us, hits, uploads, cpu_misses`` (per token, summed over layers), ``hit_rate``
         (of the cached layers' lookups), ``below_cliff`` (a size some cached layer cannot hit
-        at, :func:`cope_core.replay.cache_cliff.below_cliff`), ``prompt_tpot_us``.
+        at, :func:`cope_core.llamacpp.cache_cliff.below_cliff`), ``prompt_tpot_us``.
     """
     g = trace.model
     configs = search_space(g, budget_bytes, versions=versions, shares=shares, n_cpu=n_cpu,
