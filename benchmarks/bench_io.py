@@ -104,7 +104,7 @@ def _warm(code: Path, work: Path) -> None:
           "--seed", "1", "-o", str(tiny), "--force")
     _cope(code, "synth", "--model", "qwen3-30b-a3b", "--prompts", "2", "--tokens", "8",
           "--seed", "2", "-o", str(cal), "--force")
-    _cope(code, "profile", "--analytic", "rtx4090", "--model", "qwen3-30b-a3b", "-o",
+    _cope(code, "profile", "--analytic", "--gpu", "rtx4090", "--model", "qwen3-30b-a3b", "-o",
           str(prof), "--force")
     _cope(code, "predict", "--trace", str(tiny), "--calibration", str(cal), "--profile",
           str(prof), "-K", "32", "--json")
@@ -134,7 +134,7 @@ def run(code: Path, work: Path, big: bool, limit_gb: float | None) -> dict:
                   "2000", "--seed", "3", "-o", str(bigf), "--force")
         _cope(code, "synth", "--model", "qwen3-30b-a3b", "--prompts", "16", "--tokens", "256",
               "--seed", "4", "-o", str(cal), "--force")
-        _cope(code, "profile", "--analytic", "rtx4090", "--model", "qwen3-30b-a3b", "-o",
+        _cope(code, "profile", "--analytic", "--gpu", "rtx4090", "--model", "qwen3-30b-a3b", "-o",
               str(prof), "--force")
         out["predict_1M_one_k"] = _cope(code, "predict", "--trace", str(bigf), "--calibration",
                                         str(cal), "--profile", str(prof), "-K", "32", "--json",

@@ -59,11 +59,11 @@ def run_case(name: str, trace: Path, cal: Path, prof: Path, ks: str, threads: st
     seconds = {}
     if not meas.exists():
         seconds["measure"] = _cope(["measure", "--trace", trace, "--calibration", cal, "-K", ks,
-                                    "--cpu-threads", threads, "--trials", full_trials,
+                                    "--threads", threads, "--trials", full_trials,
                                     "--profile", prof, "--no-progress", *knobs, "-o", meas], log)
     if not ver.exists():
         seconds["verify"] = _cope(["verify", "--trace", trace, "--calibration", cal, "--profile",
-                                   prof, "-K", ks, "--cpu-threads", threads, "--full-trials",
+                                   prof, "-K", ks, "--threads", threads, "--full-trials",
                                    full_trials, "--no-progress", *knobs, "-o", ver], log)
     full = parquet_io.read_measurements(meas)
     cells = measured_cells(full.table, draws=1000, seed=0)

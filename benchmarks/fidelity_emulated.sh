@@ -17,10 +17,10 @@ NICE=()
 if [ "$(id -u)" = 0 ]; then NICE=(nice -n -10); fi
 cope synth --model deepseek-v2-lite --layers 4 --prompts 2 --tokens 24 --seed 1 -o "$OUT/trace.parquet" --force
 cope synth --model deepseek-v2-lite --layers 4 --prompts 8 --tokens 64 --seed 1 --first-prompt 2 -o "$OUT/calibration.parquet" --force
-"${NICE[@]}" cope profile --trace "$OUT/trace.parquet" --cpu-threads 2 --contexts 128,1024,4096 \
+"${NICE[@]}" cope profile --trace "$OUT/trace.parquet" --threads 2 --contexts 128,1024,4096 \
   --min-time 60 --max-samples 60 --raw-samples "$OUT/profile_samples.json" --no-progress -o "$OUT/profile.parquet" --force
 "${NICE[@]}" cope measure --trace "$OUT/trace.parquet" --calibration "$OUT/calibration.parquet" \
-  -K 8,16,32,48 --cpu-threads 2 --trials "$TRIALS" --profile "$OUT/profile.parquet" --no-progress \
+  -K 8,16,32,48 --threads 2 --trials "$TRIALS" --profile "$OUT/profile.parquet" --no-progress \
   -o "$OUT/measurements.parquet" --force
 cope evaluate --trace "$OUT/trace.parquet" --calibration "$OUT/calibration.parquet" \
   --profile "$OUT/profile.parquet" --measurements "$OUT/measurements.parquet" --per-k

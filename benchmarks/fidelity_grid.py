@@ -12,7 +12,7 @@ their isolated-op composition, each estimator's signed error by residency and it
 by execution, and COPE with the profiles' prefetch rows beside CPU misses dropped.
 
     python benchmarks/fidelity_grid.py OUT [--model mixtral-8x7b] [--layers 2] [-K 2]
-        [--settings none:4,4:2,1:1] [--cpu-threads 1,2] [--prompts 2] [--tokens 8]
+        [--settings none:4,4:2,1:1] [--threads 1,2] [--prompts 2] [--tokens 8]
         [--trials 2] [--min-time 20]
 
 ``--settings`` is a comma list of LINK:SLOWDOWN (LINK ``none`` for an unpaced copy worker).
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("-K", type=int, default=2, dest="k")
     ap.add_argument("--settings", default="none:4,4:2,1:1")
-    ap.add_argument("--cpu-threads", default="1,2")
+    ap.add_argument("--threads", default="1,2")
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--trials", type=int, default=2)
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             ev_path = out / f"evaluate-{t}.json"
             bar.set_postfix_str(f"profile {t}")
             if not prof.exists():
-                times[prof.name] = _cope(["profile", "--trace", trace, "--cpu-threads",
+                times[prof.name] = _cope(["profile", "--trace", trace, "--threads",
                                           args.cpu_threads, "--contexts", "128,1024",
                                           "--min-time", args.min_time, "--no-progress", *knobs,
                                           "-o", prof], log)
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             bar.set_postfix_str(f"measure {t}")
             if not meas.exists():
                 times[meas.name] = _cope(["measure", "--trace", trace, "--calibration", cal,
-                                          "-K", args.k, "--cpu-threads", args.cpu_threads,
+                                          "-K", args.k, "--threads", args.cpu_threads,
                                           "--trials", args.trials, "--profile", prof,
                                           "--no-progress", *knobs, "-o", meas], log)
             bar.update(1)

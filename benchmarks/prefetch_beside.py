@@ -6,7 +6,7 @@ out too cheap against fixed where the layer computes misses on the CPU. This mea
 prefetch in both surroundings with the profiler's own sampler (``Bench.prefetch``) and rule.
 
     python benchmarks/prefetch_beside.py [--grid data/platforms/cpu-emulated-grid]
-        [--settings none:4,4:2,1:1] [--cpu-threads 1,2] [--residency mutable_per_layer]
+        [--settings none:4,4:2,1:1] [--threads 1,2] [--residency mutable_per_layer]
         [--min-time 10] [--json OUT.json]
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _run(argv: list[str] | None) -> int:
     ap.add_argument("--grid", type=Path, default=ROOT / "data" / "platforms" / "cpu-emulated-grid",
                     help="a grid folder: its trace gives the geometry, its profiles the context")
     ap.add_argument("--settings", default="none:4,4:2,1:1")
-    ap.add_argument("--cpu-threads", default="1,2")
+    ap.add_argument("--threads", default="1,2")
     ap.add_argument("--residency", default="mutable_per_layer",
                     choices=["mutable_per_layer", "mutable_cross_layer"])
     ap.add_argument("--min-time", type=float, default=10.0)

@@ -55,14 +55,14 @@ cope synth --model deepseek-v2-lite --prompts 8 --tokens 64 --seed 1 --first-pro
 say "profiling a $CUT-MoE-layer cut (limit 120 s)"
 t0=$(date +%s)
 timeout 120 cope profile --trace "$OUT/trace.parquet" --layers "$CUT" --device cuda \
-  --cpu-threads "$THREADS" --contexts 128,1024,4096 --max-samples 25 \
+  --threads "$THREADS" --contexts 128,1024,4096 --max-samples 25 \
   --raw-samples "$OUT/profile_samples.json" --no-progress -o "$OUT/profile.parquet" --force 2>&1 \
   | tee -a "$log"
 say "cut profiled in $(( $(date +%s) - t0 )) s"
 if [ "$FULL_PROFILE" = 1 ]; then
   say "profiling all 26 MoE layers, for comparison (limit 180 s)"
   t0=$(date +%s)
-  timeout 180 cope profile --trace "$OUT/trace.parquet" --device cuda --cpu-threads "$THREADS" \
+  timeout 180 cope profile --trace "$OUT/trace.parquet" --device cuda --threads "$THREADS" \
     --contexts 128,1024,4096 --max-samples 25 --no-progress -o "$OUT/profile-full.parquet" \
     --force 2>&1 | tee -a "$log"
   say "full model profiled in $(( $(date +%s) - t0 )) s"
@@ -70,7 +70,7 @@ fi
 
 say "measuring every candidate (limit 300 s)"
 timeout 300 cope measure --trace "$OUT/trace.parquet" --calibration "$OUT/calibration.parquet" \
-  -K "$KS" --cpu-threads "$THREADS" --device cuda --trials "$TRIALS" \
+  -K "$KS" --threads "$THREADS" --device cuda --trials "$TRIALS" \
   --profile "$OUT/profile.parquet" --no-progress -o "$OUT/measurements.parquet" --force 2>&1 \
   | tee -a "$log"
 

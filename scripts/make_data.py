@@ -204,7 +204,8 @@ def step_synthetic(man: Manifest, bar: tqdm) -> None:
                          f"{params['predictor_accuracy']}",
                     commands=[_shown(args)], provenance=[src, ATTRIBUTION["reuse"]])
         path = EXAMPLES / f"{name}-{spec.get('label', spec['gpu'])}-analytic.parquet"
-        args = ["profile", "--analytic", spec["gpu"], "--model", name, "-o", path, "--force"]
+        args = ["profile", "--analytic", "--gpu", spec["gpu"], "--model", name, "-o", path,
+                "--force"]
         cope(args, bar)
         man.add(path, kind="ANALYTIC profile", model=name,
                 what=f"every cost from published {spec['gpu']} peak numbers with achieved "
@@ -302,16 +303,16 @@ def step_measured(man: Manifest, bar: tqdm, keep_inputs: bool = False) -> None:
     a_cal = ["synth", "--model", m["model"], "--layers", m["layers"], "--prompts", 16,
              "--tokens", 128, "--seed", 61, "--first-prompt", m["prompts"], *gen, "--description",
              "SYNTHETIC calibration trace of the measured example", "-o", cal, "--force"]
-    a_prof = ["profile", "--trace", trace, "--cpu-threads", m["threads"], "--contexts",
+    a_prof = ["profile", "--trace", trace, "--threads", m["threads"], "--contexts",
               "128,1024,4096", "--min-time", m["min_time"], "--no-progress", "-o", prof,
               "--force"]
     a_meas = ["measure", "--trace", trace, "--calibration", cal, "-K", m["ks"],
-              "--cpu-threads", m["threads"], "--trials", m["trials"], "--profile", prof,
+              "--threads", m["threads"], "--trials", m["trials"], "--profile", prof,
               "--no-progress", "-o", meas, "--force"]
     a_eval = ["evaluate", "--trace", trace, "--calibration", cal, "--profile", prof,
               "--measurements", meas, "--json"]
     a_ver = ["verify", "--trace", trace, "--calibration", cal, "--profile", prof, "-K", m["ks"],
-             "--cpu-threads", m["threads"], "--no-progress", "-o", ver, "--force"]
+             "--threads", m["threads"], "--no-progress", "-o", ver, "--force"]
     kept = keep_inputs and all(p.exists() for p in (trace, cal, prof))
     for a in ((a_meas, a_ver) if kept else (a_tr, a_cal, a_prof, a_meas, a_ver)):
         cope(a, bar)
@@ -352,7 +353,7 @@ def step_measured(man: Manifest, bar: tqdm, keep_inputs: bool = False) -> None:
 def grid_args(out: Path) -> list[str]:
     g = GRID
     return ["benchmarks/fidelity_grid.py", str(out), "--model", g["model"], "--layers",
-            str(g["layers"]), "-K", str(g["k"]), "--settings", g["settings"], "--cpu-threads",
+            str(g["layers"]), "-K", str(g["k"]), "--settings", g["settings"], "--threads",
             g["threads"], "--prompts", str(g["prompts"]), "--tokens", str(g["tokens"]),
             "--trials", str(g["trials"]), "--min-time", str(g["min_time"])]
 

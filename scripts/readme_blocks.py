@@ -52,7 +52,7 @@ PART = re.compile(r"<!-- readme:([a-z-]+) -->(.*?)<!-- /readme:\1 -->", re.S)
 SURE = ("cope predict --trace data/examples/deepseek-v2-lite-4l-trace.parquet",
         "--calibration data/examples/deepseek-v2-lite-4l-calibration.parquet",
         "--profile data/examples/deepseek-v2-lite-4l-cpu-emulated-profile.parquet "
-        "-K 32 --cpu-threads 1")
+        "-K 32 --threads 1")
 # docs/cli.md's cope advise example: the machine with a 12 GB card, so K < E
 ADVISE = ("cope advise --model data/models/qwen3-30b-a3b-Q4_K_M.header.gguf",
           "--gpu rtx3060-12gb --cpu ryzen-7-5700x --memory ddr4-3200x2 --pcie 4x16")

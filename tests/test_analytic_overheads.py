@@ -246,7 +246,7 @@ def _files(tmp_path):
 def test_predict_chooses_the_gpu_share(tmp_path, capsys):
     tr, trace = _files(tmp_path)
     prof = tmp_path / "p.parquet"
-    assert main(["profile", "--analytic", "a100-80gb", "--trace", str(trace), "--cpu-threads",
+    assert main(["profile", "--analytic", "--gpu", "a100-80gb", "--trace", str(trace), "--threads",
                  "8", "--gpu-shares", "20,100", "-o", str(prof)]) == 0
     assert "GPU shares ['20 %', '100 %']" in capsys.readouterr().out
     lp = {}

@@ -10,7 +10,7 @@ from browser_tools import browser_page, errors, query, require_browser, serve, s
 from browser_tools import slider_value as slider
 
 pytestmark = pytest.mark.slow
-MINE = {"gpu": "rtx3090", "cpu": "ryzen-7-5700x", "mem": "ddr4-3200x2", "link": "pcie4x16"}
+MINE = {"gpu": "rtx3090", "cpu": "ryzen-7-5700x", "memory": "ddr4-3200x2", "pcie": "pcie4x16"}
 WALK = ("Policy Matrix", "Landscape", "Export", "Compare platforms", "Overview")
 
 

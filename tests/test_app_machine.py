@@ -21,7 +21,7 @@ from cope_core.trace.synth_defaults import synthetic_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 EX = ROOT / "data" / "examples"
-MINE = {"gpu": "rtx3090", "cpu": "ryzen-7-5700x", "mem": "ddr4-3200x2", "link": "pcie4x16"}
+MINE = {"gpu": "rtx3090", "cpu": "ryzen-7-5700x", "memory": "ddr4-3200x2", "pcie": "pcie4x16"}
 PAGES = ("overview", "matrix", "landscape", "export", "compare")
 
 
@@ -174,7 +174,7 @@ def test_a_catalog_model_without_an_example_gets_a_synthetic_trace():
     # gpt-oss-120b in its published weights, on every page
     for page in PAGES:
         at = open_app(page, example="gpt-oss-120b", quant="MXFP4_MOE", gpu="rtx5080",
-                      cpu="ryzen-9-9950x", mem="ddr5-6000x2")
+                      cpu="ryzen-9-9950x", memory="ddr5-6000x2")
         assert any("ANALYTIC what-if" in i.value for i in at.info)
 
 

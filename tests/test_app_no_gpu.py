@@ -18,7 +18,7 @@ from cope_core.machine import compose_machine
 
 ROOT = Path(__file__).resolve().parents[1]
 EX = ROOT / "data" / "examples"
-NONE = {"gpu": "none", "cpu": "ryzen-7-5700x", "mem": "ddr4-3200x2"}
+NONE = {"gpu": "none", "cpu": "ryzen-7-5700x", "memory": "ddr4-3200x2"}
 PAGES = ("overview", "matrix", "landscape", "measured", "traces", "profiles", "compare",
          "export")
 TITLES = {"overview": "COPE Explorer", "matrix": "Policy Matrix",
@@ -85,7 +85,7 @@ def test_every_page_answers_for_the_cpu_alone(page, expected):
     assert any(f"{expected:.1f} tokens/s" in s.value for s in at.success)
     assert query(at) | NONE == query(at)                   # the choice is in the URL
     assert at.selectbox(key="_w_gpu").value == mc.NO_GPU
-    assert not [s for s in at.sidebar.selectbox if s.key == "_w_link"]     # no slot
+    assert not [s for s in at.sidebar.selectbox if s.key == "_w_pcie"]     # no slot
     if stops:     # nothing after the answer: no chart, no metric, no GPU candidate
         assert not at.metric and not at.get("plotly_chart")
     else:
@@ -98,12 +98,12 @@ def test_every_page_answers_for_the_cpu_alone(page, expected):
 def test_no_gpu_survives_page_changes_and_other_parts():
     at = open_app("matrix", **NONE)
     at.selectbox(key="_w_cpu").set_value("ryzen-9-9950x").run()
-    at.selectbox(key="_w_mem").set_value("ddr5-6000x2").run()
+    at.selectbox(key="_w_memory").set_value("ddr5-6000x2").run()
     for page in ("export", "overview"):
         at.switch_page(f"pages/{page}.py").run()
         assert not at.exception and not at.error
         assert at.selectbox(key="_w_gpu").value == mc.NO_GPU
-        assert (query(at)["gpu"], query(at)["cpu"], query(at)["mem"]) == \
+        assert (query(at)["gpu"], query(at)["cpu"], query(at)["memory"]) == \
             ("none", "ryzen-9-9950x", "ddr5-6000x2")
     c = mc.MachineChoice(mc.NO_GPU, "ryzen-9-9950x", "ddr5-6000x2")
     qwen = [parquet_io.read_trace(EX / f"qwen3-30b-a3b-{s}.parquet")

@@ -174,7 +174,7 @@ def test_cope_profile_refuses_a_busy_machine_unless_told(monkeypatch, tmp_path, 
     monkeypatch.setattr(measure, "judge", _always(True, calls))
     t = tmp_path / "t.parquet"
     parquet_io.write_trace(tiny_trace(), t)
-    args = ["profile", "--trace", str(t), "--cpu-threads", "1", "--contexts", "16",
+    args = ["profile", "--trace", str(t), "--threads", "1", "--contexts", "16",
             "--max-samples", "3", "--min-time", "0", "--no-progress", "-o", str(tmp_path / "p")]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()

@@ -297,8 +297,8 @@ def test_bad_trace_for_analytic_profile(capsys, files, case):
     corrupt, needle = TRACE_CASES[case]
     corrupt(files["trace"])
     dest = files["dir"] / "new.parquet"
-    code, out, err = run(capsys, "profile", "--analytic", "rtx4090", "--trace", files["trace"],
-                         "-o", dest)
+    code, out, err = run(capsys, "profile", "--analytic", "--gpu", "rtx4090",
+                         "--trace", files["trace"], "-o", dest)
     assert_one_line_error(code, out, err, str(files["trace"]), needle)
     assert not dest.exists()
 
@@ -405,7 +405,7 @@ def test_profile_for_another_top_k(capsys, files):
 
 
 def test_operating_point_not_in_profile(capsys, files):
-    code, out, err = run(capsys, *predict_args(files, "--cpu-threads", "3"))
+    code, out, err = run(capsys, *predict_args(files, "--threads", "3"))
     assert_one_line_error(code, out, err, str(files["profile"]), "cpu_threads")
 
 
@@ -625,7 +625,7 @@ def pipeline(tmp_path_factory):
     common = ["--model", "mixtral-8x7b", "--layers", "4", "--prompts", "3", "--tokens", "6"]
     assert main(["synth", *common, "--seed", "1", "-o", str(t)]) == 0
     assert main(["synth", *common, "--seed", "2", "-o", str(c)]) == 0
-    assert main(["profile", "--analytic", "rtx4090", "--trace", str(t), "-o", str(p)]) == 0
+    assert main(["profile", "--analytic", "--gpu", "rtx4090", "--trace", str(t), "-o", str(p)]) == 0
     return {"trace": t, "cal": c, "profile": p, "dir": d}
 
 
@@ -790,7 +790,7 @@ def test_output_refused_then_forced(capsys, pipeline, tmp_path):
 
     prof = tmp_path / "prof.parquet"
     prof.write_bytes(b"precious")
-    pargs = ["profile", "--analytic", "h100", "--model", "olmoe-1b-7b", "--cpu-threads", "4",
+    pargs = ["profile", "--analytic", "--gpu", "h100", "--model", "olmoe-1b-7b", "--threads", "4",
              "-o", prof]
     code, out, err = run(capsys, *pargs)
     assert_one_line_error(code, out, err, str(prof), "--force")
@@ -802,10 +802,10 @@ def test_output_refused_then_forced(capsys, pipeline, tmp_path):
 
 
 def test_profile_unknown_platform_and_model(capsys, tmp_path):
-    code, out, err = run(capsys, "profile", "--analytic", "voodoo5", "--model", "olmoe-1b-7b",
-                         "-o", tmp_path / "p.parquet")
+    code, out, err = run(capsys, "profile", "--analytic", "--gpu", "voodoo5",
+                         "--model", "olmoe-1b-7b", "-o", tmp_path / "p.parquet")
     assert_one_line_error(code, out, err, "voodoo5")
-    code, out, err = run(capsys, "profile", "--analytic", "h100", "--model", "gpt-5",
+    code, out, err = run(capsys, "profile", "--analytic", "--gpu", "h100", "--model", "gpt-5",
                          "-o", tmp_path / "p.parquet")
     assert_one_line_error(code, out, err, "gpt-5")
     assert not (tmp_path / "p.parquet").exists()
@@ -815,12 +815,12 @@ def test_operating_point_choice(capsys, files):
     # tiny profile: (8 threads, 100 %) and (4 threads, 50 %); every cost scales with 8 / threads
     code, out, _ = run(capsys, *predict_args(files, "--fill-by-id"))
     whole = {d["candidate"]: d["tpot_us"] for d in json.loads(out)}
-    code4, out4, _ = run(capsys, *predict_args(files, "--fill-by-id", "--cpu-threads", "4"))
+    code4, out4, _ = run(capsys, *predict_args(files, "--fill-by-id", "--threads", "4"))
     four = {d["candidate"]: d["tpot_us"] for d in json.loads(out4)}
     assert code == code4 == 0
     assert four == {c: 2 * v for c, v in whole.items()}
     code, out, _ = run(capsys, "predict", "--trace", files["trace"], "--profile",
-                       files["profile"], "-K", "2", "--fill-by-id", "--cpu-threads", "4")
+                       files["profile"], "-K", "2", "--fill-by-id", "--threads", "4")
     assert "cpu_threads=4 gpu_share=50" in out.splitlines()[0]
 
 

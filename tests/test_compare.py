@@ -100,7 +100,7 @@ def test_cope_compare_prints_and_writes_strict_json(tmp_path, capsys):
     parquet_io.write_profile(tiny_profile(), prof)
     args = ["compare", "--trace", str(trace), "--calibration", str(trace), "--platform",
             "rtx4090", "--platform", "h100", "--profile", str(prof), "--vram-gib", "0.50163",
-            "--cpu-threads", "8", "--draws", "100"]
+            "--threads", "8", "--draws", "100"]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "rtx4090+pcie4+xeon-gold-6430" in out and "p.parquet" in out and "MEASURED" in out

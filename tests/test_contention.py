@@ -129,7 +129,7 @@ def test_cope_contention_prints_and_writes_strict_json(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "cpu_threads 8, gpu_share 100 %" in out and "cpu_threads 4, gpu_share 50 %" in out
     assert "contention" in out and "% hidden" in out
-    assert main(["contention", "--profile", str(path), "--cpu-threads", "8", "--json"]) == 0
+    assert main(["contention", "--profile", str(path), "--threads", "8", "--json"]) == 0
     data = json.loads(capsys.readouterr().out,
                       parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
     (point,) = data["operating_points"]
@@ -139,7 +139,7 @@ def test_cope_contention_prints_and_writes_strict_json(tmp_path, capsys):
     assert rt["overlap"] is None and rt["verdict"] == "faster"
 
 
-@pytest.mark.parametrize("extra,field", [(["--cpu-threads", "3"], "cpu_threads"),
+@pytest.mark.parametrize("extra,field", [(["--threads", "3"], "cpu_threads"),
                                          (["--gpu-share", "70"], "gpu_share")])
 def test_cope_contention_bad_input_is_one_line(tmp_path, capsys, extra, field):
     path = tmp_path / "p.parquet"

@@ -506,7 +506,7 @@ def test_cli_profile_from_user_spec(tmp_path, capsys):
     data.pop("source")
     spec = _spec_file(tmp_path, data, "round.json")
     out_path = tmp_path / "p.parquet"
-    code = main(["profile", "--analytic", str(spec), "--model", "olmoe-1b-7b", "--cpu-threads",
+    code = main(["profile", "--analytic", "--gpu", str(spec), "--model", "olmoe-1b-7b", "--threads",
                  "1,4", "-o", str(out_path)])
     out, err = capsys.readouterr()
     assert code == 0, err

@@ -122,8 +122,8 @@ def test_rows_match_and_predict_with_placement_tpot(machine):
     why = [x.reason for x in got[3:]]
     assert why[0].startswith("pp512 is not decode") and why[1].startswith("pp16+tg8 is not")
     assert "another model file" in why[2] and "at 8 threads ([1, 2])" in why[3]
-    assert "no GPU" in why[4] and "-nkvo" in why[5] and "--cpu-threads" in why[6]
-    # a markdown table without threads: --cpu-threads says them
+    assert "no GPU" in why[4] and "-nkvo" in why[5] and "--threads" in why[6]
+    # a markdown table without threads: --threads says them
     assert match_rows(rows[9:], m, g, prof, cpu_threads=1)[0].matched
 
 
@@ -189,13 +189,13 @@ def test_offload_rows_match_their_placements(machine):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_cli_scores_a_real_file(tiny, fmt, capsys):
     code = main(["evaluate", "--llama-bench", str(DATA / f"offload.{fmt}"), "--model", str(tiny),
-                 "--analytic", "rtx3090", "--cpu-threads", "2", "--json"])
+                 "--gpu", "rtx3090", "--threads", "2", "--json"])
     out = json.loads(capsys.readouterr().out)     # strictly valid JSON
     assert code == 0 and out["matched"] == 6 and out["unmatched"] == 0
     assert [r["n_cpu_moe_layers"] for r in out["rows"]] == [0, 4, 1, 4, 2, 4]
     assert out["regret_pct"] >= 0 and out["pick_line"] in [r["line"] for r in out["rows"]]
     main(["evaluate", "--llama-bench", str(DATA / f"cpu.{fmt}"), "--model", str(tiny),
-          "--analytic", "rtx3090", "--cpu-threads", "2"])
+          "--gpu", "rtx3090", "--threads", "2"])
     text = capsys.readouterr().out
     assert "unmatched rows (not guessed)" in text and "nothing scored" in text
 
@@ -236,7 +236,7 @@ def test_bad_fields_of_a_real_row(tmp_path, field, value, expected, tiny, capsys
     p = tmp_path / "bad.jsonl"
     p.write_text(json.dumps(obj) + "\n")
     code = main(["evaluate", "--llama-bench", str(p), "--model", str(tiny),
-                 "--analytic", "rtx3090"])
+                 "--gpu", "rtx3090"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and err.startswith(f"cope: error: {p}: ")
     assert f"field '{field}': line 1: " in err and expected in err

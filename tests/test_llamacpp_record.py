@@ -108,7 +108,7 @@ def test_a_policy_file_with_a_bad_record_names_the_field(small, record, tmp_path
 
 def _cli_cache(capsys, *extra: str) -> list[dict]:
     args = ["predict", "--trace", FILES["trace"], "--calibration", FILES["calibration"],
-            "--profile", FILES["profile"], "--cpu-threads", "2", "--json", *extra]
+            "--profile", FILES["profile"], "--threads", "2", "--json", *extra]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert main(args) == 0

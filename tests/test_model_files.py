@@ -203,8 +203,8 @@ def test_hf_config_parameter_counts_match_the_real_model_classes(tmp_path, famil
 # --- the command line and the refusals ------------------------------------------------------------
 def test_predict_prices_the_routing_as_the_quantised_file_and_refuses_a_16_bit_profile(tmp_path):
     prof = tmp_path / "q4.parquet"
-    r = _cope("profile", "--analytic", "rtx4090", "--model", HEADER, "-o", prof,
-              "--cpu-threads", "8")
+    r = _cope("profile", "--analytic", "--gpu", "rtx4090", "--model", HEADER, "-o", prof,
+              "--threads", "8")
     assert r.returncode == 0, r.stderr
     trace = EXAMPLES / "qwen3-30b-a3b-trace.parquet"
     r = _cope("predict", "--trace", trace, "--profile", prof, "--model", HEADER,

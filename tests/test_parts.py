@@ -232,7 +232,7 @@ def test_user_part_files(tmp_path):
                                                                     "ddr4-3600x2", "pcie5x8")
     assert m.spec.cpu_flops_per_thread == 3.0e9 * 32 and m.spec.cpu_bandwidth == 3600e6 * 16
     assert any(f.how == "file" for f in m.facts)
-    spec = platforms.resolve_platform(str(gpu), cpu=str(toml))   # cope profile --analytic FILE
+    spec = platforms.resolve_platform(str(gpu), cpu=str(toml))  # cope profile --analytic --gpu FILE
     assert (spec.gpu_name, spec.cpu_name, spec.link_name) == ("card", "my-cpu", "pcie5x8")
     with pytest.raises(CopeInputError, match=r"expected a gpu part file, got kind 'cpu'"):
         parts.gpu_part(str(toml))

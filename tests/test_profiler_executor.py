@@ -246,7 +246,7 @@ def test_cli_profile_measure_predict_evaluate(capsys, tiny_files):
     p, m = d / "p.parquet", d / "m.parquet"
     # --busy-ok: this checks the files and the pipeline, not the machine (a suite that runs
     # other work beside it would be refused, tests/test_busy_profile.py checks that)
-    assert main(["profile", "--trace", str(t), "--cpu-threads", "1", "--contexts", "16,64",
+    assert main(["profile", "--trace", str(t), "--threads", "1", "--contexts", "16,64",
                  "--max-samples", "4", "--no-progress", "--raw-samples", str(d / "raw.json"),
                  "--busy-ok", "-o", str(p)]) == 0
     out = capsys.readouterr().out
@@ -255,7 +255,7 @@ def test_cli_profile_measure_predict_evaluate(capsys, tiny_files):
     assert len(raw["samples_us"]) == len(parquet_io.read_profile(p).table)
     assert main(["predict", "--trace", str(t), "--profile", str(p), "-K", "2", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == 13
-    assert main(["measure", "--trace", str(t), "-K", "2", "--cpu-threads", "1", "--trials", "1",
+    assert main(["measure", "--trace", str(t), "-K", "2", "--threads", "1", "--trials", "1",
                  "--warmup-tokens", "0", "--profile", str(p), "--candidates",
                  "fixed/parallel,mutable_per_layer/cost_selected,layer_partition",
                  "--no-progress", "-o", str(m)]) == 0
@@ -271,7 +271,7 @@ def test_cli_profile_measure_predict_evaluate(capsys, tiny_files):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["profile", "--link", "pcie4"], "--link only applies to --analytic"),
+    (["profile", "--pcie", "pcie4"], "--pcie only applies to --analytic"),
     (["profile", "--accel-threads", "0"], "--accel-threads"),
     (["measure", "-K", "9"], "out of range"),
     (["measure", "-K", "2", "--trials", "0"], "--trials"),
@@ -320,7 +320,7 @@ def test_raw_samples_leave_a_users_tmp_file_alone(capsys, tiny_files):
     d, t = tiny_files
     mine = d / "raw.tmp"
     mine.write_text("the user's own notes")
-    assert main(["profile", "--trace", str(t), "--cpu-threads", "1", "--contexts", "16",
+    assert main(["profile", "--trace", str(t), "--threads", "1", "--contexts", "16",
                  "--max-samples", "3", "--min-time", "0", "--no-progress", "--raw-samples",
                  str(d / "raw.json"), "--busy-ok", "-o", str(d / "p.parquet")]) == 0
     capsys.readouterr()

@@ -199,7 +199,7 @@ def test_cli_resume(monkeypatch, tmp_path, capsys):
     _spied(monkeypatch, spy)
     t = tmp_path / "t.parquet"
     parquet_io.write_trace(tiny_trace(), t)
-    args = ["measure", "--trace", str(t), "-K", "2", "--cpu-threads", "1", "--candidates",
+    args = ["measure", "--trace", str(t), "-K", "2", "--threads", "1", "--candidates",
             "fixed/parallel,layer_partition", "--no-warmup-prompts", "--warmup-tokens", "0",
             "--no-progress", "-o", str(tmp_path / "m.parquet")]
     assert main(args) == 0

@@ -191,7 +191,7 @@ def test_cli_verify_and_export_from_verify(monkeypatch, tmp_path, capsys):
     parquet_io.write_profile(tiny_profile(), p)
     out = tmp_path / "v.json"
     args = ["verify", "--trace", str(t), "--calibration", str(t), "--profile", str(p), "-K", "2",
-            "--cpu-threads", "8", "--no-warmup-prompts", "--warmup-tokens", "0",
+            "--threads", "8", "--no-warmup-prompts", "--warmup-tokens", "0",
             "--no-progress", "--draws", "300", "-o", str(out)]
     assert main(args) == 0
     text = capsys.readouterr().out

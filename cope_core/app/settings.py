@@ -82,23 +82,33 @@ CODECS: dict[str, Codec] = {
     "strict": _FLAG,           # Export: a runtime that cannot run the candidate is an error
     "plat": _NAMES,            # Compare: platforms (catalog names, "this", "custom")
     "custom": Codec(parse_custom, format_custom),  # Compare: the custom platform's numbers
-    # Your machine (sidebar): parts of the catalog ("example": the example's own profile;
+    # Your machine (sidebar), spelled as the CLI spells a machine: parts of the catalog
+    # ("example": the example's own profile;
     # memory or link "default": the CPU's usual memory, the card's own link) and a catalog
     # model's weights ("catalog": as the catalog has it)
     "gpu": _TEXT,
     "cpu": _TEXT,
-    "mem": _TEXT,
-    "link": _TEXT,
+    "memory": _TEXT,
+    "pcie": _TEXT,
     "quant": _TEXT,
     "ctx": _INT,               # Your machine: context length in tokens (the KV cache)
 }
 
 
+#: Keys that links shared before the machine's one spelling carry, read as the new ones (a link
+#: someone saved still opens the same view; the URL is written with the new keys only).
+OLD_KEYS: dict[str, str] = {"mem": "memory", "link": "pcie"}
+
+
 def parse_query(params: dict[str, Any]) -> dict[str, Any]:
-    """Values of the known settings found in a query-string mapping; nonsense is dropped."""
+    """Values of the known settings found in a query-string mapping; nonsense is dropped; an
+    old key (:data:`OLD_KEYS`) stands for its new one when that is absent."""
     out: dict[str, Any] = {}
     for name, codec in CODECS.items():
         raw = params.get(name)
+        if raw is None:
+            raw = next((params[o] for o, n in OLD_KEYS.items() if n == name and o in params),
+                       None)
         if isinstance(raw, list):  # a repeated key: the last one wins, as in st.query_params
             raw = raw[-1] if raw else None
         if raw is None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import streamlit as st
 
-from .settings import format_setting, parse_query
+from .settings import OLD_KEYS, format_setting, parse_query
 
 _SETTINGS = "cope_settings"
 
@@ -21,7 +21,11 @@ def settings() -> dict[str, Any]:
 
 
 def sync_url() -> None:
-    """Write every setting to the query string (page switches may have cleared it)."""
+    """Write every setting to the query string (page switches may have cleared it); an old
+    key the session was opened with is written under its new name only."""
+    for old in OLD_KEYS:
+        if old in st.query_params:
+            del st.query_params[old]
     for name, value in settings().items():
         text = format_setting(name, value)
         if st.query_params.get(name) != text:

@@ -1,11 +1,11 @@
 """The sidebar's "Your machine" (Streamlit layer): the GPU, CPU, memory and link chosen from the
 parts catalog and the weights of a catalog model, kept in the session's settings and the URL
-(``gpu``, ``cpu``, ``mem``, ``link``, ``quant``), and what they make of the inputs every page
-shows: a catalog model without a shipped example gets a SYNTHETIC trace made here (cached), and
-a chosen machine replaces the profile by the ANALYTIC one of the composed machine (cached); a
-machine without a GPU ("no GPU") keeps the profile and every page answers for the CPU alone
-(:func:`no_gpu_page`). The pure logic is :mod:`.machine_choice` and :mod:`.no_gpu`.
-"""
+(``gpu``, ``cpu``, ``memory``, ``pcie``, ``quant``: the CLI's spelling of a machine), and what
+they make of the inputs every page shows: a catalog model without a shipped example gets a
+SYNTHETIC trace made here (cached), and a chosen machine replaces the profile by the ANALYTIC one
+of the composed machine (cached); a machine without a GPU ("no GPU") keeps the profile and every
+page answers for the CPU alone (:func:`no_gpu_page`). The pure logic is :mod:`.machine_choice`
+and :mod:`.no_gpu`."""
 from __future__ import annotations
 
 import dataclasses
@@ -76,7 +76,7 @@ def sidebar() -> None:
                 help="Threads run on its physical cores (a hybrid CPU's P-cores).")
     mems = mc.memory_options()
     usual = own.usual_memory(cpu)
-    bound("mem", st.sidebar.selectbox, default=mc.DEFAULT, valid=lambda v: v in mems,
+    bound("memory", st.sidebar.selectbox, default=mc.DEFAULT, valid=lambda v: v in mems,
           label="Memory", options=mems, format_func=lambda v: mc.memory_label(v, usual),
           help="type-MT/s x channels: the host memory the CPU's experts are read from")
     if gpu == mc.NO_GPU:                # no slot, and no VRAM for a context to take from
@@ -86,7 +86,7 @@ def sidebar() -> None:
         return
     links = mc.link_options()
     card = own.gpu if gpu == mc.FILE and own.gpu else parts.gpus()[gpu]
-    bound("link", st.sidebar.selectbox, default=mc.DEFAULT, valid=lambda v: v in links,
+    bound("pcie", st.sidebar.selectbox, default=mc.DEFAULT, valid=lambda v: v in links,
           label="GPU slot", options=links, format_func=lambda v: mc.link_label(v, card),
           help="The slot's PCIe generation x lanes; the card runs at the lower of the two.")
     bound("ctx", st.sidebar.number_input, default=DEFAULT_CONTEXT,
@@ -169,8 +169,8 @@ def choice() -> mc.MachineChoice | None:
     mems, links = mc.memory_options(), mc.link_options()
     return mc.MachineChoice(gpu=own.gpu if gpu == mc.FILE and own.gpu else gpu,
                             cpu=own.cpu if cpu == mc.FILE and own.cpu else cpu,
-                            memory=resolve("mem", mc.DEFAULT, lambda v: v in mems),
-                            link=resolve("link", mc.DEFAULT, lambda v: v in links),
+                            memory=resolve("memory", mc.DEFAULT, lambda v: v in mems),
+                            link=resolve("pcie", mc.DEFAULT, lambda v: v in links),
                             context=resolve("ctx", DEFAULT_CONTEXT,
                                             lambda v: 1 <= v <= MAX_CONTEXT, int))
 

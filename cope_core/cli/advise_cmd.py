@@ -13,7 +13,7 @@ from ..export.advise import RUNTIMES, Advice, RuntimeAnswer, Speed
 from ..files import check_writable, print_json, write_atomic
 from ..geometry import DEFAULT_CONTEXT
 from ..machine import THIS, compose_machine
-from .args import add_model_options, model_from_args
+from .args import add_machine_options, add_model_options, model_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,19 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "routing and an ANALYTIC profile of the parts unless --trace "
                                    "(docs/cli.md#your-machine-in-one-command-cope-advise).")
     add_model_options(s, required=True)
-    s.add_argument("--gpu", required=True,
-                   help="catalog GPU (cope parts gpus), GPU part file, 'this' or 'none'")
-    s.add_argument("--cpu", required=True, help="catalog CPU (cope parts cpus), CPU part file "
-                                                "or 'this'")
-    s.add_argument("--memory", help="TYPE-MTSxCHANNELS (ddr4-3200x2) or 'this' (measured); "
-                                    "default the CPU's usual memory")
-    s.add_argument("--pcie", help="the slot, pcieGENxLANES or GENxLANES (default: the card's "
-                                  "own interface)")
+    add_machine_options(s, ("gpu", "cpu", "memory", "pcie"), required=("gpu", "cpu"))
     s.add_argument("--vram-gib", type=float,
                    help="VRAM budget (default: the card's memory less llama.cpp's 1 GiB --fit "
                         "margin)")
-    s.add_argument("--threads", type=int, help="CPU threads (default: the physical cores; "
-                                               "a hybrid part's P-cores)")
+    add_machine_options(s, ("threads",), notes={"threads": "; a hybrid part's P-cores"})
     s.add_argument("--ctx", type=int, default=DEFAULT_CONTEXT,
                    help=f"tokens of KV cache the VRAM holds (default {DEFAULT_CONTEXT})")
     s.add_argument("--runtime", default="all", choices=(*RUNTIMES, "all"),

@@ -107,3 +107,61 @@ def model_from_args(args: argparse.Namespace):
             raise CopeInputError("needs --model", field="--quant")
         return None
     return resolve_model(args.model, args.quant)
+
+
+# --- naming a machine -------------------------------------------------------------------------
+#: The one spelling of a machine on every command that takes one (docs/cli.md#naming-a-machine):
+#: each part's flag and what it takes; a command adds its own note (a default, a "with X").
+MACHINE_HELP: dict[str, str] = {
+    "gpu": "catalog GPU (cope parts gpus), GPU part file, 'this' or 'none'",
+    "cpu": "catalog CPU (cope parts cpus), CPU part file or 'this'",
+    "memory": "TYPE-MTSxCHANNELS (ddr4-3200x2) or 'this' (measured); default the CPU's usual "
+              "memory",
+    "pcie": "the GPU's slot, pcieGENxLANES or GENxLANES (default: the card's own interface)",
+    "threads": "CPU threads (default: the physical cores)",
+}
+MACHINE_PARTS = tuple(MACHINE_HELP)
+#: Spellings earlier versions took for a part, each refused in one line that names the new one.
+RENAMED: dict[str, tuple[str, ...]] = {"pcie": ("--link",), "threads": ("--cpu-threads",)}
+
+
+class _Renamed(argparse.Action):
+    """An old spelling: refused, naming the new one (its value, if given, is swallowed first so
+    the error is about the flag, not a stray argument)."""
+
+    def __init__(self, option_strings, dest, new: str = "", **kwargs):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs="?",
+                         help=argparse.SUPPRESS)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise CopeInputError(f"is now spelled {self.new} (the same value: {self.new} "
+                             f"{values if values is not None else '...'})",
+                             field=option_string)
+
+
+def renamed(s: argparse.ArgumentParser | argparse._ArgumentGroup, old: str, new: str) -> None:
+    """Register ``old`` as a refused spelling of ``new`` (hidden from ``--help``)."""
+    s.add_argument(old, action=_Renamed, new=new)
+
+
+def add_machine_options(s: argparse.ArgumentParser | argparse._ArgumentGroup,
+                        parts: tuple[str, ...] = MACHINE_PARTS, *,
+                        required: tuple[str, ...] = (), defaults: dict | None = None,
+                        helps: dict[str, str] | None = None, notes: dict[str, str] | None = None,
+                        threads_type=int, prefix: str = "") -> None:
+    """``--gpu``, ``--cpu``, ``--memory``, ``--pcie`` and ``--threads`` (the ``parts`` a command
+    takes), with :data:`MACHINE_HELP`'s words unless ``helps`` replaces a part's, ``notes``
+    appended and ``prefix`` before each; the old spellings of :data:`RENAMED` refused."""
+    for part in parts:
+        text = (helps or {}).get(part, MACHINE_HELP[part])
+        kw: dict = {"help": prefix + text + (notes or {}).get(part, "")}
+        if part in required:
+            kw["required"] = True
+        if defaults and part in defaults:
+            kw["default"] = defaults[part]
+        if part == "threads":
+            kw["type"] = threads_type
+        s.add_argument(f"--{part}", **kw)
+        for old in RENAMED.get(part, ()):
+            renamed(s, old, f"--{part}")

@@ -223,7 +223,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     trace, profile, cal, spec = _load(args)
     ks = _ks(args, trace)
     raw = read_raw_samples(args.raw_samples) if args.raw_samples else None
-    df = predict(trace, profile, ks, calibration=cal, cpu_threads=args.cpu_threads,
+    df = predict(trace, profile, ks, calibration=cal, cpu_threads=args.threads,
                  gpu_share=args.gpu_share, estimator=args.estimator, candidates=args.candidates,
                  fill_by_id=args.fill_by_id, spec=spec,
                  draws=check_draws(args.draws), seed=args.seed, raw_samples=raw)
@@ -254,13 +254,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.llama_bench is not None:
         from .llamabench_cmd import cmd_llama_bench
         return cmd_llama_bench(args)
+    from .llamabench_cmd import MACHINE_ONLY
+    for part in MACHINE_ONLY:
+        if getattr(args, part, None) is not None:
+            raise CopeInputError("names the machine of --llama-bench; with --measurements the "
+                                 "profile is the machine", field=f"--{part}")
     for flag in ("trace", "profile"):
         if getattr(args, flag) is None:
             raise CopeInputError("is required with --measurements", field=f"--{flag}")
     trace, profile, cal, spec = _load(args)
     meas = parquet_io.read_measurements(args.measurements)
     per_k = getattr(args, "per_k", False)
-    scores = evaluate(trace, profile, meas, cal, spec=spec, cpu_threads=args.cpu_threads,
+    scores = evaluate(trace, profile, meas, cal, spec=spec, cpu_threads=args.threads,
                       gpu_share=args.gpu_share, draws=check_draws(args.draws), seed=args.seed)
     result: dict[str, Any] = {est: ev.to_dict(per_k) for est, ev in scores.items()}
     if "hrm" not in scores:

@@ -1,7 +1,7 @@
 """``cope compare``: the same trace on several platforms (a CLI plugin, see PLUGINS in main.py).
 
     cope compare --trace T [--calibration C] --platform rtx4090 [--platform h100+pcie5 ...]
-                 [--profile mine.parquet ...] --vram-gib G [--cpu-threads N] [--gpu-share S]
+                 [--profile mine.parquet ...] --vram-gib G [--threads N] [--gpu-share S]
                  [--estimator cope|atomic|hrm] [--draws B] [--seed S] [--json]
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ..estimate.compare import catalog_platform, compare, profile_platform
 from ..estimate.costs import ESTIMATORS
 from ..estimate.speed import tokens_per_s
 from ..files import print_json
-from .args import share
+from .args import add_machine_options, share
 
 
 def register(subparsers) -> None:
@@ -33,7 +33,8 @@ def register(subparsers) -> None:
     s.add_argument("--profile", action="append", default=[], metavar="P.parquet",
                    help="a profile of the trace's model (measured or analytic); repeatable")
     s.add_argument("--vram-gib", type=float, required=True, help="the budget to compare at")
-    s.add_argument("--cpu-threads", type=int, help="operating point in every platform")
+    add_machine_options(s, ("threads",), threads_type=int,
+                        helps={"threads": "operating point in every platform"})
     s.add_argument("--gpu-share", type=share, help="GPU share in every platform, %%")
     s.add_argument("--estimator", default="cope", choices=ESTIMATORS)
     s.add_argument("--draws", type=int, default=1000, help="bootstrap draws (0: none)")
@@ -47,10 +48,10 @@ def run(args: argparse.Namespace) -> int:
         raise CopeInputError("give at least one --platform or --profile", field="--platform")
     trace = parquet_io.read_trace(args.trace)
     cal = parquet_io.read_trace(args.calibration) if args.calibration else None
-    plats = [catalog_platform(trace.model, p, cpu_threads=args.cpu_threads,
+    plats = [catalog_platform(trace.model, p, cpu_threads=args.threads,
                               gpu_share=args.gpu_share) for p in args.platform]
     plats += [profile_platform(parquet_io.read_profile(p)) for p in args.profile]
-    cmp = compare(trace, plats, args.vram_gib, cal, cpu_threads=args.cpu_threads,
+    cmp = compare(trace, plats, args.vram_gib, cal, cpu_threads=args.threads,
                   gpu_share=args.gpu_share, estimator=args.estimator, draws=args.draws,
                   seed=args.seed)
     if args.json:

@@ -1,7 +1,7 @@
 """``cope contention``: where a measured profile's schedules depart from their isolated-op
 composition (a CLI plugin, see PLUGINS in main.py).
 
-    cope contention --profile P [--cpu-threads N] [--gpu-share S] [--json]
+    cope contention --profile P [--threads N] [--gpu-share S] [--json]
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import math
 from .. import parquet_io
 from ..estimate.contention import contention, prefetch_hiding
 from ..files import print_json
-from .args import share
+from .args import add_machine_options, share
 
 
 def register(subparsers) -> None:
@@ -24,17 +24,18 @@ def register(subparsers) -> None:
                     "overlap achieved; and per mutable residency what a prefetch adds beside a "
                     "running layer against the copy timed alone.")
     s.add_argument("--profile", required=True, help="a measured profile (cope.profile/1 or /2)")
-    s.add_argument("--cpu-threads", type=int,
-                   help="operating point (default: every operating point of the profile)")
+    add_machine_options(s, ("threads",), threads_type=int,
+                        helps={"threads": "operating point (default: every operating point "
+                                           "of the profile)"})
     s.add_argument("--gpu-share", type=share, help="GPU share of the operating point, %%")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=run)
 
 
 def _points(prof, args) -> list[tuple[int, float]]:
-    if args.cpu_threads is None and args.gpu_share is None:
+    if args.threads is None and args.gpu_share is None:
         return list(prof.operating_points())
-    return [prof.choose(args.cpu_threads, args.gpu_share)]
+    return [prof.choose(args.threads, args.gpu_share)]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,10 +1,10 @@
 """``cope export``: render the chosen policy for a runtime (a CLI plugin, see PLUGINS in main.py).
 
-    cope export --trace T --calibration C --profile P (-K K | --vram-gib G) [--cpu-threads N]
+    cope export --trace T --calibration C --profile P (-K K | --vram-gib G) [--threads N]
                 [--candidate ID|best]
                 --format FORMAT [-o OUT [--force]] [--strict]
     cope export --from-policy FILE --format ... [-o OUT [--force]] [--strict]
-    cope export --from-verify FILE [-K K] [--cpu-threads N] --format ... [-o OUT [--force]]
+    cope export --from-verify FILE [-K K] [--threads N] --format ... [-o OUT [--force]]
 
 FORMAT is one of ``cope_core.export.FORMATS``; the choices, the command's help and its list of
 formats all come from the records of ``cope_core.export.EXPORT_FORMATS``.
@@ -35,12 +35,12 @@ from ..llamacpp import is_bench_record, read_bench_record
 from ..platforms import resolve_platform
 from ..verify import read_verify
 from . import cache_report
-from .args import add_model_options, priced_as_model
+from .args import add_machine_options, add_model_options, priced_as_model
 
 #: Options that describe how to build a policy; --from-policy takes none of them.
 _BUILD_OPTIONS = (("--trace", "trace"), ("--profile", "profile"), ("--calibration", "calibration"),
                   ("--experts-per-layer", "k"), ("--vram-gib", "vram_gib"),
-                  ("--cpu-threads", "cpu_threads"), ("--gpu-share", "gpu_share"),
+                  ("--threads", "threads"), ("--gpu-share", "gpu_share"),
                   ("--spec", "spec"), ("--model", "model"), ("--quant", "quant"),
                   ("--fill-by-id", "fill_by_id"))
 
@@ -57,7 +57,8 @@ def register(subparsers) -> None:
     g = s.add_mutually_exclusive_group()
     g.add_argument("--experts-per-layer", "-K", type=int, dest="k", help="cache size K")
     g.add_argument("--vram-gib", type=float, help="VRAM budget; K follows from the memory model")
-    s.add_argument("--cpu-threads", type=int, help="operating point (default: the most threads)")
+    add_machine_options(s, ("threads",), threads_type=int,
+                        helps={"threads": "operating point (default: the most threads)"})
     s.add_argument("--gpu-share", type=float,
                    help="GPU share of the operating point (default: the largest at those threads)")
     s.add_argument("--candidate", default="best", help="candidate id, or 'best' (default)")
@@ -69,7 +70,7 @@ def register(subparsers) -> None:
     src.add_argument("--from-policy", metavar="FILE", help="re-render a saved cope.policy/1 JSON")
     src.add_argument("--from-verify", metavar="FILE",
                      help="render the verified winner of a cope verify record (cope.verify/1); "
-                          "-K and --cpu-threads choose the cell when it has several, and the "
+                          "-K and --threads choose the cell when it has several, and the "
                           "record's trace, calibration and profile are used unless given")
     s.add_argument("--format", required=True, choices=FORMATS,
                    help="output format: the cope.policy/1 JSON or a runtime's settings (the "
@@ -111,10 +112,10 @@ def _from_verify(args: argparse.Namespace):
     """The policy of a verify record's verified winner (one of its cells)."""
     if args.candidate != "best" or args.vram_gib is not None:
         raise CopeInputError("renders the record's verified winner; drop --candidate and "
-                             "--vram-gib (-K and --cpu-threads choose the cell)",
+                             "--vram-gib (-K and --threads choose the cell)",
                              field="--from-verify")
     record = read_verify(args.from_verify)
-    cell = record.cell(args.k, args.cpu_threads)
+    cell = record.cell(args.k, args.threads)
     paths = {}
     for role in ("trace", "profile", "calibration"):
         given = getattr(args, role)
@@ -166,7 +167,7 @@ def _policy(args: argparse.Namespace):
     spec = resolve_platform(args.spec) if args.spec else None
     trace, cal = priced_as_model(args, trace, cal)
     return build_policy(trace, profile, cal, experts_per_layer=args.k, vram_gib=args.vram_gib,
-                        cpu_threads=args.cpu_threads, gpu_share=args.gpu_share,
+                        cpu_threads=args.threads, gpu_share=args.gpu_share,
                         candidate=args.candidate,
                         fill_by_id=args.fill_by_id, spec=spec,
                         llama=cache_report.llama_settings_of(args))

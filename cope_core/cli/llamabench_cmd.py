@@ -2,8 +2,8 @@
 llama-bench's results (:mod:`cope_core.llamacpp.bench_eval`).
 
     cope evaluate --llama-bench bench.json --model M.gguf
-                  (--profile P | --analytic GPU [--cpu CPU] [--memory MEM] [--link LINK])
-                  [--cpu-threads N] [--gpu-share S] [--json]
+                  (--profile P | --gpu GPU [--cpu CPU] [--memory MEM] [--pcie LINK])
+                  [--threads N] [--gpu-share S] [--json]
 """
 from __future__ import annotations
 
@@ -14,21 +14,23 @@ from .. import parquet_io
 from ..errors import CopeInputError
 from ..files import print_json
 from ..llamacpp import BenchEvaluation, match_rows, read_llama_bench, read_llama_model, score_rows
-from .args import model_from_args
+from ..platforms import DEFAULT_CPU
+from .args import add_machine_options, model_from_args, renamed
 
 
 def add_options(s: argparse.ArgumentParser) -> None:
     """The machine options of ``--llama-bench`` beside ``--profile``: an analytic profile of a
-    machine composed from parts (:func:`cope_core.machine.compose_machine`)."""
-    s.add_argument("--analytic", metavar="GPU",
-                   help="with --llama-bench, instead of --profile: price on an analytic profile "
-                        "of this GPU (`cope parts gpus`, a GPU part file, or 'this')")
-    s.add_argument("--cpu", help="with --analytic: the host CPU (`cope parts cpus` or 'this'; "
-                                 "default xeon-gold-6430)")
-    s.add_argument("--memory", help="with --analytic: TYPE-MTSxCHANNELS (ddr4-3200x2) or 'this' "
-                                    "(measured; default the CPU's usual memory)")
-    s.add_argument("--link", help="with --analytic: the GPU's slot, pcieGENxLANES or GENxLANES "
-                                  "(default the card's own)")
+    machine composed from parts (:func:`cope_core.machine.compose_machine`), spelled as every
+    command spells a machine (``--threads`` is the operating point of :func:`_inputs`)."""
+    add_machine_options(s, ("gpu", "cpu", "memory", "pcie"), helps={
+        "gpu": "with --llama-bench, instead of --profile: price on an analytic profile of this "
+               "GPU (`cope parts gpus`, a GPU part file, or 'this')"},
+        notes={"cpu": f" (default {DEFAULT_CPU})"}, prefix="")
+    renamed(s, "--analytic", "--gpu")
+
+
+#: The machine flags that only --llama-bench reads
+MACHINE_ONLY = ("gpu", "cpu", "memory", "pcie")
 
 
 def cmd_llama_bench(args: argparse.Namespace) -> int:
@@ -42,26 +44,25 @@ def cmd_llama_bench(args: argparse.Namespace) -> int:
     rows = read_llama_bench(args.llama_bench)
     lm = read_llama_model(args.model)
     g = model_from_args(args)
-    if (args.profile is None) == (args.analytic is None):
-        raise CopeInputError("--llama-bench needs the machine: --profile FILE or --analytic GPU "
+    if (args.profile is None) == (args.gpu is None):
+        raise CopeInputError("--llama-bench needs the machine: --profile FILE or --gpu GPU "
                              "(one of them)", field="--profile")
     if args.profile is not None:
         profile = parquet_io.read_profile(args.profile)
         what = f"profile {args.profile}"
     else:
         from ..machine import compose_machine
-        from ..platforms import DEFAULT_CPU
         from ..profile.analytic import analytic_profile
-        m = compose_machine(gpu=args.analytic, cpu=args.cpu or DEFAULT_CPU, memory=args.memory,
-                            link=args.link)
+        m = compose_machine(gpu=args.gpu, cpu=args.cpu or DEFAULT_CPU, memory=args.memory,
+                            link=args.pcie)
         if m.spec is None:
             raise CopeInputError("an analytic profile needs a GPU: COPE prices offload "
-                                 "placements", field="--analytic")
+                                 "placements", field="--gpu")
         threads = sorted({r.n_threads for r in rows if r.n_threads is not None}
-                         | ({args.cpu_threads} if args.cpu_threads else set())) or [m.threads]
+                         | ({args.threads} if args.threads else set())) or [m.threads]
         profile = analytic_profile(g, m.spec, cpu_threads=threads)
         what = f"analytic profile of {m.spec.name} (not measured)"
-    ev = score_rows(match_rows(rows, lm, g, profile, cpu_threads=args.cpu_threads,
+    ev = score_rows(match_rows(rows, lm, g, profile, cpu_threads=args.threads,
                                gpu_share=args.gpu_share))
     if args.json:
         print_json({"llama_bench": os.fspath(args.llama_bench), "model": args.model,

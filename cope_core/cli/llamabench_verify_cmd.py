@@ -14,7 +14,7 @@ import sys
 
 from ..errors import CopeInputError
 from ..machine import compose_machine
-from .args import check_output
+from .args import add_machine_options, check_output
 
 
 def add_arguments(s: argparse.ArgumentParser) -> None:
@@ -23,14 +23,9 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     b.add_argument("--llama-bench", metavar="PATH",
                    help="race llama.cpp's configurations of --model with this llama-bench")
     b.add_argument("--model", metavar="FILE.gguf", help="the GGUF file llama-bench loads")
-    b.add_argument("--gpu", default="none", help="catalog GPU, GPU part file, 'this' or 'none' "
-                                                 "(default: none, CPU only)")
-    b.add_argument("--cpu", default="this", help="catalog CPU, CPU part file or 'this' "
-                                                 "(default)")
-    b.add_argument("--memory", help="TYPE-MTSxCHANNELS or 'this' (measured); default the CPU's "
-                                    "usual memory")
-    b.add_argument("--pcie", help="the slot, pcieGENxLANES (default: the card's interface)")
-    b.add_argument("--threads", type=int, help="CPU threads (default: the physical cores)")
+    add_machine_options(b, ("gpu", "cpu", "memory", "pcie"),
+                        defaults={"gpu": "none", "cpu": "this"},
+                        notes={"gpu": " (default: none, CPU only)", "cpu": " (default: this)"})
     b.add_argument("--probe-seconds", type=float, default=1.0,
                    help="how long the memory probe of 'this' runs (default 1)")
     b.add_argument("--reps", type=int, default=3, help="llama-bench -r per measurement "
@@ -66,8 +61,12 @@ def cmd_verify_llamabench(args: argparse.Namespace) -> int:
             raise CopeInputError(f"expected NAME=VALUE, got {item!r}", field="--env")
         env[name] = value
     build = probe_build(args.llama_bench, env)
+    if args.threads and len(args.threads) > 1:
+        raise CopeInputError(f"expected one thread count with --llama-bench, got {args.threads}",
+                             field="--threads")
     machine = compose_machine(gpu=args.gpu, cpu=args.cpu, memory=args.memory, link=args.pcie,
-                              threads=args.threads, probe_seconds=args.probe_seconds)
+                              threads=args.threads[0] if args.threads else None,
+                              probe_seconds=args.probe_seconds)
     settings = BenchSettings(repetitions=args.reps, n_gen=args.n_gen,
                              max_rounds=args.max_rounds, min_rounds=args.min_rounds,
                              tolerance=args.tolerance / 100.0, draws=args.draws, seed=args.seed)

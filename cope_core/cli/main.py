@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from ..errors import CopeInputError
 from ..estimate.costs import ESTIMATORS
 from . import cache_report, commands, llamabench_cmd
-from .args import add_model_options, candidate_list, k_arg, layers, share
+from .args import add_machine_options, add_model_options, candidate_list, k_arg, layers, share
 
 #: Modules of this package that add sub-commands: each has ``register(subparsers)``. Every
 #: sub-command, these and the ones built here, sets ``func`` (``parser.set_defaults(func=...)``)
@@ -23,7 +23,14 @@ PLUGINS: tuple[str, ...] = ("export_cmd", "trace_cmd", "app_cmd", "measure_cmd",
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage mistake as one CopeInputError line, like every other one."""
+    """argparse that reports a usage mistake as one CopeInputError line, like every other one,
+    and takes every flag only as spelled: no prefix matching (``--gpu`` must never be read as
+    ``--gpu-share``, nor an error name a flag the user did not type). Sub-command parsers are of
+    this class too."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         raise CopeInputError(f"{self.prog}: {message} (see '{self.prog} --help')")
@@ -120,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--llama-bench", metavar="FILE",
                    help="llama-bench's results (-o json, jsonl, csv or md) of --model FILE.gguf "
                         "on this machine: each decode row matched to its placement and predicted "
-                        "(no --trace; --profile or --analytic)")
+                        "(no --trace; --profile or --gpu)")
     llamabench_cmd.add_options(s)
     _draw_options(s)
     s.add_argument("--per-k", action="store_true",
@@ -146,7 +153,8 @@ def _inputs(s: argparse.ArgumentParser, required: bool = True) -> None:
     s.add_argument("--profile", required=required,
                    help="profile of the target platform (cope.profile/2 or /1)")
     s.add_argument("--calibration", help="trace whose popularity fills the cache")
-    s.add_argument("--cpu-threads", type=int, help="operating point (default: the most threads)")
+    add_machine_options(s, ("threads",), threads_type=int,
+                        helps={"threads": "operating point (default: the most threads)"})
     s.add_argument("--gpu-share", type=share,
                    help="operating point's GPU share, %% (default: the largest the profile has)")
     s.add_argument("--spec", help="platform for the roofline estimator: GPU name or JSON file")

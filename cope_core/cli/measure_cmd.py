@@ -19,7 +19,7 @@ from ..errors import CopeInputError
 from ..estimate.evaluate import measured_winners
 from ..estimate.quality import check_lines, measurement_checks
 from ..estimate.speed import speed
-from .args import candidate_list, check_output, ints
+from .args import add_machine_options, candidate_list, check_output, ints
 
 
 def prepare_threads(device: str) -> None:
@@ -36,8 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                          "the trace itself)")
     s.add_argument("--experts-per-layer", "-K", type=ints, required=True, dest="k",
                    help="cache size(s) K, e.g. 8 or 8,16,32")
-    s.add_argument("--cpu-threads", type=ints, help="host threads for CPU experts, e.g. 1,2 "
-                                                     "(default: every core)")
+    add_machine_options(s, ("threads",), threads_type=ints,
+                        helps={"threads": "host threads for CPU experts, e.g. 1,2 "
+                                                     "(default: every core)"})
     s.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda, or cpu for the emulated accelerator (default)")
     s.add_argument("--accel-threads", type=int, default=1,
@@ -98,7 +99,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
                                 trials=args.trials, warmup_tokens=args.warmup_tokens,
                                 warmup_prompts=not args.no_warmup_prompts, dtype=args.dtype,
                                 seed=args.seed)
-    m = measure(trace, args.k, calibration=cal, cpu_threads=args.cpu_threads or [cpu_cores()],
+    m = measure(trace, args.k, calibration=cal, cpu_threads=args.threads or [cpu_cores()],
                 candidates=args.candidates, profile=profile, settings=settings,
                 progress=not args.no_progress, fill_by_id=args.fill_by_id, resume=resume,
                 checkpoint=lambda part: parquet_io.write_measurements(part, args.output,

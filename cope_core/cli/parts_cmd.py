@@ -9,6 +9,7 @@ from ..files import print_json
 from ..machine import THIS, compose_machine
 from ..parts.catalog import memory_types
 from ..parts.tables import LISTS, format_rows, rows
+from .args import add_machine_options
 
 WHAT = (*LISTS, "this", "machine")
 
@@ -23,13 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--search", metavar="TEXT", default="",
                    help="only parts whose name or label contains TEXT (e.g. 4060, ryzen 7)")
     s.add_argument("--sources", action="store_true", help="print each part's source too")
-    s.add_argument("--gpu", help="machine: catalog GPU, GPU part file, 'this' or 'none'")
-    s.add_argument("--cpu", help="machine: catalog CPU, CPU part file or 'this' (default this)")
-    s.add_argument("--memory", help="machine: TYPE-MTSxCHANNELS (ddr4-3200x2) or 'this' "
-                                    "(default: the CPU's usual memory)")
-    s.add_argument("--pcie", help="machine: the slot, pcieGENxLANES or GENxLANES (default: "
-                                  "the card's own interface)")
-    s.add_argument("--threads", type=int, help="machine: CPU threads (default: physical cores)")
+    add_machine_options(s, prefix="machine: ", notes={"cpu": " (default this)"})
     s.add_argument("--probe-seconds", type=float, default=1.0,
                    help="how long the memory probe of 'this' runs (default 1)")
     s.add_argument("--json", action="store_true", help="print the result as JSON")

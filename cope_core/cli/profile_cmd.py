@@ -9,7 +9,7 @@ from .. import parquet_io
 from ..errors import CopeInputError
 from ..platforms import DEFAULT_CPU, resolve_platform
 from ..profile.raw_samples import write_raw_samples
-from .args import check_output, ints, layers, model_from_args, shares
+from .args import add_machine_options, check_output, ints, layers, model_from_args, shares
 from .measure_cmd import emulation_arguments, prepare_threads
 
 #: How often ``cope profile`` measures an operating point that other work inflated.
@@ -19,10 +19,9 @@ BUSY_ATTEMPTS = 3
 def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("profile", help="write a profile: measured on this machine, or "
                                        "--analytic (what-if from published specs)")
-    s.add_argument("--analytic", metavar="PLATFORM",
-                   help="a catalog GPU (`cope parts gpus`: rtx3090, rtx4090, h100, ...), a GPU "
-                        "part file, or a JSON spec file; without it the profile is measured on "
-                        "this machine")
+    s.add_argument("--analytic", action=_AnalyticSwitch,
+                   help="a what-if from published specs of the machine --gpu, --cpu and --pcie "
+                        "name, instead of measuring this machine")
     src = s.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help="a catalog name, a GGUF file (its header; an analytic "
                                      "profile prices its stored types) or an HF model folder / "
@@ -34,11 +33,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--layers", type=layers,
                    help="profile the model cut to N MoE layers: shared work is profiled per "
                         "block, so the profile still prices the whole model, in less time")
-    s.add_argument("--link", help="analytic: pcie4, pcie5 or GENxLANES such as 4x16 (default: "
-                                  "the GPU's usual link)")
-    s.add_argument("--cpu", help="analytic: catalog CPU for the host side (`cope parts cpus`; "
-                                 "default xeon-gold-6430)")
-    s.add_argument("--cpu-threads", type=ints, help="operating points, e.g. 1,4,16")
+    add_machine_options(s, ("gpu", "cpu", "pcie"), prefix="with --analytic: ", helps={
+        "gpu": "a catalog GPU (`cope parts gpus`: rtx3090, rtx4090, h100, ...), a GPU part "
+               "file, or a JSON spec file (PlatformSpec's fields)",
+        "cpu": "catalog CPU for the host side (`cope parts cpus`)",
+        "pcie": "pcie4, pcie5 or GENxLANES such as 4x16 (default: the GPU's usual link)"},
+        notes={"cpu": f" (default {DEFAULT_CPU})"})
+    add_machine_options(s, ("threads",), threads_type=ints,
+                        helps={"threads": "operating points, e.g. 1,4,16"})
     s.add_argument("--contexts", type=ints, default=None, help="shared-cost contexts")
     s.add_argument("--gpu-shares", type=shares, default=None,
                    help="analytic: GPU shares (CUDA MPS %%) of the operating points "
@@ -47,6 +49,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--force", action="store_true", help="overwrite an existing output file")
     add_profile_arguments(s)
     s.set_defaults(func=cmd_profile)
+
+
+class _AnalyticSwitch(argparse.Action):
+    """``--analytic``: a switch; the GPU it once took is ``--gpu`` now, said in one line."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs="?", default=False, help=kwargs.get("help"))
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values is not None:
+            raise CopeInputError(f"takes no value now: name the GPU with --gpu (--analytic "
+                                 f"--gpu {values})", field="--analytic")
+        setattr(namespace, self.dest, True)
 
 
 def profiled_geometry(args: argparse.Namespace):
@@ -58,7 +73,9 @@ def profiled_geometry(args: argparse.Namespace):
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    if args.analytic is None:  # measured on this machine (cope_core.profile.measure)
+    if args.analytic and args.gpu is None:
+        raise CopeInputError("needs the GPU: --analytic --gpu GPU", field="--analytic")
+    if not args.analytic:  # measured on this machine (cope_core.profile.measure)
         if args.gpu_shares:
             raise CopeInputError("is for --analytic profiles: a measured profile is taken at "
                                  "the GPU share its process has (100 %, or the CUDA MPS limit "
@@ -66,8 +83,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return run_profile(args)
     from ..profile.analytic import DEFAULT_CONTEXTS, DEFAULT_SHARES, analytic_profile
     g = profiled_geometry(args)
-    spec = resolve_platform(args.analytic, link=args.link, cpu=args.cpu or DEFAULT_CPU)
-    prof = analytic_profile(g, spec, cpu_threads=args.cpu_threads,
+    spec = resolve_platform(args.gpu, link=args.pcie, cpu=args.cpu or DEFAULT_CPU)
+    prof = analytic_profile(g, spec, cpu_threads=args.threads,
                             contexts=args.contexts or DEFAULT_CONTEXTS,
                             gpu_shares=args.gpu_shares or DEFAULT_SHARES)
     parquet_io.write_profile(prof, args.output, overwrite=args.force)
@@ -81,7 +98,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 def run_profile(args: argparse.Namespace) -> int:
     """``cope profile`` without ``--analytic``: measure this machine."""
-    for opt in ("link", "cpu"):
+    for opt in ("gpu", "pcie", "cpu"):
         if getattr(args, opt, None):
             raise CopeInputError(f"--{opt} only applies to --analytic profiles", field=f"--{opt}")
     prepare_threads(args.device)
@@ -105,7 +122,7 @@ def run_profile(args: argparse.Namespace) -> int:
                           min_samples=min(base.shared_rule.min_samples, args.max_samples))
     settings = ProfilerSettings(device=args.device, accel_threads=args.accel_threads,
                                 link_gbps=args.link_gbps, cpu_slowdown=args.cpu_slowdown,
-                                cpu_threads=tuple(args.cpu_threads) if args.cpu_threads else None,
+                                cpu_threads=tuple(args.threads) if args.threads else None,
                                 contexts=tuple(args.contexts or DEFAULT_CONTEXTS),
                                 dtype=args.dtype, seed=args.seed, rule=rule,
                                 shared_rule=shared_rule, budget_seconds=args.time_budget,

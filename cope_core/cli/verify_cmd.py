@@ -2,7 +2,7 @@
 (docs/design.md#verifying-a-pick).
 
     cope verify --trace T --calibration C --profile P (-K 8,16 | --vram-gib G)
-                [--cpu-threads 1,2] [--tolerance 2] [--budget-min M] [--json] [-o OUT]
+                [--threads 1,2] [--tolerance 2] [--budget-min M] [--json] [-o OUT]
     cope verify --llama-bench PATH --model FILE.gguf [machine flags] (llamabench_verify_cmd)
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from .. import parquet_io
 from ..errors import CopeInputError
 from ..estimate.speed import tokens_per_s
 from ..verify import VerifyRecord, verify_json, write_verify
-from .args import check_output, ints, share
+from .args import add_machine_options, check_output, ints, share
 from .llamabench_verify_cmd import add_arguments, cmd_verify_llamabench
 from .measure_cmd import emulation_arguments, prepare_threads
 
@@ -34,8 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = s.add_mutually_exclusive_group()
     g.add_argument("--experts-per-layer", "-K", type=ints, dest="k", help="cache size(s) K")
     g.add_argument("--vram-gib", type=float, help="VRAM budget; K follows from the memory model")
-    s.add_argument("--cpu-threads", type=ints, help="operating point(s), e.g. 1,2 (default: the "
-                                                     "profile's most threads)")
+    add_machine_options(s, ("threads",), threads_type=ints,
+                        helps={"threads": "operating point(s), e.g. 1,2 (default: the "
+                                           "profile's most threads); with --llama-bench one "
+                                           "count, its CPU threads (default: the physical "
+                                           "cores)"})
     s.add_argument("--gpu-share", type=share, help="GPU share of the prediction")
     s.add_argument("--tolerance", type=float, default=2.0,
                    help="stop when the candidates left are within this many percent of the "
@@ -99,7 +102,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                                 warmup_prompts=not args.no_warmup_prompts, dtype=args.dtype,
                                 seed=args.seed)
     record = verify(trace, profile, cal, experts_per_layer=args.k, vram_gib=args.vram_gib,
-                    cpu_threads=args.cpu_threads, gpu_share=args.gpu_share, settings=settings,
+                    cpu_threads=args.threads, gpu_share=args.gpu_share, settings=settings,
                     executor=executor, fill_by_id=args.fill_by_id,
                     progress=not args.no_progress)
     if args.output:

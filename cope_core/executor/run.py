@@ -220,9 +220,9 @@ def _threads(values: Sequence[int]) -> list[int]:
     out = []
     for t in values:
         if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
-            raise CopeInputError(f"expected whole numbers >= 1, got {t!r}", field="--cpu-threads")
+            raise CopeInputError(f"expected whole numbers >= 1, got {t!r}", field="--threads")
         if int(t) not in out:
             out.append(int(t))
     if not out:
-        raise CopeInputError("no CPU thread count given", field="--cpu-threads")
+        raise CopeInputError("no CPU thread count given", field="--threads")
     return out

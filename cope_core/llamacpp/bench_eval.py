@@ -165,7 +165,7 @@ def match_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeometry,
         threads = r.n_threads if r.n_threads is not None else cpu_threads
         if not why and threads is None:
             why = ("the table has no threads column (llama-bench leaves its default out): say "
-                   "--cpu-threads")
+                   "--threads")
         elif not why and threads not in threads_there:
             why = f"the profile has no operating point at {threads} threads ({threads_there})"
         if why:

@@ -146,7 +146,7 @@ def measure_profile(g: ModelGeometry, settings: ProfilerSettings = ProfilerSetti
     threads_list = list(dict.fromkeys(settings.cpu_threads or (cpu_cores(),)))
     if any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in threads_list):
         raise CopeInputError(f"expected whole numbers >= 1, got {threads_list}",
-                             field="--cpu-threads")
+                             field="--threads")
     dtype = model_dtype(g, settings.dtype)
     n_shared = len(contexts) * (2 if g.dense_layers else 1) + 1
     rows_per_point = n_shared + len({same_schedule(k, g.top_k)

@@ -110,7 +110,7 @@ class VerifyRecord:
         if len(hits) != 1:
             have = ", ".join(f"K={c.K} threads={c.cpu_threads}" for c in self.cells)
             raise CopeInputError(f"{'no' if not hits else len(hits)} cells match; the record "
-                                 f"has {have}: choose one with -K and --cpu-threads",
+                                 f"has {have}: choose one with -K and --threads",
                                  field="cells")
         return hits[0]
 

@@ -1,0 +1,127 @@
+"""One spelling of a machine on every command: ``--gpu``, ``--cpu``, ``--memory``, ``--pcie`` and
+``--threads`` (cope_core/cli/args.py); old spellings refused in one line naming the new one; no
+prefix matching; the app's URL keys spelled the same."""
+from __future__ import annotations
+
+import argparse
+import re
+
+import pytest
+
+from cope_core.app.settings import CODECS, OLD_KEYS, parse_query
+from cope_core.cli.args import MACHINE_PARTS, RENAMED
+from cope_core.cli.main import build_parser, main
+
+#: Every other way a machine's part has been or could be spelled on a command line.
+OTHER_SPELLINGS = {"--link", "--cpu-threads", "--mem", "--ram", "--slot", "--card", "--host",
+                   "--n-threads", "--cores", "--memory-spec", "--host-memory"}
+OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """Every sub-command's argv prefix, nested ones (``trace collect``) included."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path
+        return
+    for name, child in subs[0].choices.items():
+        yield from _commands(child, (*path, name))
+
+
+COMMANDS = list(_commands(build_parser()))
+
+
+def _help(capsys, argv: tuple[str, ...]) -> str:
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "--help"])
+    assert done.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_the_walk_sees_every_command():
+    names = {" ".join(c) for c in COMMANDS}
+    assert {"advise", "predict", "evaluate", "verify", "profile", "parts", "vram", "export",
+            "trace collect", "trace stats"} <= names
+    assert len(names) >= 18
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
+def test_no_help_offers_another_spelling_of_a_machine(capsys, argv):
+    options = set(OPTION.findall(_help(capsys, argv)))
+    assert not options & OTHER_SPELLINGS, sorted(options & OTHER_SPELLINGS)
+
+
+@pytest.mark.parametrize("argv, parts", [
+    (("advise",), MACHINE_PARTS),
+    (("parts",), MACHINE_PARTS),
+    (("verify",), MACHINE_PARTS),
+    (("evaluate",), MACHINE_PARTS),
+    (("profile",), ("gpu", "cpu", "pcie", "threads")),
+    (("predict",), ("threads",)),
+    (("export",), ("threads",)),
+    (("measure",), ("threads",)),
+    (("compare",), ("threads",)),
+    (("contention",), ("threads",)),
+])
+def test_commands_that_take_a_machine_spell_it_the_one_way(capsys, argv, parts):
+    options = set(OPTION.findall(_help(capsys, argv)))
+    assert {f"--{p}" for p in parts} <= options
+
+
+@pytest.mark.parametrize("argv, old, new", [
+    (["predict", "--trace", "t", "--profile", "p", "-K", "4", "--cpu-threads", "8"],
+     "--cpu-threads", "--threads"),
+    (["evaluate", "--llama-bench", "b.json", "--model", "m.gguf", "--analytic", "rtx3090"],
+     "--analytic", "--gpu"),
+    (["evaluate", "--llama-bench", "b.json", "--model", "m.gguf", "--gpu", "rtx3090",
+      "--link", "4x16"], "--link", "--pcie"),
+    (["profile", "--model", "olmoe-1b-7b", "--analytic", "--gpu", "h100", "--link", "pcie5",
+      "-o", "x.parquet"], "--link", "--pcie"),
+    (["verify", "--trace", "t", "--profile", "p", "-K", "4", "--cpu-threads", "1,2"],
+     "--cpu-threads", "--threads"),
+    (["export", "--trace", "t", "--profile", "p", "-K", "4", "--cpu-threads", "2",
+      "--format", "json"], "--cpu-threads", "--threads"),
+])
+def test_an_old_spelling_gets_one_line_naming_the_new_one(capsys, argv, old, new):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"cope: error: field '{old}': is now spelled {new}")
+
+
+def test_profile_analytic_is_a_switch_and_names_the_gpu_flag(capsys):
+    assert main(["profile", "--analytic", "h100", "--model", "olmoe-1b-7b", "-o", "x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("cope: error: field '--analytic': takes no value now: name the GPU with --gpu "
+                   "(--analytic --gpu h100)")
+    assert main(["profile", "--analytic", "--model", "olmoe-1b-7b", "-o", "x"]) == 2
+    assert "needs the GPU: --analytic --gpu GPU" in capsys.readouterr().err
+
+
+def test_no_prefix_matching(capsys):
+    # export has --gpu-share and no --gpu: the flag the user typed is named, not taken as another
+    assert main(["export", "--trace", "t", "--profile", "p", "-K", "4", "--format", "json",
+                 "--gpu", "50"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --gpu 50" in err and "--gpu-share" not in err
+    assert main(["predict", "--trace", "t", "--profile", "p", "-K", "4", "--thread", "2"]) == 2
+    assert "unrecognized arguments: --thread 2" in capsys.readouterr().err
+
+
+def test_evaluate_refuses_machine_flags_without_llama_bench(capsys):
+    assert main(["evaluate", "--trace", "t", "--profile", "p", "--measurements", "m",
+                 "--gpu", "rtx3090"]) == 2
+    assert "field '--gpu': names the machine of --llama-bench" in capsys.readouterr().err
+
+
+def test_every_renamed_spelling_is_one_of_the_others():
+    assert {o for olds in RENAMED.values() for o in olds} <= OTHER_SPELLINGS
+
+
+def test_the_app_url_spells_the_machine_as_the_cli_does():
+    assert {"gpu", "cpu", "memory", "pcie"} <= set(CODECS)
+    assert not set(OLD_KEYS) & set(CODECS)
+    # a link shared with the old keys opens the same view; the new key wins when both are there
+    assert parse_query({"mem": "ddr4-3200x2", "link": "pcie4x16"}) == \
+        {"memory": "ddr4-3200x2", "pcie": "pcie4x16"}
+    assert parse_query({"mem": "ddr4-3200x2", "memory": "ddr5-6000x2"}) == \
+        {"memory": "ddr5-6000x2"}
