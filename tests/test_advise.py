@@ -224,3 +224,28 @@ def test_speed_words_by_hand():
     assert rate(8241.0, (7100.0, 9500.0)) == "121.3 tokens/s [105.3, 140.8] (8.241 ms/token)"
     assert rate(8241.0) == "121.3 tokens/s (8.241 ms/token)"
     assert tokens_per_s_interval(7100.0, 9500.0) == "[105.3, 140.8] tokens/s"
+
+
+def test_a_catalog_name_without_quant_means_the_published_gguf(capsys):
+    """gpt-oss ships MXFP4 experts in every published GGUF; elsewhere Q4_K_M. Without --quant the
+    answer prices that file, says so on its first line, and equals the same with --quant."""
+    mine = ["--gpu", "rtx3090", "--cpu", "ryzen-7-5700x", "--memory", "ddr4-3200x2",
+            "--runtime", "exllamav3"]
+    for name, preset in (("gpt-oss-120b", "MXFP4_MOE"), ("glm-4.5-air", "Q4_K_M")):
+        assert main(["advise", "--model", name, *mine]) == 0
+        first, *rest = capsys.readouterr().out.splitlines()
+        assert first.startswith(f"{name} ({preset}; no --quant: the preset most published GGUFs")
+        assert main(["advise", "--model", name, "--quant", preset, *mine]) == 0
+        first_q, *rest_q = capsys.readouterr().out.splitlines()
+        assert first_q.startswith(f"{name} ({preset}):") and rest_q == rest
+    assert main(["advise", "--model", "gpt-oss-120b", *mine, "--json"]) == 0
+    doc = _strict(capsys.readouterr().out)
+    assert doc["inputs"]["weights"] == "MXFP4_MOE"
+    assert doc["inputs"]["weights_source"].startswith("no --quant")
+
+
+def test_a_vram_budget_above_the_card_is_refused(capsys):
+    assert main(["advise", "--model", GGUF, "--gpu", "rtx3090", "--cpu", "ryzen-7-5700x",
+                 "--vram-gib", "400"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "cope: error: field '--vram-gib': 400 GiB is more than the card's 24.00 GiB"

@@ -13,6 +13,7 @@ from ..export.advise import RUNTIMES, Advice, RuntimeAnswer, Speed
 from ..files import check_writable, print_json, write_atomic
 from ..geometry import DEFAULT_CONTEXT
 from ..machine import THIS, compose_machine
+from ..models import published_preset
 from .args import add_machine_options, add_model_options, model_from_args
 
 
@@ -55,6 +56,12 @@ def cmd_advise(args: argparse.Namespace) -> int:
     from ..export.advise import advise
     if args.calibration and not args.trace:
         raise CopeInputError("needs --trace", field="--calibration")
+    weights = "as given" if args.quant else "as stored in the file"
+    if args.quant is None and (preset := published_preset(args.model)) is not None:
+        # a catalog name means the file people download, not the checkpoint's 16-bit weights
+        args.quant = preset
+        weights = ("no --quant: the preset most published GGUFs of it have; --quant to price "
+                   "another")
     g = model_from_args(args)
     machine = compose_machine(gpu=args.gpu, cpu=args.cpu, memory=args.memory, link=args.pcie,
                               threads=args.threads, probe_seconds=args.probe_seconds)
@@ -63,7 +70,8 @@ def cmd_advise(args: argparse.Namespace) -> int:
     out = advise(g, machine, runtimes=RUNTIMES if args.runtime == "all" else (args.runtime,),
                  vram_gib=args.vram_gib, context=args.ctx, trace=trace, calibration=cal,
                  seed=args.seed, with_files=args.output_dir is not None,
-                 model_file=args.model if str(args.model).lower().endswith(".gguf") else None)
+                 model_file=args.model if str(args.model).lower().endswith(".gguf") else None,
+                 weights_source=weights)
     written = _write_files(out, args.output_dir, args.force) if args.output_dir else []
     if args.json:
         print_json({**out.to_dict(), "written": written})
@@ -116,7 +124,8 @@ def text_lines(out: Advice, detected: bool = False) -> list[str]:
            else m.memory.name)
     parts = (f"{cpu}, {mem}, no GPU (CPU only)" if m.cpu_only else
              f"{m.gpu.name if m.gpu else ''} on {m.link.name if m.link else ''}, {cpu}, {mem}")
-    lines = [f"{g.name} ({g.format_name}): {g.n_layers} MoE layers, top-{g.top_k} of "
+    said = "" if out.weights_source.startswith("as ") else f"; {out.weights_source}"
+    lines = [f"{g.name} ({g.format_name}{said}): {g.n_layers} MoE layers, top-{g.top_k} of "
              f"{g.n_experts} experts", f"machine: {parts}; {out.threads} CPU threads"]
     if detected:
         lines += ["", m.describe(), ""]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import CopeInputError
@@ -125,6 +125,7 @@ class Advice:
     winner: tuple[str, Speed] | None   # the Policy Matrix's, None without a GPU
     policy: Policy | None
     baseline: Speed | None = None      # llama.cpp's default, None when not predicted
+    weights_source: str = "as given"   # how the weights were chosen (a catalog name's default)
 
     @property
     def threads(self) -> int:
@@ -141,6 +142,7 @@ class Advice:
     def inputs(self) -> dict[str, Any]:
         """The inputs as resolved, for JSON."""
         return {"model": self.model.name, "weights": self.model.format_name,
+                "weights_source": self.weights_source,
                 "machine": self.machine.to_dict(), "vram_gib": self.vram_gib,
                 "vram_source": self.vram_source, "experts_per_layer": self.experts_per_layer,
                 "n_experts": self.model.n_experts, "threads": self.threads,
@@ -176,7 +178,8 @@ def default_budget(machine: Machine) -> tuple[float, str]:
 def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = RUNTIMES,
            vram_gib: float | None = None, context: int = DEFAULT_CONTEXT,
            trace: Trace | None = None, calibration: Trace | None = None, seed: int = 0,
-           with_files: bool = False, model_file: str | os.PathLike | None = None) -> Advice:
+           with_files: bool = False, model_file: str | os.PathLike | None = None,
+           weights_source: str = "as given") -> Advice:
     """Answer ``cope advise`` (module docstring).
 
     Parameters
@@ -200,6 +203,9 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     model_file : path, optional
         The GGUF ``model`` was read from: llama.cpp's memory (its search's budget, ``--fit``'s
         placement) is counted from its tensor table instead of one made from the geometry.
+    weights_source : str
+        How ``model``'s weights were chosen, said with the answer (``cope advise`` without
+        ``--quant`` on a catalog name: :func:`cope_core.models.published_preset`).
     """
     unknown = [r for r in runtimes if r not in RUNTIMES]
     if unknown:
@@ -225,10 +231,14 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
         if vram_gib is not None:
             raise CopeInputError("the machine has no GPU: a VRAM budget does not apply",
                                  field="--vram-gib")
-        return _cpu_only(model, machine, order, context, trace, routing)
+        return replace(_cpu_only(model, machine, order, context, trace, routing),
+                       weights_source=weights_source)
     assert machine.spec is not None
     if vram_gib is None:
         vram_gib, source = default_budget(machine)
+    elif vram_gib * GIB > machine.vram_bytes:
+        raise CopeInputError(f"{vram_gib:g} GiB is more than the card's "
+                             f"{machine.vram_bytes / GIB:.2f} GiB", field="--vram-gib")
     else:
         source = "--vram-gib"
     # a budget below K = 0's need is refused here, in the GiB and context the user gave
@@ -243,7 +253,7 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     answers = tuple(_answer(policy, r, with_files, context) for r in order)
     winner = (policy.candidate, _speed(policy, policy.candidate))
     return Advice(model, machine, float(vram_gib), source, K, context, routing, answers, winner,
-                  policy, llamacpp_default(policy)[1])
+                  policy, llamacpp_default(policy)[1], weights_source)
 
 
 def _speed(policy: Policy, candidate: str) -> Speed:

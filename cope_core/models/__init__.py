@@ -11,6 +11,21 @@ from .gguf_file import ModelFile, read_gguf
 from .hf_config import read_hf_config
 
 _MAGIC = b"GGUF"
+#: The llama-quantize preset most published GGUFs of a catalog model keep their experts in,
+#: where it is not Q4_K_M: every published gpt-oss GGUF (ggml-org/gpt-oss-20b-GGUF and
+#: gpt-oss-120b-GGUF, unsloth's) stores the experts in MXFP4, as OpenAI released them.
+PUBLISHED_PRESETS: dict[str, str] = {"gpt-oss-20b": "MXFP4_MOE", "gpt-oss-120b": "MXFP4_MOE"}
+#: Elsewhere: the preset the model pages, LM Studio and Ollama offer first.
+USUAL_PRESET = "Q4_K_M"
+
+
+def published_preset(name: str) -> str | None:
+    """The preset a user who downloads catalog model ``name`` most likely has (None: not a
+    catalog name, e.g. a file, whose types are its own)."""
+    if os.path.exists(name) or os.sep in name or name.lower().endswith((".gguf", ".json")):
+        return None
+    key = get_model(name).name                  # raises with the catalog's names
+    return PUBLISHED_PRESETS.get(key, USUAL_PRESET)
 
 
 def read_model_file(path: str, quant: str | None = None) -> ModelFile:
@@ -39,5 +54,6 @@ def resolve_model(text: str, quant: str | None = None) -> ModelGeometry:
     return apply_preset(g, quant) if quant else g
 
 
-__all__ = ["COMMON", "ModelFile", "apply_preset", "read_gguf", "read_hf_config",
-           "read_model_file", "resolve_model"]
+__all__ = ["COMMON", "PUBLISHED_PRESETS", "USUAL_PRESET", "ModelFile", "apply_preset",
+           "published_preset", "read_gguf", "read_hf_config", "read_model_file",
+           "resolve_model"]
