@@ -249,3 +249,41 @@ def test_a_vram_budget_above_the_card_is_refused(capsys):
                  "--vram-gib", "400"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "cope: error: field '--vram-gib': 400 GiB is more than the card's 24.00 GiB"
+
+
+MIXTRAL_3090 = ["--model", "mixtral-8x7b", "--gpu", "rtx3090", "--cpu", "ryzen-7-5700x",
+                "--memory", "ddr4-3200x2", "--runtime", "llama.cpp"]
+
+
+def test_the_first_line_is_the_recommendation_when_the_gain_is_not_sure(capsys):
+    """Mixtral on an RTX 3090: the MoE-cache configuration is faster than --fit's placement in
+    fewer than 95 % of the draws, so the first command is the default's and the faster one
+    follows as a risk, with the plain --n-cpu-moe placement beside it."""
+    assert main(["advise", *MIXTRAL_3090, "--json"]) == 0
+    (r,) = _strict(capsys.readouterr().out)["runtimes"]
+    assert r["recommended"] == r["command"] == "llama-server -m MODEL.gguf -c 4096"
+    risk, plain = r["alternatives"]
+    assert risk["label"] == "if you accept the risk" and "--moe-cache-mib" in risk["command"]
+    share = float(risk["note"].split("faster in ")[1].split(" %")[0])
+    assert share < 95 and "needs llama.cpp b12191 or newer" in risk["note"]
+    assert r["tokens_per_s"] == pytest.approx(r["default_tokens_per_s"])
+    assert risk["tokens_per_s"] > r["tokens_per_s"]
+    assert plain["label"].startswith("plain placement")
+    assert "--n-cpu-moe" in plain["command"] and "--moe-cache" not in plain["command"]
+    assert plain["tokens_per_s"] > 0
+    assert not any("needs llama.cpp" in n for n in r["notes"])
+    assert main(["advise", *MIXTRAL_3090]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("llama.cpp")
+    assert lines[at + 1] == "  llama-server -m MODEL.gguf -c 4096"
+    assert any(x.startswith("  if you accept the risk: " + risk["command"]) for x in lines)
+
+
+def test_a_sure_cache_configuration_leads_with_the_plain_placement_beside_it(capsys):
+    g = ["--model", "glm-4.5-air", "--quant", "Q4_K_M", "--gpu", "rtx4060ti-16gb", "--cpu",
+         "ryzen-7-5700x", "--memory", "ddr4-3200x2", "--runtime", "llama.cpp", "--json"]
+    assert main(["advise", *g]) == 0
+    (r,) = _strict(capsys.readouterr().out)["runtimes"]
+    assert "--moe-cache-mib" in r["recommended"] and r["recommended"] == r["command"]
+    (plain,) = r["alternatives"]
+    assert plain["label"].startswith("plain placement") and "--moe-cache" not in plain["command"]

@@ -113,6 +113,10 @@ def _runtime_lines(a: RuntimeAnswer) -> list[str]:
     default = f"{a.default_what}" + ("" if a.default is None else
                                      f": {a.default.tokens_per_s:.1f} tokens/s")
     lines.append(f"  default: {default}{_gain(a.gain_over_default)}")
+    for alt in a.alternatives:
+        speed = "" if alt.speed is None else f": {tps(alt.speed)}"
+        note = f" ({alt.note})" if alt.note else ""
+        lines.append(f"  {alt.label}: {alt.command}{speed}{note}")
     return lines + [f"  note: {n}" for n in a.notes]
 
 

@@ -33,7 +33,7 @@ from ..errors import CopeInputError
 from ..estimate.cpu_only import cpu_only_price
 from ..estimate.speed import tokens_per_s
 from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
-from ..llamacpp import FIT_MARGIN, KEEP_LEVEL, baseline_of, llama_settings
+from ..llamacpp import FIT_MARGIN, FIT_NAME, KEEP_LEVEL, baseline_of, cache_flags, llama_settings
 from ..machine import Machine
 from ..matrix import LAYER_PARTITION
 from ..profile.analytic import analytic_profile
@@ -75,12 +75,32 @@ class Speed:
 
 
 @dataclass(frozen=True)
+class Alternative:
+    """A command beside the recommended one: what it is (``label``), the command, its predicted
+    speed and why it is not the first line (``note``)."""
+
+    label: str
+    command: str
+    speed: Speed | None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        sp = self.speed
+        return {"label": self.label, "command": self.command, "note": self.note,
+                "tokens_per_s": None if sp is None else sp.tokens_per_s,
+                "tokens_per_s_interval": None if sp is None else sp.tokens_per_s_interval}
+
+
+@dataclass(frozen=True)
 class RuntimeAnswer:
     """One runtime's answer: the command to paste, what it runs, its speed, and its default.
 
-    ``command`` is None when the runtime cannot run here (``notes`` says why); ``speed`` None
-    when what it runs is not predicted; ``default`` None when the default's speed is unknown or
-    it does not load (``default_what`` says which)."""
+    ``command`` is the recommended command, the first line a user copies (None when the runtime
+    cannot run here; ``notes`` says why); ``speed`` None when what it runs is not predicted;
+    ``default`` None when the default's speed is unknown or it does not load (``default_what``
+    says which); ``alternatives`` the commands offered beside it (llama.cpp: the faster
+    configuration when its gain is not sure enough, the plain ``--n-cpu-moe`` placement beside a
+    MoE-cache configuration)."""
 
     runtime: str
     command: str | None
@@ -90,6 +110,7 @@ class RuntimeAnswer:
     default: Speed | None
     notes: tuple[str, ...] = ()
     files: tuple[tuple[str, bytes], ...] = ()
+    alternatives: tuple[Alternative, ...] = ()
 
     @property
     def gain_over_default(self) -> float | None:
@@ -100,7 +121,9 @@ class RuntimeAnswer:
 
     def to_dict(self) -> dict[str, Any]:
         sp, df = self.speed, self.default
-        return {"runtime": self.runtime, "command": self.command, "runs": self.runs,
+        return {"runtime": self.runtime, "command": self.command,
+                "recommended": self.command,
+                "alternatives": [x.to_dict() for x in self.alternatives], "runs": self.runs,
                 "tokens_per_s": None if sp is None else sp.tokens_per_s,
                 "tokens_per_s_interval": None if sp is None else sp.tokens_per_s_interval,
                 "ms_per_token": None if sp is None else sp.tpot_us / 1e3,
@@ -279,12 +302,15 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int) -> Run
                      "it there)")
     speed = None if runs is None else _speed(policy, runs)
     rec = policy.llamacpp_cache
+    command = _command(r.text)
+    alternatives: list[Alternative] = []
     if runtime == "llama.cpp" and rec is not None and policy.chosen_by == "best":
         # the llama.cpp text leads with the best configuration llama.cpp itself can run
         best, v = rec.best[0], rec.versus[0]
         runs, speed = best.candidate, Speed(v.tpot_us, v.tpot_ci_us)
+        needs = f"needs llama.cpp {best.build} or newer (its MoE expert cache)"
         if best.cache_mib:
-            notes.append(f"needs llama.cpp {best.build} or newer (its MoE expert cache)")
+            notes.append(needs)
         base = baseline_of(rec)
         if base is not None and base.tpot_us == v.tpot_us:
             notes.append("--fit places the model the same way: the default needs no flags")
@@ -292,12 +318,33 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int) -> Run
             keep = "" if base.faster_share >= KEEP_LEVEL else ": not sure enough, keep the default"
             notes.append(f"faster than the default in {100 * base.faster_share:.0f} % of the "
                          f"paired draws{keep}")
+        if (base is not None and base.keep_default and base.tpot_us is not None
+                and base.tpot_us > v.tpot_us):
+            # not sure enough: the first line is the default's, the faster one follows
+            gain = f"{base.gain_pct:+.1f} %" if base.gain_pct is not None else "faster"
+            share = ("" if base.faster_share is None else
+                     f", faster in {100 * base.faster_share:.0f} % of draws")
+            if best.cache_mib:
+                notes.remove(needs)            # said of the alternative that needs it
+                share += "; " + needs
+            alternatives.append(Alternative("if you accept the risk", command, speed,
+                                            f"{gain}{share}"))
+            command = f"llama-server -m MODEL.gguf -c {context}"
+            runs, speed = FIT_NAME, Speed(base.tpot_us, base.tpot_ci_us)
+        plain = next((b for b in rec.best if not b.cache_mib), None)
+        if best.cache_mib and plain is not None:
+            g = policy.model
+            alternatives.append(Alternative(
+                "plain placement (no MoE cache; runs on every build with --n-cpu-moe)",
+                "llama-server -m MODEL.gguf " + cache_flags(
+                    g.dense_layers + g.n_layers, plain.n_cpu_moe, 0, 0.0, policy.cpu_threads),
+                Speed(plain.tpot_us)))
     what, default = runtime_default(policy, runtime)
     if runs is None:
         notes.append(f"{get_format(runtime).label}'s setting is outside the Policy Matrix: not "
                      "predicted")
-    return RuntimeAnswer(runtime, _command(r.text), runs, speed, what, default, tuple(notes),
-                         r.files)
+    return RuntimeAnswer(runtime, command, runs, speed, what, default, tuple(notes), r.files,
+                         tuple(alternatives))
 
 
 def runtime_default(policy: Policy, runtime: str) -> tuple[str, Speed | None]:
