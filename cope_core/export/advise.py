@@ -47,6 +47,7 @@ from ..trace.synth_defaults import (
 )
 from .build import build_policy
 from .formats import EXPORT_FORMATS, get_format, render
+from .llamacpp import risky
 from .policy import Policy
 
 #: The runtimes ``cope advise`` answers for, in the order it prints them.
@@ -318,22 +319,26 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int) -> Run
             keep = "" if base.faster_share >= KEEP_LEVEL else ": not sure enough, keep the default"
             notes.append(f"faster than the default in {100 * base.faster_share:.0f} % of the "
                          f"paired draws{keep}")
-        if (base is not None and base.keep_default and base.tpot_us is not None
-                and base.tpot_us > v.tpot_us):
-            # not sure enough: the first line is the default's, the faster one follows
+        g = policy.model
+        best_command = "llama-server -m MODEL.gguf " + cache_flags(
+            g.dense_layers + g.n_layers, best.n_cpu_moe, best.cache_mib, best.cpu_share,
+            policy.cpu_threads)
+        if risky(rec):
+            # not sure enough: the first line is the default's (the export's too), the faster
+            # one follows
+            assert base is not None and base.tpot_us is not None
             gain = f"{base.gain_pct:+.1f} %" if base.gain_pct is not None else "faster"
             share = ("" if base.faster_share is None else
                      f", faster in {100 * base.faster_share:.0f} % of draws")
             if best.cache_mib:
                 notes.remove(needs)            # said of the alternative that needs it
                 share += "; " + needs
-            alternatives.append(Alternative("if you accept the risk", command, speed,
+            alternatives.append(Alternative("if you accept the risk", best_command, speed,
                                             f"{gain}{share}"))
-            command = f"llama-server -m MODEL.gguf -c {context}"
+            command = f"llama-server -m MODEL.gguf -c {base.default.n_ctx}"
             runs, speed = FIT_NAME, Speed(base.tpot_us, base.tpot_ci_us)
         plain = next((b for b in rec.best if not b.cache_mib), None)
         if best.cache_mib and plain is not None:
-            g = policy.model
             alternatives.append(Alternative(
                 "plain placement (no MoE cache; runs on every build with --n-cpu-moe)",
                 "llama-server -m MODEL.gguf " + cache_flags(

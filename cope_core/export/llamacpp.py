@@ -87,7 +87,15 @@ def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int) -> 
         label = "this configuration" if v is rec.versus[0] else v.name
         lines.append(f"# predicted {label}: {v.tpot_us / 1e3:.3f} ms/token{ci} · "
                      f"{tokens_per_s(v.tpot_us):.1f} tokens/s{tail}")
-    lines.append(f"llama-server -m MODEL.gguf {flags}")
+    if risky(rec):
+        # not sure enough: the first command is the default's, the faster one a comment
+        assert base is not None and base.faster_share is not None
+        lines += [f"llama-server -m MODEL.gguf -c {base.default.n_ctx}",
+                  f"# if you accept the risk ({base.gain_pct:+.1f} %, faster in "
+                  f"{100 * base.faster_share:.0f} % of draws):",
+                  f"# llama-server -m MODEL.gguf {flags}"]
+    else:
+        lines.append(f"llama-server -m MODEL.gguf {flags}")
     if others := rec.best[1:]:
         lines.append("# the fastest of each other kind: " + "; ".join(
             f"{b.candidate} {b.tpot_us / 1e3:.3f} ms (--n-cpu-moe {b.n_cpu_moe}"
@@ -96,6 +104,16 @@ def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int) -> 
             + (f"; {sp}" if (sp := spread_text(rec, b)) else "") + ")" for b in others))
     lines += ["# " + note for note in cache_notes(rec, g)]    # the cliff, the rules' spread
     return lines + ["#"]
+
+
+def risky(rec: CacheRecord | None) -> bool:
+    """Whether the best configuration's gain over the default is not sure enough (faster in
+    fewer than the level's share of the paired draws, and not the same placement): then the
+    default's command is the one recommended."""
+    base = baseline_of(rec)
+    return (rec is not None and base is not None and base.keep_default
+            and base.tpot_us is not None and base.faster_share is not None
+            and base.tpot_us > rec.versus[0].tpot_us)
 
 
 def render_llamacpp(policy: Policy) -> Rendered:
