@@ -4,7 +4,7 @@ takes (one tab per record of `cope_core.export.EXPORT_FORMATS`), by the same fun
 import streamlit as st
 
 from cope_core.app import dataset as dsm
-from cope_core.app import export_view, llamacpp_view, results, session, whatif
+from cope_core.app import export_view, results, session, whatif
 from cope_core.errors import CopeInputError, UnsupportedByRuntime
 from cope_core.export import EXPORT_FORMATS, render
 from cope_core.matrix import CANDIDATE_IDS
@@ -42,8 +42,7 @@ for spec, tab in zip(shown, st.tabs([f.label for f in shown])):
     fmt, label, suffix, language = spec.name, spec.label, spec.file_suffix, spec.language
     with tab:
         try:
-            out = render(policy, fmt, strict=strict, pt_path=stem + ".pt",
-                         stats_path=stem + ".exl3-stats.json")
+            out = render(policy, fmt, strict=strict, **spec.side_options(stem))
         except UnsupportedByRuntime as exc:   # not this model, whatever the candidate
             st.info(exc.detail)
             continue
@@ -52,12 +51,11 @@ for spec, tab in zip(shown, st.tabs([f.label for f in shown])):
             continue
         text = export_view.with_model_file(out.text, model_file)
         command, others = export_view.lead_command(text, language)
-        if fmt == "llama.cpp" and (lead := llamacpp_view.default_line(policy.llamacpp_cache)):
-            st.markdown(lead)              # every llama.cpp answer leads with the default
+        if spec.lead and (lead := spec.lead(policy)):
+            st.markdown(lead)              # e.g. every llama.cpp answer leads with the default
         st.code(command, language=language, wrap_lines=True)    # the copy button is its own
-        if fmt == "json":
-            st.caption("The policy record: every runtime format renders from it again "
-                       "(`cope export --from-policy FILE --format ...`).")
+        if spec.caption:                   # COPE's own record: no runtime to run it
+            st.caption(spec.caption)
         elif out.exact:
             st.success(f"{label} runs exactly {chosen}.")
         else:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from cope_core import parts
-from cope_core.cli.main import main
+from cope_core.cli.advise_cmd import cmd_advise, quant_of
+from cope_core.cli.main import build_parser, main
 from cope_core.estimate.cpu_only import cpu_only_price
 from cope_core.export.advise import RUNTIMES, advise
 from cope_core.geometry import GIB, MIB
@@ -242,6 +243,24 @@ def test_a_catalog_name_without_quant_means_the_published_gguf(capsys):
     doc = _strict(capsys.readouterr().out)
     assert doc["inputs"]["weights"] == "MXFP4_MOE"
     assert doc["inputs"]["weights_source"].startswith("no --quant")
+
+
+def test_the_published_preset_is_not_written_into_the_parsed_args(capsys):
+    """cope advise prices a catalog name as its published preset without writing it back into
+    ``args.quant`` (issue 61): the namespace stays as parsed, and a second run of it says the
+    same first line."""
+    args = build_parser().parse_args(["advise", "--model", "glm-4.5-air", "--gpu", "rtx3090",
+                                      "--cpu", "ryzen-7-5700x", "--runtime", "exllamav3"])
+    assert quant_of(args) == ("Q4_K_M", "no --quant: the preset most published GGUFs of it "
+                                        "have; --quant to price another")
+    assert cmd_advise(args) == 0
+    assert args.quant is None
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("glm-4.5-air (Q4_K_M; no --quant")
+    assert cmd_advise(args) == 0 and capsys.readouterr().out.splitlines()[0] == first
+    given = build_parser().parse_args(["advise", "--model", GGUF, "--gpu", "rtx3090", "--cpu",
+                                       "ryzen-7-5700x"])
+    assert quant_of(given) == (None, "as stored in the file")
 
 
 def test_a_vram_budget_above_the_card_is_refused(capsys):

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 from tiny import tiny_profile, tiny_trace
 
 from cope_core import parquet_io, predict
-from cope_core.app import whatif
+from cope_core.app import llamacpp_view, whatif
 from cope_core.app.apptest import open_app_test
 from cope_core.app.timeline import execution_timeline
 from cope_core.errors import CopeInputError
@@ -617,7 +617,7 @@ def test_export_page_renders_every_runtime_format(qwen, downloads):
         render(pol, "ktransformers")
     assert list(shown) == [f for f in FORMATS if f != "ktransformers"]
     assert _without_time(shown["json"]) == _without_time(policy_json(pol))
-    lib = {f: render(pol, f, pt_path=stem + ".pt", stats_path=stem + ".exl3-stats.json")
+    lib = {f: render(pol, f, **EXPORT_FORMATS_BY_NAME[f].side_options(stem))
            for f in FORMATS if f not in ("json", "ktransformers")}   # in the page's order
     tabs = {t.label: t for t in at.tabs}
     for fmt, r in lib.items():
@@ -632,6 +632,25 @@ def test_export_page_renders_every_runtime_format(qwen, downloads):
     assert _without_time(downloads[stem + ".policy.json"].decode()) == \
         _without_time(policy_json(pol))
     assert f"--init-expert-location {stem}.pt" in shown["sglang-kt"]
+    # each side file is downloaded under the name its record gives, the one the flags name
+    # (cope export -o STEM.sh writes the same name: tests/test_export_formats.py)
+    sides = [f for f in EXPORT_FORMATS if f.side_file and f.name in lib]
+    assert [f.name for f in sides] == ["exllamav3", "sglang-kt"]
+    for f in sides:
+        (path, data), = lib[f.name].files
+        assert path == stem + f.side_file.suffix == f.side_options(stem)[f.side_file.option]
+        assert downloads[path] == data and path in shown[f.name]
+    assert f"EXL3_MOE_CPU_SPLIT_STATS={stem}.json " in shown["exllamav3"]
+    # what a record leads with and its caption, in its tab: llama.cpp's default against its
+    # best configuration (as the Policy Matrix says it), COPE's own record's caption
+    lead = EXPORT_FORMATS_BY_NAME["llama.cpp"].lead(pol)
+    assert lead and lead == llamacpp_view.default_line(pol.llamacpp_cache)
+    llama_tab = tabs[EXPORT_FORMATS_BY_NAME["llama.cpp"].label]
+    assert [m.value for m in llama_tab.markdown] == [lead]
+    assert all(not f.lead for f in EXPORT_FORMATS if f.name != "llama.cpp")
+    own = [f for f in EXPORT_FORMATS if f.own_record]
+    assert [f.name for f in own] == ["json"] and [t.label for t in at.tabs][-1] == own[0].label
+    assert [c.value for c in tabs[own[0].label].caption] == [own[0].caption]
     # exact or not, as the renderer says, with its summary (nearest policy and the TPOT gap)
     assert not at.error and [x.value for x in at.info] == [refusal.value.detail]
     assert [x.value for x in at.warning] == [r.summary for r in lib.values() if not r.exact]

@@ -17,7 +17,14 @@ from tiny import tiny_profile, tiny_trace
 
 from cope_core.cli.main import build_parser, main
 from cope_core.errors import CopeInputError
-from cope_core.export import EXPORT_FORMATS, FORMATS, build_policy, get_format, render
+from cope_core.export import (
+    EXPORT_FORMATS,
+    FORMATS,
+    build_policy,
+    get_format,
+    render,
+    write_policy,
+)
 from cope_core.export.formats import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,3 +134,57 @@ def test_no_other_list_of_formats_in_the_code():
     # the check finds such a list
     assert list(_literal_names(ast.parse('VIEWS = {"vllm": 1, "json": 2}'))) == [
         (1, ["json", "vllm"])]
+
+
+def _mixtral_policy():
+    tr = tiny_trace()
+    tr = dataclasses.replace(tr, model=dataclasses.replace(tr.model, name="mixtral-tiny"))
+    return build_policy(tr, tiny_profile(), tr, experts_per_layer=2, candidate="fixed/parallel")
+
+
+@pytest.mark.parametrize("fmt", EXPORT_FORMATS, ids=FORMATS)
+def test_side_file_is_named_by_its_record(fmt):
+    """One function names the side file for the app's download and for ``cope export -o``:
+    the stem and the record's suffix, passed as the renderer's option that takes its path."""
+    if fmt.side_file is None:
+        assert fmt.side_options("d/stem") == {}
+        return
+    side = fmt.side_file
+    assert side.option in fmt.options and side.suffix.startswith(".")
+    assert fmt.side_options("d/stem") == {side.option: "d/stem" + side.suffix}
+    out = render(_mixtral_policy(), fmt.name, **fmt.side_options("d/stem"))
+    assert [p for p, _ in out.files] == ["d/stem" + side.suffix] and "d/stem" in out.text
+    # cope export -o OUT: OUT's own suffix replaced, or OUT itself when it is the side file
+    assert side.stem_of("d/run.sh") == side.stem_of("d/run") == "d/run"
+    assert side.stem_of("d/run" + side.suffix) == "d/run"
+    assert side.stem_of("d.v2/run.sh") == "d.v2/run"
+
+
+@pytest.mark.parametrize("fmt", [f for f in EXPORT_FORMATS if f.side_file], ids=lambda f: f.name)
+def test_cli_writes_the_side_file_the_record_names(fmt, tmp_path, capsys):
+    policy_file = tmp_path / "p.json"
+    write_policy(_mixtral_policy(), policy_file)
+    out = tmp_path / "deploy" / "run.sh"
+    assert main(["export", "--from-policy", str(policy_file), "--format", fmt.name,
+                 "-o", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    side = Path(fmt.side_options(str(tmp_path / "deploy" / "run"))[fmt.side_file.option])
+    assert side == tmp_path / "deploy" / ("run" + fmt.side_file.suffix) and side.is_file()
+    assert str(side) in stdout and out.read_text() == stdout
+    assert sorted(p.name for p in out.parent.iterdir()) == sorted(["run.sh", side.name])
+
+
+def test_page_and_cli_name_no_side_file_themselves():
+    """Besides the behaviour above (and the page's downloads in tests/test_app_pages.py): the
+    Export page and ``cope export`` spell no side-file suffix nor pass the renderer's path
+    options themselves; both take them from :meth:`ExportFormat.side_options`."""
+    suffixes = {f.side_file.suffix for f in EXPORT_FORMATS if f.side_file}
+    options = {f.side_file.option for f in EXPORT_FORMATS if f.side_file}
+    for path in (ROOT / "pages" / "export.py", ROOT / "cope_core" / "cli" / "export_cmd.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        literals = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                    and isinstance(n.value, str) and n.value.endswith(tuple(suffixes))]
+        keywords = [k.arg for n in ast.walk(tree) if isinstance(n, ast.Call)
+                    for k in n.keywords if k.arg in options]
+        assert literals == keywords == [], path
+        assert "side_options" in path.read_text(encoding="utf-8"), path

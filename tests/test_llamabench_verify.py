@@ -14,7 +14,9 @@ import pytest
 from llama_tools import LLAMA, LLAMA_VULKAN, missing_runtime, write_tiny_moe
 
 from cope_core import parts
-from cope_core.cli.main import main
+from cope_core.cli.llamabench_verify_cmd import bench_settings
+from cope_core.cli.main import build_parser, main
+from cope_core.cli.verify_cmd import verify_settings
 from cope_core.errors import CopeInputError
 from cope_core.estimate.cpu_only import host_spec, spec_tpot
 from cope_core.estimate.refit import HOST_EXPERTS, OP_FIXED, FitPoint, Knob, refit, scaled_spec
@@ -23,6 +25,7 @@ from cope_core.llamacpp import bench_verify as lv
 from cope_core.llamacpp.bench_record import bench_record, server_command
 from cope_core.machine import compose_machine
 from cope_core.models import get_model
+from cope_core.verify import VerifySettings
 
 TINY = dict(hidden=128, inter=256, heads=4, kv_heads=2, head_dim=32, vocab=512)
 CPU = parts.cpu_part("ryzen-9-7950x")
@@ -194,6 +197,47 @@ def test_cli_bad_input_is_one_line(tiny, tmp_path, capsys):
     assert "needs --model" in capsys.readouterr().err
     assert main(["verify", "--profile", "p.parquet"]) == 2
     assert "missing --trace" in capsys.readouterr().err
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_verify_llama_bench_help_says_bench_settings_defaults(capsys):
+    """The race runs at BenchSettings' defaults, not cope verify's, and its help says so
+    (issue 61): `cope verify --llama-bench --help` is the help, not a missing PATH."""
+    with pytest.raises(SystemExit) as done:
+        main(["verify", "--llama-bench", "--help"])
+    assert done.value.code == 0
+    text = _one_line(capsys.readouterr().out)
+    b, v = lv.BenchSettings(), VerifySettings()
+    assert (b.tolerance, b.max_rounds) != (v.tolerance, v.max_rounds)   # the point of the fix
+    assert f"percent of the leader (default {100 * v.tolerance:g}; with --llama-bench " \
+           f"{100 * b.tolerance:g})" in text
+    assert f"with --llama-bench {b.max_rounds})" in text
+    assert f"--reps REPS llama-bench -r per measurement (default {b.repetitions})" in text
+    assert f"--n-gen N_GEN llama-bench -n (default {b.n_gen})" in text
+
+
+def test_a_parsed_llama_bench_race_takes_bench_settings_defaults():
+    args = build_parser().parse_args(["verify", "--llama-bench", "X", "--model", "Y"])
+    assert bench_settings(args) == lv.BenchSettings()
+    given = build_parser().parse_args(
+        ["verify", "--llama-bench", "X", "--model", "Y", "--tolerance", "5", "--reps", "2",
+         "--n-gen", "8", "--min-rounds", "3", "--max-rounds", "4", "--draws", "10", "--seed",
+         "7"])
+    assert bench_settings(given) == lv.BenchSettings(
+        repetitions=2, n_gen=8, tolerance=0.05, min_rounds=3, max_rounds=4, draws=10, seed=7)
+    # the executor's race keeps its own record's defaults from the same parser
+    executor = build_parser().parse_args(["verify", "--trace", "t", "--profile", "p", "-K", "4"])
+    assert verify_settings(executor) == VerifySettings()
+    assert verify_settings(given).tolerance == 0.05
+
+
+def test_llama_bench_without_its_path_is_one_line(capsys):
+    assert main(["verify", "--llama-bench", "--model", "m.gguf"]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "cope: error: field '--llama-bench': needs the llama-bench to run: --llama-bench PATH"
 
 
 def _live_bench() -> tuple[Path, list[str]]:

@@ -231,7 +231,7 @@ def test_rx9070xt_all_experts_on_the_gpu_is_refused_with_how_much_it_is_over(cap
         n_cpu_moe_memory(resolve_model("qwen3.5-35b-a3b", "Q4_K_M"), 0, 16.0,
                          llama_settings(None, n_ctx=RX_CTX))
     assert main(["vram", "--model", "qwen3.5-35b-a3b", "--quant", "Q4_K_M", "--gib", "16",
-                 "--n-cpu-moe", "0", "--context", str(RX_CTX)]) == 2
+                 "--n-cpu-moe", "0", "--ctx", str(RX_CTX)]) == 2
     assert f"over by {over:.2f} GiB" in capsys.readouterr().err
 
 

@@ -1,6 +1,7 @@
 """One spelling of a machine on every command: ``--gpu``, ``--cpu``, ``--memory``, ``--pcie`` and
 ``--threads`` (cope_core/cli/args.py); old spellings refused in one line naming the new one; no
-prefix matching; the app's URL keys spelled the same."""
+prefix matching; the app's URL keys spelled the same. A context is ``--ctx`` everywhere, and
+llama.cpp's run options default to its records (issue 61)."""
 from __future__ import annotations
 
 import argparse
@@ -9,8 +10,11 @@ import re
 import pytest
 
 from cope_core.app.settings import CODECS, OLD_KEYS, parse_query
-from cope_core.cli.args import MACHINE_PARTS, RENAMED
+from cope_core.cli.args import MACHINE_PARTS, RENAMED, llama_settings_from_args, machine_from_args
 from cope_core.cli.main import build_parser, main
+from cope_core.geometry import DEFAULT_CONTEXT
+from cope_core.llamacpp import FIT_MARGIN, LlamaSettings
+from cope_core.machine import compose_machine
 
 #: Every other way a machine's part has been or could be spelled on a command line.
 OTHER_SPELLINGS = {"--link", "--cpu-threads", "--mem", "--ram", "--slot", "--card", "--host",
@@ -81,6 +85,9 @@ def test_commands_that_take_a_machine_spell_it_the_one_way(capsys, argv, parts):
      "--cpu-threads", "--threads"),
     (["export", "--trace", "t", "--profile", "p", "-K", "4", "--cpu-threads", "2",
       "--format", "json"], "--cpu-threads", "--threads"),
+    (["vram", "--model", "qwen3-30b-a3b", "--gib", "24", "--context", "8"], "--context", "--ctx"),
+    (["advise", "--model", "qwen3-30b-a3b", "--gpu", "rtx4090", "--cpu", "ryzen-9-7950x",
+      "--context", "8192"], "--context", "--ctx"),
 ])
 def test_an_old_spelling_gets_one_line_naming_the_new_one(capsys, argv, old, new):
     assert main(argv) == 2
@@ -114,7 +121,44 @@ def test_evaluate_refuses_machine_flags_without_llama_bench(capsys):
 
 
 def test_every_renamed_spelling_is_one_of_the_others():
-    assert {o for olds in RENAMED.values() for o in olds} <= OTHER_SPELLINGS
+    assert {o for p in MACHINE_PARTS for o in RENAMED.get(p, ())} <= OTHER_SPELLINGS
+
+
+# --- the context and llama.cpp's run options (issue 61) ---------------------------------------
+@pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
+def test_a_context_is_spelled_ctx_everywhere(capsys, argv):
+    assert "--context" not in set(OPTION.findall(_help(capsys, argv)))
+
+
+def test_the_llamacpp_options_default_to_the_records():
+    args = build_parser().parse_args(["predict", "--trace", "t", "--profile", "p", "-K", "4"])
+    d = LlamaSettings()
+    assert (args.ctx, args.cache_type_k, args.cache_type_v, args.fitt << 20) == \
+        (DEFAULT_CONTEXT, d.type_k, d.type_v, FIT_MARGIN)
+    assert llama_settings_from_args(args) == LlamaSettings()
+    for argv in (["vram", "--model", "m", "--gib", "8"],
+                 ["advise", "--model", "m", "--gpu", "g", "--cpu", "c"]):
+        assert build_parser().parse_args(argv).ctx == DEFAULT_CONTEXT
+    # cope vram takes no --fitt: --fit's own margin
+    vram = build_parser().parse_args(["vram", "--model", "m", "--gib", "8", "--ctx", "512"])
+    assert llama_settings_from_args(vram) == LlamaSettings(n_ctx=512)
+
+
+# --- the machine from the flags -----------------------------------------------------------------
+def test_machine_from_args_is_compose_machine_of_the_flags():
+    args = build_parser().parse_args(["parts", "machine", "--gpu", "rtx4090", "--cpu",
+                                      "ryzen-9-7950x", "--memory", "ddr5-6000x2", "--pcie",
+                                      "4x8", "--threads", "6"])
+    m = machine_from_args(args)
+    assert m.to_dict() == compose_machine(gpu="rtx4090", cpu="ryzen-9-7950x",
+                                          memory="ddr5-6000x2", link="4x8",
+                                          threads=6).to_dict()
+    # a command's own value of a part replaces its flag's
+    assert machine_from_args(args, threads=None, cpu="ryzen-7-5700x").to_dict() == \
+        compose_machine(gpu="rtx4090", cpu="ryzen-7-5700x", memory="ddr5-6000x2",
+                        link="4x8").to_dict()
+    with pytest.raises(TypeError, match="link"):
+        machine_from_args(args, link="4x16")
 
 
 def test_the_app_url_spells_the_machine_as_the_cli_does():

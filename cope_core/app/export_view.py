@@ -12,9 +12,9 @@ MODEL_PLACEHOLDER = "MODEL.gguf"
 
 
 def tab_order(formats: Sequence[ExportFormat]) -> list[ExportFormat]:
-    """The runtimes first, in the records' order (llama.cpp leads), COPE's own JSON record last:
-    the first tab, the one shown, is a command to run."""
-    return [f for f in formats if f.name != "json"] + [f for f in formats if f.name == "json"]
+    """The runtimes first, in the records' order (llama.cpp leads), COPE's own JSON record
+    (``own_record``) last: the first tab, the one shown, is a command to run."""
+    return [f for f in formats if not f.own_record] + [f for f in formats if f.own_record]
 
 
 def uploaded_model_file(origin: Mapping[str, str]) -> str | None:

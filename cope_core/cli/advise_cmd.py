@@ -11,10 +11,18 @@ from ..errors import CopeInputError
 from ..estimate.speed import rate
 from ..export.advise import RUNTIMES, Advice, RuntimeAnswer, Speed
 from ..files import check_writable, print_json, write_atomic
-from ..geometry import DEFAULT_CONTEXT
-from ..machine import THIS, compose_machine
+from ..geometry import GIB
+from ..llamacpp import FIT_MARGIN
+from ..machine import THIS
 from ..models import published_preset
-from .args import add_machine_options, add_model_options, model_from_args
+from .args import (
+    add_llamacpp_options,
+    add_machine_options,
+    add_model_options,
+    add_probe_option,
+    machine_from_args,
+    model_from_args,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,11 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_options(s, required=True)
     add_machine_options(s, ("gpu", "cpu", "memory", "pcie"), required=("gpu", "cpu"))
     s.add_argument("--vram-gib", type=float,
-                   help="VRAM budget (default: the card's memory less llama.cpp's 1 GiB --fit "
-                        "margin)")
+                   help=f"VRAM budget (default: the card's memory less llama.cpp's "
+                        f"{FIT_MARGIN / GIB:g} GiB --fit margin)")
     add_machine_options(s, ("threads",), notes={"threads": "; a hybrid part's P-cores"})
-    s.add_argument("--ctx", type=int, default=DEFAULT_CONTEXT,
-                   help=f"tokens of KV cache the VRAM holds (default {DEFAULT_CONTEXT})")
+    add_llamacpp_options(s, ("ctx",),
+                         helps={"ctx": "tokens of KV cache the VRAM holds (default {default})"})
     s.add_argument("--runtime", default="all", choices=(*RUNTIMES, "all"),
                    help="one runtime, or all (default)")
     s.add_argument("--trace", help="a routing trace (cope.trace/1) to price instead of the "
@@ -42,8 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                          "cache")
     s.add_argument("--seed", type=int, default=0, help="seed of the synthetic routing "
                                                        "(default 0)")
-    s.add_argument("--probe-seconds", type=float, default=1.0,
-                   help="how long the memory probe of 'this' runs (default 1)")
+    add_probe_option(s)
     s.add_argument("--output-dir", metavar="DIR",
                    help="write the files the commands read (exllamav3's expert statistics, "
                         "SGLang-KT's expert locations) into DIR")
@@ -56,15 +63,9 @@ def cmd_advise(args: argparse.Namespace) -> int:
     from ..export.advise import advise
     if args.calibration and not args.trace:
         raise CopeInputError("needs --trace", field="--calibration")
-    weights = "as given" if args.quant else "as stored in the file"
-    if args.quant is None and (preset := published_preset(args.model)) is not None:
-        # a catalog name means the file people download, not the checkpoint's 16-bit weights
-        args.quant = preset
-        weights = ("no --quant: the preset most published GGUFs of it have; --quant to price "
-                   "another")
-    g = model_from_args(args)
-    machine = compose_machine(gpu=args.gpu, cpu=args.cpu, memory=args.memory, link=args.pcie,
-                              threads=args.threads, probe_seconds=args.probe_seconds)
+    quant, weights = quant_of(args)
+    g = model_from_args(args, quant)
+    machine = machine_from_args(args)
     trace = parquet_io.read_trace(args.trace) if args.trace else None
     cal = parquet_io.read_trace(args.calibration) if args.calibration else None
     out = advise(g, machine, runtimes=RUNTIMES if args.runtime == "all" else (args.runtime,),
@@ -82,6 +83,17 @@ def cmd_advise(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def quant_of(args: argparse.Namespace) -> tuple[str | None, str]:
+    """The preset the model is priced as and how the weights were chosen (the first line's
+    words): ``--quant``, else, for a catalog name, the preset most published GGUFs of it have
+    (the file people download, not the checkpoint's 16-bit weights); ``args`` is left as
+    parsed."""
+    if args.quant is None and (preset := published_preset(args.model)) is not None:
+        return preset, ("no --quant: the preset most published GGUFs of it have; --quant to "
+                        "price another")
+    return args.quant, "as given" if args.quant else "as stored in the file"
 
 
 def _write_files(out: Advice, folder: str, force: bool) -> list[str]:

@@ -2,10 +2,19 @@
 from __future__ import annotations
 
 import argparse
+import inspect
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from ..errors import CopeInputError
 from ..files import check_writable
+from ..geometry import DEFAULT_CONTEXT
+from ..llamacpp import FIT_MARGIN, LlamaSettings, llama_settings
+from ..machine import Machine, compose_machine
 from ..matrix import get_candidate
+
+T = TypeVar("T")
 
 
 def ints(text: str) -> list[int]:
@@ -73,6 +82,20 @@ def k_arg(text: str) -> str:
     return text
 
 
+def settings_from_args(record: Callable[..., T], args: argparse.Namespace,
+                       fields: Mapping[str, str], percent: tuple[str, ...] = ()) -> T:
+    """``record`` (a settings dataclass) with each field that ``fields`` maps a flag's dest to
+    set from that flag where it was given; a flag left out (None) keeps the record's default, so
+    the default is written once, in the record. A dest in ``percent`` is in percent, its field a
+    fraction."""
+    kw = {}
+    for dest, field in fields.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            kw[field] = value / 100.0 if dest in percent else value
+    return record(**kw)
+
+
 def check_output(path: str, force: bool, *, folder: bool = False) -> None:
     """Refuse before any work starts: an existing output without ``--force``, or a folder where
     a file is to be written (``folder``: the output is itself a folder)."""
@@ -99,14 +122,37 @@ def priced_as_model(args: argparse.Namespace, trace, cal):
     return trace.with_model(g), cal.with_model(g) if cal is not None else None
 
 
-def model_from_args(args: argparse.Namespace):
-    """The geometry ``--model``/``--quant`` name (None without --model)."""
+def model_from_args(args: argparse.Namespace, quant: str | None = None):
+    """The geometry ``--model``/``--quant`` name (None without --model); ``quant``, given,
+    prices it as that preset in place of ``--quant`` (a command's own choice, e.g. cope advise's
+    published preset, kept out of ``args``)."""
     from ..models import resolve_model
     if getattr(args, "model", None) is None:
         if getattr(args, "quant", None):
             raise CopeInputError("needs --model", field="--quant")
         return None
-    return resolve_model(args.model, args.quant)
+    return resolve_model(args.model, quant or args.quant)
+
+
+# --- the input files --------------------------------------------------------------------------
+#: What the recurring input files are; a command adds its own note or replaces a file's words.
+INPUT_HELP: dict[str, str] = {
+    "trace": "evaluated routing trace (cope.trace/1)",
+    "profile": "profile of the target platform (cope.profile/2 or /1)",
+    "calibration": "trace whose popularity fills the cache",
+}
+
+
+def add_input_options(s: argparse.ArgumentParser | argparse._ArgumentGroup,
+                      inputs: tuple[str, ...] = tuple(INPUT_HELP), *,
+                      required: tuple[str, ...] = (), helps: dict[str, str] | None = None,
+                      notes: dict[str, str] | None = None) -> None:
+    """``--trace``, ``--profile`` and ``--calibration`` (the ``inputs`` a command reads, in the
+    order given), with :data:`INPUT_HELP`'s words unless ``helps`` replaces a file's, ``notes``
+    appended."""
+    for name in inputs:
+        text = (helps or {}).get(name, INPUT_HELP[name]) + (notes or {}).get(name, "")
+        s.add_argument(f"--{name}", required=name in required, help=text)
 
 
 # --- naming a machine -------------------------------------------------------------------------
@@ -121,8 +167,10 @@ MACHINE_HELP: dict[str, str] = {
     "threads": "CPU threads (default: the physical cores)",
 }
 MACHINE_PARTS = tuple(MACHINE_HELP)
-#: Spellings earlier versions took for a part, each refused in one line that names the new one.
-RENAMED: dict[str, tuple[str, ...]] = {"pcie": ("--link",), "threads": ("--cpu-threads",)}
+#: Spellings earlier versions took for a machine's part or a llama.cpp option (by its name here),
+#: each refused in one line that names the new one.
+RENAMED: dict[str, tuple[str, ...]] = {"pcie": ("--link",), "threads": ("--cpu-threads",),
+                                       "ctx": ("--context",)}
 
 
 class _Renamed(argparse.Action):
@@ -165,3 +213,90 @@ def add_machine_options(s: argparse.ArgumentParser | argparse._ArgumentGroup,
         s.add_argument(f"--{part}", **kw)
         for old in RENAMED.get(part, ()):
             renamed(s, old, f"--{part}")
+
+
+def add_probe_option(s: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--probe-seconds``, how long the memory probe of 'this' runs; left out, compose_machine's
+    own default (said in the help from its signature, the one place it is written)."""
+    default = inspect.signature(compose_machine).parameters["probe_seconds"].default
+    s.add_argument("--probe-seconds", type=float,
+                   help=f"how long the memory probe of 'this' runs (default {default:g})")
+
+
+def machine_from_args(args: argparse.Namespace, **given: Any) -> Machine:
+    """The machine :func:`add_machine_options`' flags name
+    (:func:`cope_core.machine.compose_machine`).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed flags; a part whose flag the command does not take is None, and so is
+        ``--probe-seconds`` left out (:func:`add_probe_option`: compose_machine's default).
+    **given
+        A part's value in place of its flag's, by the part's name (:data:`MACHINE_PARTS`): a
+        command's own fallback (``cpu=args.cpu or DEFAULT_CPU``), or ``threads=None`` where
+        ``--threads`` is the operating point and not the machine's.
+    """
+    unknown = set(given) - set(MACHINE_PARTS)
+    if unknown:
+        raise TypeError(f"machine_from_args: no machine part {sorted(unknown)}")
+    part: dict[str, Any] = {p: given[p] if p in given else getattr(args, p, None)
+                            for p in MACHINE_PARTS}
+    probe = getattr(args, "probe_seconds", None)
+    return compose_machine(gpu=part["gpu"], cpu=part["cpu"], memory=part["memory"],
+                           link=part["pcie"], threads=part["threads"],
+                           **({} if probe is None else {"probe_seconds": probe}))
+
+
+# --- how llama.cpp is run ---------------------------------------------------------------------
+#: llama.cpp's run options, by name: spellings, type, metavar and words, ``{default}`` where the
+#: default goes (:func:`llamacpp_defaults`).
+LLAMACPP_OPTIONS: dict[str, tuple[tuple[str, ...], type, str, str]] = {
+    "ctx": (("--ctx",), int, "N",
+            "llama.cpp's context (-c): its KV cache on the GPU (default {default})"),
+    "cache-type-k": (("-ctk", "--cache-type-k"), str, "TYPE",
+                     "llama.cpp's K cache type (-ctk: f16, q8_0, ...; default {default})"),
+    "cache-type-v": (("-ctv", "--cache-type-v"), str, "TYPE",
+                     "llama.cpp's V cache type (-ctv; default {default})"),
+    "fitt": (("--fitt",), int, "MIB",
+             "llama.cpp's --fit margin (-fitt, MiB kept free; default {default})"),
+}
+
+
+def llamacpp_defaults() -> dict[str, int | str]:
+    """Each option's default in its flag's unit (``--fitt`` in MiB): the context is
+    :data:`cope_core.geometry.DEFAULT_CONTEXT`, the rest :class:`LlamaSettings`' and --fit's."""
+    d = LlamaSettings()
+    return {"ctx": DEFAULT_CONTEXT, "cache-type-k": d.type_k, "cache-type-v": d.type_v,
+            "fitt": FIT_MARGIN >> 20}
+
+
+def add_llamacpp_options(s: argparse.ArgumentParser | argparse._ArgumentGroup,
+                         options: tuple[str, ...] = tuple(LLAMACPP_OPTIONS), *,
+                         helps: dict[str, str] | None = None) -> None:
+    """How llama.cpp is run, for its memory: ``--ctx``, ``-ctk/--cache-type-k``,
+    ``-ctv/--cache-type-v`` and ``--fitt`` (the ``options`` a command takes), with
+    :data:`LLAMACPP_OPTIONS`' words unless ``helps`` replaces an option's; the old spellings of
+    :data:`RENAMED` refused. :func:`llama_settings_from_args` reads them back."""
+    defaults = llamacpp_defaults()
+    for name in options:
+        flags, kind, metavar, text = LLAMACPP_OPTIONS[name]
+        text = (helps or {}).get(name, text).format(default=defaults[name])
+        s.add_argument(*flags, type=kind, default=defaults[name], metavar=metavar, help=text)
+        for old in RENAMED.get(name, ()):
+            renamed(s, old, flags[-1])
+
+
+def llama_settings_from_args(args: argparse.Namespace) -> LlamaSettings:
+    """The options of :func:`add_llamacpp_options` (``--fitt``'s default where a command does
+    not take it), with --model's GGUF tensor table when --model names a GGUF file (else the
+    table is made from the priced geometry)."""
+    model = getattr(args, "model", None)
+    gguf = model if model and os.path.isfile(model) and model.lower().endswith(".gguf") \
+        else None
+    fitt = getattr(args, "fitt", None)
+    if fitt is not None and fitt < 0:
+        raise CopeInputError(f"expected MiB >= 0, got {fitt}", field="--fitt")
+    return llama_settings(gguf, n_ctx=args.ctx,
+                          margin_bytes=FIT_MARGIN if fitt is None else fitt << 20,
+                          type_k=args.cache_type_k, type_v=args.cache_type_v)

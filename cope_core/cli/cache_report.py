@@ -3,29 +3,26 @@ and its JSON objects (docs/design.md#llamacpp-moe-cache)."""
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
-from ..errors import CopeInputError
 from ..estimate.predict import winner
 from ..export.llamacpp import cache_lines
 from ..llamacpp import (
     CLASS_LRU,
     LABEL,
     CacheRecord,
-    LlamaSettings,
     baseline_of,
     cache_flags,
-    llama_settings,
     llamacpp_record,
     row_spread,
 )
 from ..matrix import LAYER_PARTITION
 from ..profile.data import Profile
 from ..trace.data import Trace
+from .args import add_llamacpp_options, llama_settings_from_args
 
 
 def add_options(s: argparse.ArgumentParser) -> None:
@@ -35,31 +32,12 @@ def add_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--moe-cache-start", choices=("server", "prompt"), default="server",
                    help="llama.cpp's cache: empty at server start and kept across prompts "
                         "(server, upstream's behaviour) or emptied at every prompt (prompt)")
-    add_llama_options(s)
+    add_llamacpp_options(s)
 
 
-def add_llama_options(s: argparse.ArgumentParser) -> None:
-    """How llama.cpp is run, for its memory (the llama.cpp search and its --fit baseline)."""
-    s.add_argument("--ctx", type=int, default=4096, metavar="N",
-                   help="llama.cpp's context (-c): its KV cache on the GPU (default 4096)")
-    s.add_argument("-ctk", "--cache-type-k", default="f16", metavar="TYPE",
-                   help="llama.cpp's K cache type (-ctk: f16, q8_0, ...; default f16)")
-    s.add_argument("-ctv", "--cache-type-v", default="f16", metavar="TYPE",
-                   help="llama.cpp's V cache type (-ctv; default f16)")
-    s.add_argument("--fitt", type=int, default=1024, metavar="MIB",
-                   help="llama.cpp's --fit margin (-fitt, MiB kept free; default 1024)")
-
-
-def llama_settings_of(args: argparse.Namespace) -> LlamaSettings:
-    """The options of :func:`add_llama_options`, with --model's GGUF tensor table when
-    --model names a GGUF file (else the table is made from the priced geometry)."""
-    model = getattr(args, "model", None)
-    gguf = model if model and os.path.isfile(model) and model.lower().endswith(".gguf") \
-        else None
-    if args.fitt < 0:
-        raise CopeInputError(f"expected MiB >= 0, got {args.fitt}", field="--fitt")
-    return llama_settings(gguf, n_ctx=args.ctx, margin_bytes=args.fitt << 20,
-                          type_k=args.cache_type_k, type_v=args.cache_type_v)
+#: The names cope export (export_cmd) reads them by; the options live in args.
+add_llama_options = add_llamacpp_options
+llama_settings_of = llama_settings_from_args
 
 
 def cache_search(args: argparse.Namespace, trace: Trace, profile: Profile,
@@ -77,7 +55,7 @@ def cache_search(args: argparse.Namespace, trace: Trace, profile: Profile,
                            cpu_threads=df.attrs["cpu_threads"], gpu_share=df.attrs["gpu_share"],
                            persist=args.moe_cache_start == "server", draws=args.draws,
                            seed=args.seed, raw_samples=raw_samples,
-                           llama=llama_settings_of(args))
+                           llama=llama_settings_from_args(args))
 
 
 def text_lines(rec: CacheRecord | None, trace: Trace, cpu_threads: int) -> list[str]:

@@ -21,7 +21,7 @@ from ..platforms import resolve_platform
 from ..profile.busy import busy_note
 from ..profile.raw_samples import read_raw_samples
 from . import cache_report
-from .args import model_from_args, priced_as_model
+from .args import llama_settings_from_args, model_from_args, priced_as_model
 from .report import format_evaluation, format_per_k, format_sweep, format_table, prediction_json
 
 
@@ -96,15 +96,15 @@ def cmd_vram(args: argparse.Namespace) -> int:
                              field="--workspace-gib")
     ws = int(args.workspace_gib * GIB)
     if args.gib is not None:
-        k = g.experts_per_layer_for_vram(args.gib * GIB, context=args.context, workspace_bytes=ws)
+        k = g.experts_per_layer_for_vram(args.gib * GIB, context=args.ctx, workspace_bytes=ws)
         gib = args.gib
     else:
         k = args.k
-        gib = g.vram_for_experts_per_layer(k, context=args.context, workspace_bytes=ws) / GIB
-    need = g.vram_for_experts_per_layer(k, context=args.context, workspace_bytes=ws) / GIB
+        gib = g.vram_for_experts_per_layer(k, context=args.ctx, workspace_bytes=ws) / GIB
+    need = g.vram_for_experts_per_layer(k, context=args.ctx, workspace_bytes=ws) / GIB
     out = {"model": g.name, "weights": g.format_name, "vram_gib": gib, "experts_per_layer": k,
            "n_experts": g.n_experts, "vram_needed_gib": need,
-           "expert_mib": g.expert_bytes / 2**20, "context": args.context,
+           "expert_mib": g.expert_bytes / 2**20, "context": args.ctx,
            "workspace_gib": args.workspace_gib}
     if args.json:
         print_json(out)
@@ -112,7 +112,7 @@ def cmd_vram(args: argparse.Namespace) -> int:
         print(f"{g.name} ({g.format_name}): {gib:.2f} GiB of VRAM holds K = {k} of "
               f"{g.n_experts} experts per layer "
               f"(K = {k} needs {need:.2f} GiB: non-expert weights {g.non_expert_bytes / GIB:.2f}, "
-              f"KV cache at {args.context} tokens {g.kv_cache_bytes(args.context) / GIB:.2f}, "
+              f"KV cache at {args.ctx} tokens {g.kv_cache_bytes(args.ctx) / GIB:.2f}, "
               f"workspace {args.workspace_gib:.2f}, "
               f"experts {k * g.per_k_bytes / GIB:.2f})")
     return 0
@@ -178,12 +178,10 @@ def _vram_llamacpp(args: argparse.Namespace, g) -> int:
     """``cope vram --n-cpu-moe N --gib G``: llama.cpp's own count of that placement."""
     if args.gib is None:
         raise CopeInputError("needs --gib (the VRAM the placement must fit)", field="--n-cpu-moe")
-    llama = cache_report.llama_settings_of(argparse.Namespace(
-        model=args.model, ctx=args.context, cache_type_k=args.cache_type_k,
-        cache_type_v=args.cache_type_v, fitt=1024))
+    llama = llama_settings_from_args(args)     # --fit's own margin: vram takes no --fitt
     mem = n_cpu_moe_memory(g, args.n_cpu_moe, args.gib, llama)
     out = {"model": g.name, "weights": g.format_name, "vram_gib": args.gib,
-           "n_cpu_moe": args.n_cpu_moe, "context": args.context,
+           "n_cpu_moe": args.n_cpu_moe, "context": args.ctx,
            "cache_types": [args.cache_type_k, args.cache_type_v], "fits": True,
            "gpu_gib": mem.total / GIB, "weights_gib": mem.model / GIB,
            "kv_cache_gib": mem.context / GIB, "compute_gib": mem.compute / GIB}
@@ -193,7 +191,7 @@ def _vram_llamacpp(args: argparse.Namespace, g) -> int:
         print(f"{g.name} ({g.format_name}): -ngl 99 --n-cpu-moe {args.n_cpu_moe} fits "
               f"{args.gib:g} GiB: llama.cpp counts {mem.total / GIB:.2f} GiB on the GPU "
               f"(weights {mem.model / GIB:.2f} without the token embedding, KV cache "
-              f"{mem.context / GIB:.2f} at -c {args.context}, compute buffer "
+              f"{mem.context / GIB:.2f} at -c {args.ctx}, compute buffer "
               f"{mem.compute / GIB:.2f}), {(args.gib * GIB - mem.total) / GIB:.2f} GiB left")
     return 0
 

@@ -15,7 +15,7 @@ from ..estimate.compare import catalog_platform, compare, profile_platform
 from ..estimate.costs import ESTIMATORS
 from ..estimate.speed import tokens_per_s
 from ..files import print_json
-from .args import add_machine_options, share
+from .args import add_input_options, add_machine_options, share
 
 
 def register(subparsers) -> None:
@@ -25,8 +25,7 @@ def register(subparsers) -> None:
                     "spec table for the trace's model, measured or analytic profiles as they "
                     "are) and compare the winners at one VRAM budget, each platform capped at "
                     "its own memory.")
-    s.add_argument("--trace", required=True, help="evaluated routing trace (cope.trace/1)")
-    s.add_argument("--calibration", help="trace whose popularity fills the cache")
+    add_input_options(s, ("trace", "calibration"), required=("trace",))
     s.add_argument("--platform", action="append", default=[], metavar="GPU[+LINK[+CPU]]",
                    help="a catalog platform, e.g. rtx4090 or h100+pcie5+epyc-7763, or a JSON "
                         "spec file (PlatformSpec fields, optional vram_gib); repeatable")

@@ -16,12 +16,11 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 from .. import parquet_io
 from ..errors import CopeInputError
 from ..export import (
-    DEFAULT_PT,
-    DEFAULT_STATS,
     EXPORT_FORMATS,
     FORMATS,
     build_policy,
@@ -177,20 +176,21 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.from_verify and is_bench_record(args.from_verify):
         return _from_bench_verify(args)
     out = args.output
-    side_file = get_format(args.format).side_file
+    spec = get_format(args.format)
+    side_file = spec.side_file
     suffix = side_file.suffix if side_file else None
-    side = None
-    if side_file and suffix is not None:
+    side_options: dict[str, Any] = {}
+    if side_file is not None:
         if not out:
             raise CopeInputError(f"the {args.format} format writes a {side_file.what} file: give "
                                  f"-o OUT (the {suffix} goes next to it)", field="--output")
-        side = out if out.endswith(suffix) else str(Path(out).with_suffix(suffix))
+        side_options = spec.side_options(side_file.stem_of(out))   # the app names it alike
     if args.exl3_bits is not None and not 1.0 <= args.exl3_bits <= 16.0:
         raise CopeInputError(f"expected bits per weight in [1, 16], got {args.exl3_bits:g}",
                              field="--exl3-bits")
     policy = _policy(args)
-    r = render(policy, args.format, strict=args.strict, pt_path=side or DEFAULT_PT,
-               stats_path=side or DEFAULT_STATS, exl3_bits=args.exl3_bits)
+    r = render(policy, args.format, strict=args.strict, exl3_bits=args.exl3_bits,
+               **side_options)
     if not r.exact:
         warnings.warn(r.summary, stacklevel=2)
     if out is None:

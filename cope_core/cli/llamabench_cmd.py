@@ -15,12 +15,12 @@ from ..errors import CopeInputError
 from ..files import print_json
 from ..llamacpp import BenchEvaluation, match_rows, read_llama_bench, read_llama_model, score_rows
 from ..platforms import DEFAULT_CPU
-from .args import add_machine_options, model_from_args, renamed
+from .args import add_machine_options, machine_from_args, model_from_args, renamed
 
 
 def add_options(s: argparse.ArgumentParser) -> None:
     """The machine options of ``--llama-bench`` beside ``--profile``: an analytic profile of a
-    machine composed from parts (:func:`cope_core.machine.compose_machine`), spelled as every
+    machine composed from parts (:func:`.args.machine_from_args`), spelled as every
     command spells a machine (``--threads`` is the operating point of :func:`_inputs`)."""
     add_machine_options(s, ("gpu", "cpu", "memory", "pcie"), helps={
         "gpu": "with --llama-bench, instead of --profile: price on an analytic profile of this "
@@ -51,10 +51,9 @@ def cmd_llama_bench(args: argparse.Namespace) -> int:
         profile = parquet_io.read_profile(args.profile)
         what = f"profile {args.profile}"
     else:
-        from ..machine import compose_machine
         from ..profile.analytic import analytic_profile
-        m = compose_machine(gpu=args.gpu, cpu=args.cpu or DEFAULT_CPU, memory=args.memory,
-                            link=args.pcie)
+        # --threads is the operating point here, not the machine's
+        m = machine_from_args(args, cpu=args.cpu or DEFAULT_CPU, threads=None)
         if m.spec is None:
             raise CopeInputError("an analytic profile needs a GPU: COPE prices offload "
                                  "placements", field="--gpu")

@@ -2,8 +2,11 @@
 llama-bench on this machine (docs/cli.md#cope-verify---llama-bench).
 
     cope verify --llama-bench PATH --model FILE.gguf [--gpu G|none|this] [--cpu C|this]
-                [--memory M|this] [--pcie L] [--threads N] [--reps 3] [--n-gen 32]
-                [--max-rounds 5] [--tolerance 3] [--state FILE] [-o OUT [--force]] [--json]
+                [--memory M|this] [--pcie L] [--threads N] [--reps N] [--n-gen N]
+                [--max-rounds N] [--tolerance PCT] [--state FILE] [-o OUT [--force]] [--json]
+
+The race runs at :class:`~cope_core.llamacpp.BenchSettings`: a flag left out keeps the record's
+default (:func:`bench_settings`); the executor race's defaults never reach it.
 """
 from __future__ import annotations
 
@@ -13,39 +16,63 @@ import os
 import sys
 
 from ..errors import CopeInputError
-from ..machine import compose_machine
-from .args import add_machine_options, check_output
+from ..llamacpp import BenchSettings
+from .args import (
+    add_machine_options,
+    add_probe_option,
+    check_output,
+    machine_from_args,
+    settings_from_args,
+)
+
+#: BenchSettings' fields the flags set, by the flag's dest (--tolerance in percent): the
+#: options of this module and those it shares with ``cope verify`` (verify_cmd.RACE_OPTIONS).
+BENCH_FIELDS: dict[str, str] = {
+    "reps": "repetitions", "n_gen": "n_gen", "tolerance": "tolerance", "min_rounds": "min_rounds",
+    "max_rounds": "max_rounds", "draws": "draws", "seed": "seed"}
 
 
 def add_arguments(s: argparse.ArgumentParser) -> None:
     """The options of the llama-bench race (beside ``cope verify``'s own)."""
+    d = BenchSettings()
     b = s.add_argument_group("with --llama-bench (llama.cpp's configurations)")
-    b.add_argument("--llama-bench", metavar="PATH",
+    # the path is optional to the parse so that `cope verify --llama-bench --help` is the help
+    b.add_argument("--llama-bench", metavar="PATH", nargs="?", const="",
                    help="race llama.cpp's configurations of --model with this llama-bench")
     b.add_argument("--model", metavar="FILE.gguf", help="the GGUF file llama-bench loads")
     add_machine_options(b, ("gpu", "cpu", "memory", "pcie"),
                         defaults={"gpu": "none", "cpu": "this"},
                         notes={"gpu": " (default: none, CPU only)", "cpu": " (default: this)"})
-    b.add_argument("--probe-seconds", type=float, default=1.0,
-                   help="how long the memory probe of 'this' runs (default 1)")
-    b.add_argument("--reps", type=int, default=3, help="llama-bench -r per measurement "
-                                                       "(default 3)")
-    b.add_argument("--n-gen", type=int, default=32, help="llama-bench -n (default 32)")
+    add_probe_option(b)
+    b.add_argument("--reps", type=int, help=f"llama-bench -r per measurement (default "
+                                            f"{d.repetitions})")
+    b.add_argument("--n-gen", type=int, help=f"llama-bench -n (default {d.n_gen})")
     b.add_argument("--state", help="the race's state file, written after every round; a run "
                                    "given it again resumes (default: OUT.state.json)")
     b.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="environment of the llama-bench runs (e.g. GGML_VK_VISIBLE_DEVICES=0)")
 
 
+def bench_settings(args: argparse.Namespace) -> BenchSettings:
+    """The race's settings: BenchSettings with each flag of :data:`BENCH_FIELDS` that was
+    given."""
+    return settings_from_args(BenchSettings, args, BENCH_FIELDS, percent=("tolerance",))
+
+
 def cmd_verify_llamabench(args: argparse.Namespace) -> int:
-    from ..llamacpp import BenchSettings, bench_record, plan, probe_build, race, write_bench_record
+    from ..llamacpp import bench_record, plan, probe_build, race, write_bench_record
+    if not args.llama_bench:
+        raise CopeInputError("needs the llama-bench to run: --llama-bench PATH",
+                             field="--llama-bench")
     if not args.model:
         raise CopeInputError("needs --model FILE.gguf (the file llama-bench loads)",
                              field="--llama-bench")
     if not os.path.isfile(args.model):
         raise CopeInputError("no such file", source=args.model, field="--model")
-    for flag, v, lo in (("--reps", args.reps, 1), ("--n-gen", args.n_gen, 1),
-                        ("--max-rounds", args.max_rounds, 1), ("--min-rounds", args.min_rounds, 1)):
+    settings = bench_settings(args)
+    for flag, v, lo in (("--reps", settings.repetitions, 1), ("--n-gen", settings.n_gen, 1),
+                        ("--max-rounds", settings.max_rounds, 1),
+                        ("--min-rounds", settings.min_rounds, 1)):
         if v < lo:
             raise CopeInputError(f"expected >= {lo}, got {v}", field=flag)
     if args.output:
@@ -64,12 +91,7 @@ def cmd_verify_llamabench(args: argparse.Namespace) -> int:
     if args.threads and len(args.threads) > 1:
         raise CopeInputError(f"expected one thread count with --llama-bench, got {args.threads}",
                              field="--threads")
-    machine = compose_machine(gpu=args.gpu, cpu=args.cpu, memory=args.memory, link=args.pcie,
-                              threads=args.threads[0] if args.threads else None,
-                              probe_seconds=args.probe_seconds)
-    settings = BenchSettings(repetitions=args.reps, n_gen=args.n_gen,
-                             max_rounds=args.max_rounds, min_rounds=args.min_rounds,
-                             tolerance=args.tolerance / 100.0, draws=args.draws, seed=args.seed)
+    machine = machine_from_args(args, threads=args.threads[0] if args.threads else None)
     p = plan(args.model, machine, build, settings)
     log = (lambda s: None) if args.no_progress else (lambda s: print(s, file=sys.stderr))
     log("contenders: " + ", ".join(f"{c.name} ({1e6 / c.predicted_us:.1f} tok/s predicted)"

@@ -13,7 +13,16 @@ from collections.abc import Sequence
 from ..errors import CopeInputError
 from ..estimate.costs import ESTIMATORS
 from . import cache_report, commands, llamabench_cmd
-from .args import add_machine_options, add_model_options, candidate_list, k_arg, layers, share
+from .args import (
+    add_input_options,
+    add_llamacpp_options,
+    add_machine_options,
+    add_model_options,
+    candidate_list,
+    k_arg,
+    layers,
+    share,
+)
 
 #: Modules of this package that add sub-commands: each has ``register(subparsers)``. Every
 #: sub-command, these and the ones built here, sets ``func`` (``parser.set_defaults(func=...)``)
@@ -61,17 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gib", type=float, help="VRAM budget in GiB")
     g.add_argument("--experts-per-layer", type=int, dest="k",
                    help="experts per layer K (prints the VRAM it needs)")
-    s.add_argument("--context", type=int, default=4096, help="KV-cache tokens (default 4096)")
+    add_llamacpp_options(s, ("ctx",), helps={"ctx": "KV-cache tokens (default {default})"})
     s.add_argument("--workspace-gib", type=float, default=0.5,
                    help="VRAM kept free for activations and the runtime (default 0.5)")
     s.add_argument("--n-cpu-moe", type=int, metavar="N",
                    help="with --gib: llama.cpp's own count of -ngl 99 --n-cpu-moe N (the token "
-                        "embedding in host memory, the KV cache at --context, the compute "
+                        "embedding in host memory, the KV cache at --ctx, the compute "
                         "buffer); refused with how much it is over")
-    s.add_argument("-ctk", "--cache-type-k", default="f16", metavar="TYPE",
-                   help="with --n-cpu-moe: llama.cpp's K cache type (default f16)")
-    s.add_argument("-ctv", "--cache-type-v", default="f16", metavar="TYPE",
-                   help="with --n-cpu-moe: llama.cpp's V cache type (default f16)")
+    add_llamacpp_options(s, ("cache-type-k", "cache-type-v"), helps={
+        "cache-type-k": "with --n-cpu-moe: llama.cpp's K cache type (default {default})",
+        "cache-type-v": "with --n-cpu-moe: llama.cpp's V cache type (default {default})"})
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=commands.cmd_vram)
 
@@ -149,10 +157,7 @@ def _draw_options(s: argparse.ArgumentParser) -> None:
 
 
 def _inputs(s: argparse.ArgumentParser, required: bool = True) -> None:
-    s.add_argument("--trace", required=required, help="evaluated routing trace (cope.trace/1)")
-    s.add_argument("--profile", required=required,
-                   help="profile of the target platform (cope.profile/2 or /1)")
-    s.add_argument("--calibration", help="trace whose popularity fills the cache")
+    add_input_options(s, required=("trace", "profile") if required else ())
     add_machine_options(s, ("threads",), threads_type=int,
                         helps={"threads": "operating point (default: the most threads)"})
     s.add_argument("--gpu-share", type=share,

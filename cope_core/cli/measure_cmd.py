@@ -19,7 +19,7 @@ from ..errors import CopeInputError
 from ..estimate.evaluate import measured_winners
 from ..estimate.quality import check_lines, measurement_checks
 from ..estimate.speed import speed
-from .args import add_machine_options, candidate_list, check_output, ints
+from .args import add_input_options, add_machine_options, candidate_list, check_output, ints
 
 
 def prepare_threads(device: str) -> None:
@@ -31,9 +31,9 @@ def prepare_threads(device: str) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("measure", help="run every candidate for real (reference executor) and "
                                        "write measured TPOT")
-    s.add_argument("--trace", required=True, help="routing trace to replay (sets the geometry)")
-    s.add_argument("--calibration", help="trace whose popularity fills the cache (default: "
-                                         "the trace itself)")
+    add_input_options(s, ("trace", "calibration"), required=("trace",),
+                      helps={"trace": "routing trace to replay (sets the geometry)"},
+                      notes={"calibration": " (default: the trace itself)"})
     s.add_argument("--experts-per-layer", "-K", type=ints, required=True, dest="k",
                    help="cache size(s) K, e.g. 8 or 8,16,32")
     add_machine_options(s, ("threads",), threads_type=ints,

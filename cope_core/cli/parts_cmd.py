@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 
 from ..files import print_json
-from ..machine import THIS, compose_machine
+from ..machine import THIS
 from ..parts.catalog import memory_types
 from ..parts.tables import LISTS, format_rows, rows
-from .args import add_machine_options
+from .args import add_machine_options, add_probe_option, machine_from_args
 
 WHAT = (*LISTS, "this", "machine")
 
@@ -25,8 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="only parts whose name or label contains TEXT (e.g. 4060, ryzen 7)")
     s.add_argument("--sources", action="store_true", help="print each part's source too")
     add_machine_options(s, prefix="machine: ", notes={"cpu": " (default this)"})
-    s.add_argument("--probe-seconds", type=float, default=1.0,
-                   help="how long the memory probe of 'this' runs (default 1)")
+    add_probe_option(s)
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=cmd_parts)
 
@@ -50,11 +49,9 @@ def cmd_parts(args: argparse.Namespace) -> int:
                 print(f"  {r['name']}: {r['source']}" + (f" ({r['note']})" if r["note"] else ""))
         return 0
     if args.what == "this":
-        gpu, cpu, memory = THIS, THIS, args.memory or THIS
+        m = machine_from_args(args, gpu=THIS, cpu=THIS, memory=args.memory or THIS)
     else:
-        gpu, cpu, memory = args.gpu, args.cpu or THIS, args.memory
-    m = compose_machine(gpu=gpu, cpu=cpu, memory=memory, link=args.pcie, threads=args.threads,
-                        probe_seconds=args.probe_seconds)
+        m = machine_from_args(args, cpu=args.cpu or THIS)
     if args.json:
         print_json(m.to_dict())
         return 0

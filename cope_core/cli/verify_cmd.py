@@ -2,8 +2,12 @@
 (docs/design.md#verifying-a-pick).
 
     cope verify --trace T --calibration C --profile P (-K 8,16 | --vram-gib G)
-                [--threads 1,2] [--tolerance 2] [--budget-min M] [--json] [-o OUT]
+                [--threads 1,2] [--tolerance PCT] [--budget-min M] [--json] [-o OUT]
     cope verify --llama-bench PATH --model FILE.gguf [machine flags] (llamabench_verify_cmd)
+
+The two races share the options of :data:`RACE_OPTIONS`, and each fills one left out from its
+own settings record: :class:`~cope_core.verify.VerifySettings` here, ``BenchSettings`` with
+--llama-bench; the help reads both records' defaults.
 """
 from __future__ import annotations
 
@@ -11,14 +15,69 @@ import argparse
 import dataclasses
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from .. import parquet_io
 from ..errors import CopeInputError
 from ..estimate.speed import tokens_per_s
+from ..llamacpp import BenchSettings
 from ..verify import VerifyRecord, verify_json, write_verify
-from .args import add_machine_options, check_output, ints, share
-from .llamabench_verify_cmd import add_arguments, cmd_verify_llamabench
+from .args import (
+    add_input_options,
+    add_machine_options,
+    check_output,
+    ints,
+    settings_from_args,
+    share,
+)
+from .llamabench_verify_cmd import BENCH_FIELDS, add_arguments, cmd_verify_llamabench
 from .measure_cmd import emulation_arguments, prepare_threads
+
+if TYPE_CHECKING:   # at run time only when a race runs or its help is printed (torch beside it)
+    from ..verify import VerifySettings
+
+#: The race's options, by dest: type and words (their defaults are the records'). Each is None
+#: when left out and takes VerifySettings' field of the same name, or with --llama-bench
+#: BenchSettings' (llamabench_verify_cmd.BENCH_FIELDS), where it has one.
+RACE_OPTIONS: dict[str, tuple[type, str]] = {
+    "tolerance": (float, "stop when the candidates left are within this many percent of the "
+                         "leader"),
+    "budget_min": (float, "time budget in minutes for the whole run"),
+    "min_rounds": (int, "rounds before the first verdict"),
+    "max_rounds": (int, "rounds at most"),
+    "full_trials": (int, "trials of the full measurement the savings are counted against"),
+    "draws": (int, "bootstrap resamples"),
+    "seed": (int, "seed of the tests and the run order"),
+}
+#: Why a default is what it is, after the number.
+_WHY = {"max_rounds": ", twice the full measurement's trials", "full_trials": ", cope measure's"}
+#: Options in percent (their fields are fractions).
+_PERCENT = ("tolerance",)
+
+
+def _defaults(dest: str) -> str:
+    """``(default 2; with --llama-bench 3)``: the option's default in each mode, read from the
+    records (none said where the record's default is None)."""
+    from ..verify import VerifySettings
+    scale = 100 if dest in _PERCENT else 1
+    mine = getattr(VerifySettings(), dest)
+    if mine is None:
+        return ""
+    text = f" (default {scale * mine:g}{_WHY.get(dest, '')}"
+    if dest in BENCH_FIELDS:
+        text += f"; with --llama-bench {scale * getattr(BenchSettings(), BENCH_FIELDS[dest]):g}"
+    return text + ")"
+
+
+class _RecordDefaults(argparse.HelpFormatter):
+    """The race options' defaults put into the help when it is printed, not when the parser is
+    built: VerifySettings lives beside the race's torch code (cope_core.verify.race), which
+    building every command's parser must not import (a plain parse stays quick, and cope verify
+    sets OpenMP's wait policy before torch loads)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = super()._get_help_string(action)
+        return text + _defaults(action.dest) if text and action.dest in RACE_OPTIONS else text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,10 +86,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Predict, then race the contenders (the predicted winner and "
                                    "every candidate that could still win) in rounds of paired "
                                    "trials on the reference executor, dropping each one a "
-                                   "paired test puts behind the leader.")
-    s.add_argument("--trace", help="routing trace (cope.trace/1)")
-    s.add_argument("--calibration", help="trace whose popularity fills the cache")
-    s.add_argument("--profile", help="profile of this machine (cope.profile/*)")
+                                   "paired test puts behind the leader.",
+                       formatter_class=_RecordDefaults)
+    add_input_options(s, ("trace", "calibration", "profile"),
+                      helps={"profile": "profile of this machine (cope.profile/*)"})
     g = s.add_mutually_exclusive_group()
     g.add_argument("--experts-per-layer", "-K", type=ints, dest="k", help="cache size(s) K")
     g.add_argument("--vram-gib", type=float, help="VRAM budget; K follows from the memory model")
@@ -40,19 +99,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                            "count, its CPU threads (default: the physical "
                                            "cores)"})
     s.add_argument("--gpu-share", type=share, help="GPU share of the prediction")
-    s.add_argument("--tolerance", type=float, default=2.0,
-                   help="stop when the candidates left are within this many percent of the "
-                        "leader (default 2)")
-    s.add_argument("--budget-min", type=float, help="time budget in minutes for the whole run")
-    s.add_argument("--min-rounds", type=int, default=2, help="rounds before the first verdict "
-                                                             "(default 2)")
-    s.add_argument("--max-rounds", type=int, default=6, help="rounds at most (default 6: twice the "
-                                                             "full measurement's trials)")
-    s.add_argument("--full-trials", type=int, default=3,
-                   help="trials of the full measurement the savings are counted against "
-                        "(default 3, cope measure's)")
-    s.add_argument("--draws", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    s.add_argument("--seed", type=int, default=0, help="seed of the tests and the run order")
+    for dest, (kind, text) in RACE_OPTIONS.items():
+        s.add_argument(f"--{dest.replace('_', '-')}", type=kind, help=text)
     s.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda, or cpu for the emulated accelerator (default)")
     s.add_argument("--accel-threads", type=int, default=1,
@@ -72,8 +120,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=cmd_verify)
 
 
+def verify_settings(args: argparse.Namespace) -> VerifySettings:
+    """The executor race's settings: VerifySettings with each option of :data:`RACE_OPTIONS`
+    that was given."""
+    from ..verify import VerifySettings
+    return settings_from_args(VerifySettings, args, {d: d for d in RACE_OPTIONS},
+                              percent=_PERCENT)
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
-    if args.llama_bench:
+    if args.llama_bench is not None:
         return cmd_verify_llamabench(args)
     missing = [f for f, v in (("--trace", args.trace), ("--profile", args.profile),
                               ("--experts-per-layer/-K or --vram-gib",
@@ -83,7 +139,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                              "PATH --model FILE.gguf)")
     prepare_threads(args.device)
     from ..executor.cell import ExecutorSettings
-    from ..verify import VerifySettings, verify
+    from ..verify import verify
     if args.output:
         check_output(args.output, args.force)
     if args.warmup_tokens < 0:
@@ -93,14 +149,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     trace = parquet_io.read_trace(args.trace)
     cal = parquet_io.read_trace(args.calibration) if args.calibration else None
     profile = parquet_io.read_profile(args.profile)
-    settings = VerifySettings(tolerance=args.tolerance / 100.0, min_rounds=args.min_rounds,
-                              max_rounds=args.max_rounds, budget_min=args.budget_min,
-                              full_trials=args.full_trials, draws=args.draws, seed=args.seed)
+    settings = verify_settings(args)
     executor = ExecutorSettings(device=args.device, accel_threads=args.accel_threads,
                                 link_gbps=args.link_gbps, cpu_slowdown=args.cpu_slowdown,
                                 warmup_tokens=args.warmup_tokens,
                                 warmup_prompts=not args.no_warmup_prompts, dtype=args.dtype,
-                                seed=args.seed)
+                                seed=settings.seed)
     record = verify(trace, profile, cal, experts_per_layer=args.k, vram_gib=args.vram_gib,
                     cpu_threads=args.threads, gpu_share=args.gpu_share, settings=settings,
                     executor=executor, fill_by_id=args.fill_by_id,
@@ -131,7 +185,11 @@ def _relative(inputs: dict, output: str) -> dict:
 
 def report_lines(r: VerifyRecord) -> list[str]:
     """The text report of a verify record."""
-    tol = 100 * float(r.settings.get("tolerance", 0.02))
+    if "tolerance" in r.settings:
+        tol = 100 * float(r.settings["tolerance"])
+    else:   # a record written without it ran at the default
+        from ..verify import VerifySettings
+        tol = 100 * VerifySettings().tolerance
     out = [f"cope verify: {r.model.name} on the {r.platform.get('accelerator', '?')} "
            f"accelerator ({r.platform.get('gpu', '?')}); tolerance {tol:g} %"]
     for c in r.cells:

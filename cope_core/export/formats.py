@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from ..errors import CopeInputError
 from .cache_runtimes import render_fastllm, render_freetoken
@@ -19,6 +21,7 @@ from .common import Rendered
 from .exllamav3 import DEFAULT_STATS, render_exllamav3
 from .ik_llamacpp import render_ik_llamacpp
 from .ktransformers import render_ktransformers
+from .leads import lead_line
 from .llamacpp import render_llamacpp
 from .policy import Policy, policy_json
 from .sglang_kt import DEFAULT_PT, render_sglang_kt
@@ -32,13 +35,30 @@ class SideFile:
     Attributes
     ----------
     suffix : str
-        ``cope export -o OUT`` writes it to OUT with this suffix.
+        Its name is a stem and this suffix (:meth:`path`): ``cope export -o OUT`` writes it to
+        OUT with its suffix replaced by this one, the app's download is
+        ``MODEL-CANDIDATE-K<K>`` + this suffix.
     what : str
         What it holds, for messages (``tensor``).
+    option : str
+        The keyword argument of :func:`render` that gives the renderer its path (one of the
+        format's ``options``).
     """
 
     suffix: str
     what: str
+    option: str
+
+    def path(self, stem: str) -> str:
+        """Its path beside ``stem``: ``stem`` + :attr:`suffix`."""
+        return stem + self.suffix
+
+    def stem_of(self, out: str) -> str:
+        """The stem of ``cope export -o OUT``: OUT less :attr:`suffix` when it ends with it (the
+        file itself was asked for), else OUT less its own suffix (``run.sh`` -> ``run``)."""
+        if out.endswith(self.suffix):
+            return out[:-len(self.suffix)]
+        return str(Path(out).with_suffix(""))
 
 
 @dataclass(frozen=True)
@@ -71,7 +91,18 @@ class ExportFormat:
         File-name suffix of the text when downloaded (``MODEL-CANDIDATE-K<K>`` + suffix); empty
         for ``.NAME.sh`` (see :attr:`file_suffix`).
     side_file : SideFile or None
-        The file the format writes beside its text, if any (``cope export`` then needs ``-o``).
+        The file the format writes beside its text, if any (``cope export`` then needs ``-o``);
+        :meth:`side_options` names it for :func:`render`.
+    lead : callable or None
+        ``lead(policy) -> str or None``: a sentence the answer leads with, shown above the
+        command (llama.cpp: its default, ``--fit``, against its best configuration); None, or
+        a None answer: no such sentence.
+    own_record : bool
+        COPE's own record, not a runtime's form (``json``): the app shows it last, and with
+        ``caption`` instead of whether a runtime runs the candidate exactly.
+    caption : str
+        What the app says under the text in place of whether the runtime runs the candidate
+        exactly (Markdown; empty: it says that).
     advised : bool
         ``cope advise`` answers for this runtime (:mod:`cope_core.export.advise`).
     default : str
@@ -100,6 +131,9 @@ class ExportFormat:
     language: str = "bash"
     suffix: str = ""
     side_file: SideFile | None = None
+    lead: Callable[[Policy], str | None] | None = None
+    own_record: bool = False
+    caption: str = ""
     advised: bool = False
     default: str = "not read from its source"
     default_kind: str = "unknown"
@@ -126,6 +160,17 @@ class ExportFormat:
         """``suffix``, or ``.NAME.sh`` for a shell line."""
         return self.suffix or f".{self.name}.sh"
 
+    def side_options(self, stem: str) -> dict[str, Any]:
+        """The keyword arguments of :func:`render` that name the side file ``stem`` + its
+        suffix (:meth:`SideFile.path`); empty for a format without one. The app's Export page
+        (stem ``MODEL-CANDIDATE-K<K>``) and ``cope export -o OUT`` (stem
+        :meth:`SideFile.stem_of` OUT) both call it, so the file the flags name is the one
+        downloaded or written. (Typed ``Any`` as :func:`render`'s other keyword arguments are
+        not strings: ``render(policy, name, **side_options(stem))``.)"""
+        if self.side_file is None:
+            return {}
+        return {self.side_file.option: self.side_file.path(stem)}
+
 
 def render_json(policy: Policy) -> Rendered:
     """The ``cope.policy/1`` record itself."""
@@ -141,7 +186,9 @@ EXPORT_FORMATS: tuple[ExportFormat, ...] = (
         "json", "JSON (cope.policy/1)", "COPE's own record", "cope.policy/1",
         "the cope.policy/1 record; every format renders from it again (--from-policy)",
         "the `cope.policy/1` record", "every candidate", "-",
-        render_json, language="json", suffix=".policy.json"),
+        render_json, language="json", suffix=".policy.json", own_record=True,
+        caption="The policy record: every runtime format renders from it again (`cope export "
+                "--from-policy FILE --format ...`)."),
     ExportFormat(
         "llama.cpp", "llama.cpp", "llama.cpp", "b11434; its MoE cache flags b11480 to b12191",
         "mainline llama-server flags: --n-cpu-moe N, its own MoE cache (--moe-cache-mib), -ot",
@@ -150,8 +197,8 @@ EXPORT_FORMATS: tuple[ExportFormat, ...] = (
         "cache, [below](#llamacpps-own-moe-cache)); then the layer partition at K, `-ngl 99 -fit "
         "off --n-cpu-moe N`, or the same with `-ot 'REGEX=CPU'`",
         "`layer_partition`, and its own cache candidates `llamacpp_cache/lru`, "
-        "`llamacpp_cache/classlru`", _SAME_VRAM, render_llamacpp, advised=True,
-        default="--fit (no placement flags)", default_kind="fit", cpu_only=True,
+        "`llamacpp_cache/classlru`", _SAME_VRAM, render_llamacpp, lead=lead_line,
+        advised=True, default="--fit (no placement flags)", default_kind="fit", cpu_only=True,
         context_flag="-c"),
     ExportFormat(
         "ik_llama.cpp", "ik_llama.cpp", "ik_llama.cpp", "8337e4cd3861 (2026-08-15)",
@@ -173,7 +220,7 @@ EXPORT_FORMATS: tuple[ExportFormat, ...] = (
         "`fixed/parallel`, `layer_partition` (and any fixed candidate at K = E)",
         "`fixed/parallel` with the same resident experts",
         render_exllamav3, options=("stats_path", "exl3_bits"),
-        side_file=SideFile(".json", "expert-statistics"), advised=True,
+        side_file=SideFile(".json", "expert-statistics", "stats_path"), advised=True,
         default="without -mcs/-mcl every expert on the GPU", default_kind="gpu"),
     ExportFormat(
         "ktransformers", "KTransformers", "legacy KTransformers (<= 0.4.1)", "95009ea6856c",
@@ -188,7 +235,8 @@ EXPORT_FORMATS: tuple[ExportFormat, ...] = (
         "--init-expert-location FILE.pt`, M the kt-kernel kernel the profile priced (`BF16` for "
         "16-bit experts, `LLAMAFILE` for GGUF ones, `MXFP4`) instead of the default `AMXINT4`",
         "`fixed/parallel`, `layer_partition`", "`fixed/parallel` with the same resident experts",
-        render_sglang_kt, options=("pt_path", "with_files"), side_file=SideFile(".pt", "tensor"),
+        render_sglang_kt, options=("pt_path", "with_files"),
+        side_file=SideFile(".pt", "tensor", "pt_path"),
         advised=True, default="without --kt-num-gpu-experts/--kt-gpu-experts-ratio no KT "
                               "offload: every expert on the GPU", default_kind="gpu"),
     ExportFormat(
