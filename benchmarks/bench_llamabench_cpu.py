@@ -45,7 +45,7 @@ from llama_tools import LLAMA, LLAMA_VULKAN, write_moe_streamed  # noqa: E402
 from cope_core.estimate.cpu_only import host_spec, spec_tpot  # noqa: E402
 from cope_core.estimate.refit import HOST_EXPERTS, FitPoint, refit  # noqa: E402
 from cope_core.files import write_atomic  # noqa: E402
-from cope_core.llamacpp.bench_run import probe_build, run_bench  # noqa: E402
+from cope_core.llamacpp import LlamaFlags, probe_bench_build, run_bench  # noqa: E402
 from cope_core.machine import compose_machine  # noqa: E402
 from cope_core.mechanisms.probe import probe_host_kernel  # noqa: E402
 from cope_core.models import resolve_model  # noqa: E402
@@ -99,7 +99,7 @@ def measure(a: argparse.Namespace, files: dict[str, Path]) -> tuple[dict, list[d
     """Run llama-bench over ``--rounds`` interleaved rounds: every point's samples, every run,
     and the build."""
     exe, env = bench_exe(a.llama_bench)
-    build = probe_build(exe, env)
+    build = probe_bench_build(exe, env)
     samples: dict[tuple[str, int], list[float]] = {(t, n): [] for t in TYPES for n in THREADS}
     runs = []
     for rnd in range(a.rounds):
@@ -107,7 +107,7 @@ def measure(a: argparse.Namespace, files: dict[str, Path]) -> tuple[dict, list[d
         for t, n in order:
             load = os.getloadavg()[0]
             t0 = time.time()
-            row = run_bench(build, files[t], ["-ngl", "0", "-t", str(n)],
+            row = run_bench(build, files[t], LlamaFlags.cpu_only(n).argv("bench"),
                             repetitions=a.reps, n_gen=a.n_gen, env=env)
             samples[(t, n)] += list(row.samples_ts)
             runs.append({"round": rnd, "type": t, "threads": n, "load_avg_1min": load,

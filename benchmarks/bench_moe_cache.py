@@ -34,8 +34,7 @@ import numpy as np
 from cope_core import parquet_io
 from cope_core.estimate.predict import predict, winner
 from cope_core.geometry import GIB
-from cope_core.llamacpp import search
-from cope_core.llamacpp.moe_cache import TUNER_SHARES, CacheVersion, cache_mib_for_bytes
+from cope_core.llamacpp import TUNER_SHARES, CacheVersion, cache_mib_for_bytes, search_cache
 
 EX = "data/examples/"
 CALIB_SHARES = (0.0, 0.5, 0.95)
@@ -59,13 +58,13 @@ def tuner_pick(trace, profile, budget: float) -> dict:
     L = g.n_layers
     top = cache_mib_for_bytes(g, L, budget)
     cls = [CacheVersion.CLASS_LRU]
-    runs = search(trace, profile, budget, versions=cls, shares=CALIB_SHARES, n_cpu=[L],
+    runs = search_cache(trace, profile, budget, versions=cls, shares=CALIB_SHARES, n_cpu=[L],
                   cache_mib=[top, top // 2]).frame
     runs = runs[runs.cache_mib > 0]
     X = np.column_stack([np.ones(len(runs)), runs.uploads, runs.cpu_misses])
     coef, *_ = np.linalg.lstsq(X, runs.tpot_us.to_numpy(), rcond=None)
     sizes = sorted({max(int(top * i / 16), 1) for i in range(1, 17)})
-    space = search(trace, profile, budget, versions=cls, shares=TUNER_SHARES, n_cpu=[L],
+    space = search_cache(trace, profile, budget, versions=cls, shares=TUNER_SHARES, n_cpu=[L],
                    cache_mib=sizes).frame
     space = space[space.cache_mib > 0].copy()
     space["fitted_us"] = coef[0] + coef[1] * space.uploads + coef[2] * space.cpu_misses
@@ -84,7 +83,7 @@ def compare_with_tuner(budgets_gib=(8, 12, 16, 24)) -> list[dict]:
             budget = g.expert_budget_bytes(gib * GIB)
             if budget < 0:
                 continue
-            ours = search(trace, profile, budget).best().iloc[0]
+            ours = search_cache(trace, profile, budget).best().iloc[0]
             tuner = tuner_pick(trace, profile, budget)
             K = g.experts_per_layer_for_vram(gib * GIB)
             w = winner(predict(trace, profile, K, calibration=cal, draws=0), K)
@@ -117,10 +116,10 @@ def speed(repeats: int) -> dict:
     b16 = g.expert_budget_bytes(16 * GIB)
     b15 = g.expert_budget_bytes(15.5 * GIB)
     K = g.experts_per_layer_for_vram(16 * GIB)
-    full = timeit(lambda: search(trace, profile, b16), repeats)
-    move = timeit(lambda: search(trace, profile, b15), repeats)
+    full = timeit(lambda: search_cache(trace, profile, b16), repeats)
+    move = timeit(lambda: search_cache(trace, profile, b15), repeats)
     base = timeit(lambda: predict(trace, profile, K, calibration=cal), repeats)
-    return {"configurations": len(search(trace, profile, b16).frame),
+    return {"configurations": len(search_cache(trace, profile, b16).frame),
             "search_16gib": full, "search_15_5gib": move, "predict_one_k": base,
             "ratio_search_over_predict": full["median_s"] / base["median_s"]}
 

@@ -50,7 +50,8 @@ for spec, tab in zip(shown, st.tabs([f.label for f in shown])):
             st.error(str(exc))
             continue
         text = export_view.with_model_file(out.text, model_file)
-        command, others = export_view.lead_command(text, language)
+        command, others = export_view.lead_command(
+            text, language, out.command and export_view.with_model_file(out.command, model_file))
         if spec.lead and (lead := spec.lead(policy)):
             st.markdown(lead)              # e.g. every llama.cpp answer leads with the default
         st.code(command, language=language, wrap_lines=True)    # the copy button is its own

@@ -4,7 +4,7 @@ import streamlit as st
 
 from cope_core.app import dataset as dsm
 from cope_core.app import figures, llamacpp_view, results, session, whatif
-from cope_core.llamacpp import LABEL
+from cope_core.llamacpp import CACHE_LABEL
 from cope_core.matrix import EXECUTIONS, RESIDENCIES
 
 ds = session.page("Landscape: what-if VRAM budgets", predictable=True)
@@ -58,7 +58,7 @@ for sentence in whatif.break_even_sentences(view.regions):
     st.markdown(f"- {sentence}")
 st.dataframe(whatif.break_even_budgets(view.regions), hide_index=True)
 
-st.subheader(f"{LABEL}: TPOT against the cache size")
+st.subheader(f"{CACHE_LABEL}: TPOT against the cache size")
 
 
 @session.fragment("landscape: cache sweep")

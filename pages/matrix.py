@@ -5,7 +5,8 @@ import streamlit as st
 from cope_core.app import dataset as dsm
 from cope_core.app import figures, llamacpp_view, results, session, whatif
 from cope_core.app.timeline import execution_timeline, layer_partition_timelines
-from cope_core.llamacpp import LABEL
+from cope_core.export.llamacpp import default_line
+from cope_core.llamacpp import CACHE_LABEL
 from cope_core.matrix import CANDIDATE_IDS, EXECUTIONS, LAYER_PARTITION, get_candidate, matrix_table
 
 ds = session.page("Policy Matrix", predictable=True)
@@ -30,13 +31,14 @@ if clicked and st.session_state.get("_matrix_clicked") != clicked:
     st.session_state["_matrix_clicked"] = clicked
     session.rebind("cell", clicked)         # the cell chooser below follows the click
 
-st.subheader(LABEL)
+st.subheader(CACHE_LABEL)
 if est != "cope":
-    st.caption(f"The {LABEL} rows are priced by COPE's schedule rows: choose the cope estimator.")
+    st.caption(f"The {CACHE_LABEL} rows are priced by COPE's schedule rows: choose the cope "
+               "estimator.")
 else:
     with session.user_errors():
         rec = results.llamacpp_at(ds, gib, op)
-    if lead := llamacpp_view.default_line(rec):
+    if lead := default_line(rec):
         st.markdown(lead)                  # every llama.cpp answer leads with the default
     st.markdown(llamacpp_view.verdict(rec, ds.trace.model))
     st.dataframe(llamacpp_view.best_table(rec, ds.trace.model, op[0]), hide_index=True)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import argparse
 
 from cope_core import parquet_io
-from cope_core.llamacpp import cliff_mib
-from cope_core.llamacpp.moe_cache import (
+from cope_core.llamacpp import (
     READINGS,
     CacheConfig,
     CacheVersion,
     cache_layout,
+    cliff_mib,
     replay_cache,
 )
 

@@ -16,11 +16,12 @@ from streamlit.testing.v1 import AppTest
 from tiny import tiny_profile, tiny_trace
 
 from cope_core import parquet_io, predict
-from cope_core.app import llamacpp_view, whatif
+from cope_core.app import whatif
 from cope_core.app.apptest import open_app_test
 from cope_core.app.timeline import execution_timeline
 from cope_core.errors import CopeInputError
 from cope_core.export import EXPORT_FORMATS, FORMATS, build_policy, policy_json, render
+from cope_core.export.llamacpp import default_line
 from cope_core.geometry import get_model
 from cope_core.matrix import CANDIDATE_IDS
 from cope_core.parquet_io import Measurements
@@ -231,14 +232,14 @@ def test_matrix_cells_and_timeline(qwen):
 
 
 def test_matrix_page_shows_llamacpps_own_cache_as_the_library_searches_it(qwen):
-    from cope_core.llamacpp import LABEL, llamacpp_record
+    from cope_core.llamacpp import CACHE_LABEL, llamacpp_record
     tr, cal, prof = qwen
     at = open_app("matrix", vram="20")
     k = whatif.k_for_budget(tr.model, 20.0)
     w = whatif.winner_of(expected(tr, cal, prof, k)).candidate
     rec = llamacpp_record(tr, prof, cal, experts_per_layer=k, vram_gib=20.0, matrix_winner=w,
                           cpu_threads=32, gpu_share=100.0)
-    assert rec is not None and any(h.value == LABEL for h in at.subheader)
+    assert rec is not None and any(h.value == CACHE_LABEL for h in at.subheader)
     table = at.dataframe[0].value
     assert list(table["TPOT ms"]) == [round(b.tpot_us / 1e3, 3) for b in rec.best]
     assert f"--moe-cache-mib {rec.best[0].cache_mib}" in table["llama-server flags"][0] \
@@ -262,14 +263,14 @@ def test_matrix_and_export_pages_show_the_same_llamacpp_numbers(qwen):
 # --- Landscape ------------------------------------------------------------------------------------
 def test_landscape_sweeps_the_llamacpp_cache_size(qwen):
     from cope_core.geometry import GIB
-    from cope_core.llamacpp import search
+    from cope_core.llamacpp import search_cache
     tr, _, prof = qwen
     at = open_app("landscape", vram="20", ncmoe="40", cachesweep="1")
     fig = charts(at)[-1]
     assert "--n-cpu-moe 40" in title(fig)
     lines = {t["name"]: (_arr(t["x"]), _arr(t["y"])) for t in fig["data"]}
     x, y = lines["classlru, share 0.5"]
-    df = search(tr, prof, tr.model.expert_budget_bytes(20 * GIB), n_cpu=[40],
+    df = search_cache(tr, prof, tr.model.expert_budget_bytes(20 * GIB), n_cpu=[40],
                 cache_mib=[int(v) for v in x], cpu_threads=32, gpu_share=100.0).frame
     want = df[(df.version == "classlru") & (df.cpu_share == 0.5)].sort_values("cache_mib")
     assert y == pytest.approx(want.tpot_us.to_numpy() / 1e3)
@@ -644,7 +645,7 @@ def test_export_page_renders_every_runtime_format(qwen, downloads):
     # what a record leads with and its caption, in its tab: llama.cpp's default against its
     # best configuration (as the Policy Matrix says it), COPE's own record's caption
     lead = EXPORT_FORMATS_BY_NAME["llama.cpp"].lead(pol)
-    assert lead and lead == llamacpp_view.default_line(pol.llamacpp_cache)
+    assert lead and lead == default_line(pol.llamacpp_cache)
     llama_tab = tabs[EXPORT_FORMATS_BY_NAME["llama.cpp"].label]
     assert [m.value for m in llama_tab.markdown] == [lead]
     assert all(not f.lead for f in EXPORT_FORMATS if f.name != "llama.cpp")

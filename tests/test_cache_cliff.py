@@ -17,7 +17,7 @@ from cope_core.llamacpp import READINGS, CacheVersion, _cache_kernels, cache_lay
 from cope_core.llamacpp.cache_cliff import below_cliff, cliff_mib, cliff_slots, group_cliffs
 from cope_core.llamacpp.cache_readings import ReadingTpot, class_lru_readings, spread
 from cope_core.llamacpp.cache_record import CacheRecord, llamacpp_record, record_of
-from cope_core.llamacpp.cache_search import Contender, search, search_space
+from cope_core.llamacpp.cache_search import Contender, search_cache, search_space
 
 LRU, CLS = CacheVersion.LRU, CacheVersion.CLASS_LRU
 CLOCKS = (_cache_kernels.TOKEN_CLOCK, _cache_kernels.LAYER_CLOCK, _cache_kernels.LAYER_CLOCK_FIRST)
@@ -138,7 +138,7 @@ def q4():
 
 def test_a_sweep_keeps_sizes_below_the_cliff_marked_and_never_picks_them(q4):
     trace, profile = q4
-    found = search(trace, profile, 20 * GIB, n_cpu=[48], cache_mib=[361, 1013, 1014, 4096],
+    found = search_cache(trace, profile, 20 * GIB, n_cpu=[48], cache_mib=[361, 1013, 1014, 4096],
                    versions=(LRU,))
     df = found.frame.set_index("cache_mib")
     assert df.loc[361, "hits"] == 0 and df.loc[1013, "hits"] == 0   # the LRU below its cliff
@@ -175,7 +175,7 @@ def test_the_record_replays_the_class_lru_under_every_reading(record):
 def test_an_interval_narrower_than_the_readings_is_widened_to_them():
     trace = parquet_io.read_trace(SMALL + "trace.parquet")
     profile = parquet_io.read_profile(SMALL + "cpu-emulated-profile.parquet")
-    found = search(trace, profile, 1.03125 * GIB, cpu_threads=2, gpu_share=100.0)
+    found = search_cache(trace, profile, 1.03125 * GIB, cpu_threads=2, gpu_share=100.0)
     readings = class_lru_readings(found, trace, profile)
     best = found.best().iloc[0]
     assert best["candidate"] == "llamacpp_cache/classlru"
@@ -216,7 +216,7 @@ def test_the_view_states_the_cliff_and_the_readings(record):
 def test_the_cache_size_figure_crosses_sizes_below_the_cliff_and_draws_each_rules(q4):
     from cope_core.app.llamacpp_view import cache_size_figure
     trace, profile = q4
-    frame = search(trace, profile, 20 * GIB, n_cpu=[48], cache_mib=[361, 1014],
+    frame = search_cache(trace, profile, 20 * GIB, n_cpu=[48], cache_mib=[361, 1014],
                    versions=(LRU,)).frame
     frame.attrs["cliff_mib"] = {v.value: cliff_mib(trace.model, 48, v) for v in CacheVersion}
     fig = cache_size_figure(frame)

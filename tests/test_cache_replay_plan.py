@@ -10,7 +10,7 @@ import pytest
 
 from cope_core import parquet_io
 from cope_core.geometry import GIB
-from cope_core.llamacpp import _cache_kernels, moe_cache, search
+from cope_core.llamacpp import _cache_kernels, moe_cache, search_cache
 from cope_core.llamacpp._cache_plan import buckets, distinct_per_layer, first_use_counts
 from cope_core.llamacpp.moe_cache import (
     READINGS,
@@ -99,9 +99,9 @@ def test_search_frames_equal_the_exhaustive_search(gib, exhaustive):
     profile = parquet_io.read_profile(f"{EX}gguf-qwen3-30b-a3b-q4_k_m-rtx4090-analytic.parquet")
     kw = dict(n_cpu=(0, 2, 24, 47, 48), shares=TUNER_SHARES[:3])
     budget = trace.model.expert_budget_bytes(gib * GIB)
-    fast = search(trace, profile, budget, **kw)
+    fast = search_cache(trace, profile, budget, **kw)
     exhaustive()
-    slow = search(trace, profile, budget, **kw)
+    slow = search_cache(trace, profile, budget, **kw)
     cols = [c for c in slow.frame.columns if c != "prompt_tpot_us"]
     assert fast.frame[cols].equals(slow.frame[cols])
     np.testing.assert_array_equal(np.stack(fast.frame.prompt_tpot_us),

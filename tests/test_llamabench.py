@@ -17,14 +17,15 @@ from llama_tools import LLAMA_VULKAN, missing_runtime, write_tiny_moe
 
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
-from cope_core.llamacpp import BenchRow, placement_tpot, read_llama_bench
+from cope_core.llamacpp import placement_tpot, read_llama_bench
 from cope_core.llamacpp.bench_eval import (
     BenchMatch,
-    match_rows,
+    match_bench_rows,
     model_tensor_bytes,
     placement_of,
-    score_rows,
+    score_bench_rows,
 )
+from cope_core.llamacpp.bench_file import BenchRow
 from cope_core.llamacpp.vram import LlamaModel, read_llama_model
 from cope_core.machine import compose_machine
 from cope_core.models import resolve_model
@@ -111,7 +112,7 @@ def test_rows_match_and_predict_with_placement_tpot(machine):
             row(m, line=6, model_size=123.0), row(m, line=7, n_threads=8),
             row(m, line=8, gpu_info="", backends="Vulkan"), row(m, line=9, no_kv_offload=True),
             row(m, line=10, n_threads=None)]
-    got = match_rows(rows, m, g, prof)
+    got = match_bench_rows(rows, m, g, prof)
     assert [x.matched for x in got] == [True] * 3 + [False] * 7
     assert [x.n_cpu for x in got[:3]] == [0, 2, 4]
     assert [x.context for x in got[:3]] == [4.5, 40.5, 4.5]       # d + (n_gen + 1) / 2
@@ -124,12 +125,12 @@ def test_rows_match_and_predict_with_placement_tpot(machine):
     assert "another model file" in why[2] and "at 8 threads ([1, 2])" in why[3]
     assert "no GPU" in why[4] and "-nkvo" in why[5] and "--threads" in why[6]
     # a markdown table without threads: --threads says them
-    assert match_rows(rows[9:], m, g, prof, cpu_threads=1)[0].matched
+    assert match_bench_rows(rows[9:], m, g, prof, cpu_threads=1)[0].matched
 
 
 def _scored(pred, meas):
     m = LlamaModel("m.gguf", "qwen3moe", (), 1, 1, 1, 1, 1, 1, 1, 1, ())
-    return score_rows([BenchMatch(row(m, line=i + 1, avg_ts=b), "", 0, (), 1.0, a)
+    return score_bench_rows([BenchMatch(row(m, line=i + 1, avg_ts=b), "", 0, (), 1.0, a)
                        for i, (a, b) in enumerate(zip(pred, meas))])
 
 
@@ -142,7 +143,7 @@ def test_scores_by_hand():
     assert ev.mean_abs_error_pct == pytest.approx((2 / 12 + 5 / 25 + 10 / 20) / 3 * 100)
     assert _scored([10.0, 20.0], [5.0, 30.0]).regret_pct == 0.0     # the pick was the fastest
     assert _scored([10.0], [5.0]).spearman is None                  # one row: no ranking
-    empty = score_rows([])
+    empty = score_bench_rows([])
     assert empty.pick is None and empty.regret_pct is None
 
 
@@ -178,11 +179,11 @@ def test_offload_rows_match_their_placements(machine):
     and all 4 under exps=CPU; the CPU-only rows are not."""
     m, g, prof = machine
     for fmt in FORMATS:
-        got = match_rows(_fixture_rows(f"offload.{fmt}"), m, g, prof, cpu_threads=2)
+        got = match_bench_rows(_fixture_rows(f"offload.{fmt}"), m, g, prof, cpu_threads=2)
         assert [(x.row.n_cpu_moe, x.row.ot) for x in got] == [
             (n, ot) for n in (0, 1, 2) for ot in ("token_embd=CPU", "exps=CPU")], fmt
         assert [x.n_cpu for x in got] == [0, 4, 1, 4, 2, 4], fmt
-        cpu = match_rows(_fixture_rows(f"cpu.{fmt}"), m, g, prof, cpu_threads=2)
+        cpu = match_bench_rows(_fixture_rows(f"cpu.{fmt}"), m, g, prof, cpu_threads=2)
         assert not any(x.matched for x in cpu), fmt
 
 
@@ -264,7 +265,7 @@ def test_llama_bench_runs_and_its_output_is_read(tiny, machine, tmp_path, fmt):
     out = tmp_path / f"run.{fmt}"
     out.write_text(bench(tiny, "-p", "0", "-n", "8", "-r", "2", "-t", "2", "-ngl", "99",
                          "-ncmoe", "0,2", "-o", fmt, gpu=True))
-    got = match_rows(read_llama_bench(out), m, g, prof, cpu_threads=2)
+    got = match_bench_rows(read_llama_bench(out), m, g, prof, cpu_threads=2)
     assert [(x.row.test, x.row.n_cpu_moe, x.n_cpu) for x in got] == [("tg8", 0, 0),
                                                                      ("tg8", 2, 2)]
     assert all(x.matched and x.row.avg_ts > 0 for x in got)

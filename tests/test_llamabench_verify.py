@@ -20,9 +20,10 @@ from cope_core.cli.verify_cmd import verify_settings
 from cope_core.errors import CopeInputError
 from cope_core.estimate.cpu_only import host_spec, spec_tpot
 from cope_core.estimate.refit import HOST_EXPERTS, OP_FIXED, FitPoint, Knob, refit, scaled_spec
-from cope_core.llamacpp import BenchBuild, BenchRow
 from cope_core.llamacpp import bench_verify as lv
-from cope_core.llamacpp.bench_record import bench_record, server_command
+from cope_core.llamacpp.bench_file import BenchRow
+from cope_core.llamacpp.bench_record import bench_race_record, server_command
+from cope_core.llamacpp.bench_run import BenchBuild
 from cope_core.machine import compose_machine
 from cope_core.models import get_model
 from cope_core.verify import VerifySettings
@@ -117,7 +118,7 @@ def _row(samples):
 def _plan(tiny_path):
     machine = compose_machine(gpu=None, cpu=dataclasses.replace(CPU, cores=2), memory=MEM,
                               threads=2)
-    return machine, lv.plan(tiny_path, machine, BUILD, lv.BenchSettings())
+    return machine, lv.plan_bench_race(tiny_path, machine, BUILD, lv.BenchSettings())
 
 
 @pytest.fixture(scope="module")
@@ -156,18 +157,18 @@ def test_race_drops_the_slower_stops_and_resumes(tiny, tmp_path, monkeypatch):
     state = tmp_path / "race.state.json"
     interrupt = True
     with pytest.raises(KeyboardInterrupt):
-        lv.race(p, BUILD, tiny, settings, state)
+        lv.run_bench_race(p, BUILD, tiny, settings, state)
     saved = json.loads(state.read_text())
     assert saved["rounds"] == 1 and len(saved["runs"]) == 6        # round 1 kept
     interrupt = False
-    st = lv.race(p, BUILD, tiny, settings, state)
+    st = lv.run_bench_race(p, BUILD, tiny, settings, state)
     assert st.rounds == 2 and st.stop == "one left" and st.alive == ["-t 2"]
     assert len(calls) == 5             # 2 in round 1, one lost to the interruption, 2 after
     assert [d["name"] for d in st.dropped] == ["-t 1"]
     # measured: median over a round's repetitions, mean over rounds
     assert lv.measured_us(st) == {"-t 1": pytest.approx(1e6 / 100.0),
                                   "-t 2": pytest.approx(1e6 / 150.0)}
-    r = bench_record(p, st, BUILD, machine, settings, str(tiny))
+    r = bench_race_record(p, st, BUILD, machine, settings, str(tiny))
     v = r["verified"]
     assert v["name"] == "-t 2" and v["measured_ts"] == pytest.approx(150.0)
     assert v["error_pct"] == pytest.approx(100 * (v["predicted_ts"] / 150.0 - 1))
@@ -178,14 +179,18 @@ def test_race_drops_the_slower_stops_and_resumes(tiny, tmp_path, monkeypatch):
     json.dumps(r, allow_nan=False)
     # a state file of another race is refused, not overwritten
     with pytest.raises(CopeInputError, match="another race"):
-        lv.race(p, BUILD, tiny, dataclasses.replace(settings, n_gen=64), state)
+        lv.run_bench_race(p, BUILD, tiny, dataclasses.replace(settings, n_gen=64), state)
 
 
 def test_server_command_spells_llama_servers_flags():
+    """The llama-server line of a raced configuration, written by the one command builder as
+    every other placement is (llama-bench has no fit; llama-server is told -fit off)."""
     assert server_command("m.gguf", ("-ngl", "99", "-ncmoe", "3", "-t", "8")) == \
-        "llama-server -m m.gguf -ngl 99 --n-cpu-moe 3 -t 8"
+        "llama-server -m m.gguf -ngl 99 -fit off -t 8 --n-cpu-moe 3"
     assert server_command("a b.gguf", ("-fitt", "1024", "-t", "2")) == \
         "llama-server -m 'a b.gguf' --fit on -fitt 1024 -t 2"
+    assert server_command("m.gguf", ("-ngl", "0", "-t", "4")) == \
+        "llama-server -m m.gguf -ngl 0 -t 4"
 
 
 # --- the CLI --------------------------------------------------------------------------------------
@@ -287,7 +292,7 @@ def test_plan_with_a_gpu_races_fitting_placements_and_fit(tiny):
     from cope_core.profile.analytic import analytic_profile
     machine = compose_machine(gpu="rtx3090", cpu="ryzen-9-7950x", threads=4)
     build = dataclasses.replace(BUILD, flags=frozenset({"-t", "-ncmoe", "-fitt"}))
-    p = lv.plan(tiny, machine, build, lv.BenchSettings())
+    p = lv.plan_bench_race(tiny, machine, build, lv.BenchSettings())
     g = get_model_of(tiny)
     assert [c.n_cpu_moe for c in p.curve] == [float(n) for n in range(g.n_layers + 1)]
     prof = analytic_profile(g, machine.spec, cpu_threads=[4], gpu_shares=[100.0])
@@ -298,23 +303,23 @@ def test_plan_with_a_gpu_races_fitting_placements_and_fit(tiny):
     fit = [c for c in p.contenders if c.name.startswith("--fit")]
     assert fit and fit[0].args == ("-fitt", "1024", "-t", "4") and fit[0].n_cpu_moe == 0.0
     assert [n for n, _ in p.skipped] == ["llama.cpp's MoE cache"]
-    no_fit = lv.plan(tiny, machine, BUILD, lv.BenchSettings())
+    no_fit = lv.plan_bench_race(tiny, machine, BUILD, lv.BenchSettings())
     assert ("--fit (llama.cpp's default)", "this llama-bench has no -fitt") in no_fit.skipped
 
 
 def test_refit_after_a_gpu_race_holds_the_verified_one_out(tiny, tmp_path, monkeypatch):
     machine = compose_machine(gpu="rtx3090", cpu="ryzen-9-7950x", threads=4)
     build = dataclasses.replace(BUILD, flags=frozenset({"-t", "-fitt"}))
-    p = lv.plan(tiny, machine, build, lv.BenchSettings(max_contenders=3))
+    p = lv.plan_bench_race(tiny, machine, build, lv.BenchSettings(max_contenders=3))
     assert len(p.contenders) == 3           # two placements within the error, and fit
     # measured: each contender 1.5 x slower than predicted but the last, 2 x
     ts = {c.name: 1e6 / c.predicted_us / (2.0 if i == 2 else 1.5)
           for i, c in enumerate(p.contenders)}
     monkeypatch.setattr(lv, "run_bench", lambda b, m, args, **kw: _row(
         [ts[next(c.name for c in p.contenders if c.args == args)]] * 3))
-    st = lv.race(p, build, tiny, lv.BenchSettings(max_rounds=2, max_contenders=3),
+    st = lv.run_bench_race(p, build, tiny, lv.BenchSettings(max_rounds=2, max_contenders=3),
                  tmp_path / "s.json")
-    r = bench_record(p, st, build, machine, lv.BenchSettings(max_contenders=3), str(tiny))
+    r = bench_race_record(p, st, build, machine, lv.BenchSettings(max_contenders=3), str(tiny))
     f = r["refit"]
     held = [x for x in f["points"] if x["held_out"]]
     assert [x["label"] for x in held] == [r["verified"]["name"]]

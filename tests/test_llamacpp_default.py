@@ -14,18 +14,12 @@ from cope_core import parquet_io
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.geometry import GIB
-from cope_core.llamacpp import search
-from cope_core.llamacpp.cache_record import CacheRecord, LlamaSettings, expert_budget
-from cope_core.llamacpp.default import (
-    KEEP_LEVEL,
-    FitBaseline,
-    baseline_of,
-    default_fit_baseline,
-    llama_settings,
-    n_cpu_moe_memory,
-    short_args,
-)
-from cope_core.llamacpp.fit import ALL_EXPERTS, FIT_MARGIN, FIT_NAME, fit_default
+from cope_core.llamacpp import search_cache
+from cope_core.llamacpp.baseline import KEEP_LEVEL, FitBaseline, baseline_of, short_args
+from cope_core.llamacpp.cache_record import CacheRecord, expert_budget, llamacpp_record
+from cope_core.llamacpp.command import ALL_EXPERTS
+from cope_core.llamacpp.fit import FIT_MARGIN, FIT_NAME, fit_default
+from cope_core.llamacpp.settings import LlamaSettings, llama_settings, n_cpu_moe_memory
 from cope_core.llamacpp.vram import (
     Placement,
     device_memory,
@@ -50,6 +44,19 @@ def _files(stem: str, gpu: str) -> list[str]:
 def _run(capsys, *argv: str) -> str:
     assert main(list(argv)) == 0
     return capsys.readouterr().out
+
+
+def _fit_baseline(model, vram_gib: float, trace, profile, calibration, draws: int):
+    """llama.cpp's default at a budget, priced against the best configuration, as
+    ``build_policy`` records it (the record's search, then its baseline)."""
+    g = trace.model
+    settings = llama_settings(model)
+    K = g.experts_per_layer_for_vram(vram_gib * GIB)
+    op = profile.resolve(None, None, model=g)
+    rec = llamacpp_record(trace, profile, calibration, experts_per_layer=K, vram_gib=vram_gib,
+                          matrix_winner="layer_partition", cpu_threads=op.cpu_threads,
+                          gpu_share=op.gpu_share, draws=draws, llama=settings)
+    return baseline_of(rec)
 
 
 def _table(model: str):
@@ -126,14 +133,14 @@ def test_fit_is_priced_as_the_same_plain_placement():
     trace = parquet_io.read_trace(f"{EX}gguf-qwen3-30b-a3b-q4_k_m-trace.parquet")
     cal = parquet_io.read_trace(f"{EX}gguf-qwen3-30b-a3b-q4_k_m-calibration.parquet")
     prof = parquet_io.read_profile(f"{EX}gguf-qwen3-30b-a3b-q4_k_m-rtx4090-analytic.parquet")
-    base = default_fit_baseline(HEADER, 12.0, trace, prof, cal, draws=100)
+    base = _fit_baseline(HEADER, 12.0, trace, prof, cal, draws=100)
     assert base is not None
     fd = base.default
     assert fd.args == fit_default(read_llama_model(HEADER), 12 * GIB + FIT_MARGIN,
                                   n_ctx=4096).args
     assert fd.host_layers == len(fd.host_blocks) == 17          # no partial layer here
     s = LlamaSettings(read_llama_model(HEADER))
-    found = search(trace, prof, expert_budget(trace.model, 0, 12.0, s))
+    found = search_cache(trace, prof, expert_budget(trace.model, 0, 12.0, s))
     plain = found.frame[(found.frame["cache_mib"] == 0) & (found.frame["n_cpu"] == 17)]
     assert base.tpot_us == pytest.approx(float(plain["tpot_us"].iloc[0]), rel=1e-12)
     assert base.faster_share is not None and 0 <= base.faster_share <= 1
@@ -271,14 +278,14 @@ def test_a_partial_layer_is_priced_by_its_share_of_host_experts():
     trace = parquet_io.read_trace(f"{EX}{stem}-trace.parquet")
     cal = parquet_io.read_trace(f"{EX}{stem}-calibration.parquet")
     prof = parquet_io.read_profile(f"{EX}{stem}-rtx4090-analytic.parquet")
-    base = default_fit_baseline(None, 8.0, trace, prof, cal, draws=0)
+    base = _fit_baseline(None, 8.0, trace, prof, cal, draws=0)
     fd = base.default
     assert fd.host_blocks == tuple(range(9, 16))
     assert fd.args.split('-ot "')[1].startswith(r"blk\.8\.ffn_down.*=CPU,")
     assert fd.host_layers == pytest.approx(7 + 1 / 3)
     assert "0.33 of one more layer's experts" in fd.describe()
     # the plain placements at 7 and 8 host layers, whatever they need (no cache)
-    found = search(trace, prof, 1e12, n_cpu=[7, 8], cache_mib=[])
+    found = search_cache(trace, prof, 1e12, n_cpu=[7, 8], cache_mib=[])
     plain = found.frame.set_index("n_cpu")["tpot_us"]
     assert base.tpot_us == pytest.approx(plain[7] + (plain[8] - plain[7]) / 3, rel=1e-12)
     assert base.tpot_ci_us is None and base.faster_share is None      # no draws

@@ -14,11 +14,11 @@ import pytest
 from cope_core import parquet_io
 from cope_core.errors import CopeInputError
 from cope_core.geometry import GIB, MIB, get_model
-from cope_core.llamacpp import _cache_kernels, cache_flags
+from cope_core.llamacpp import LlamaFlags, _cache_kernels
 from cope_core.llamacpp.cache_search import (
     cache_costs,
     compare,
-    search,
+    search_cache,
     search_space,
 )
 from cope_core.llamacpp.moe_cache import (
@@ -182,7 +182,7 @@ def test_search_returns_the_brute_force_optimum_priced_by_hand(small):
     layer = g.n_experts * g.layer_expert_bytes[0]
     budget = 2 * layer + 300 * MIB
     shares = (0.0, 0.5, 0.9)
-    found = search(trace, profile, budget, shares=shares)
+    found = search_cache(trace, profile, budget, shares=shares)
     op = profile.resolve(model=g)
     tokens = trace.tokens_per_prompt
     shared = np.add.reduceat(op.shared_at(trace.context), trace.prompt_start[:-1]) / tokens
@@ -233,7 +233,7 @@ def test_compare_pairs_the_best_cache_with_layer_partition_and_the_matrix_winner
     trace, profile = small
     g = trace.model
     K = 32
-    found = search(trace, profile, K * g.per_k_bytes)
+    found = search_cache(trace, profile, K * g.per_k_bytes)
     out = compare(found, trace, profile, "fixed/parallel", experts_per_layer=K, draws=200)
     assert [c.name for c in out][1:] == ["layer_partition at K = 32",
                                          "the Policy Matrix's winner fixed/parallel"]
@@ -248,7 +248,7 @@ def test_compare_pairs_the_best_cache_with_layer_partition_and_the_matrix_winner
 def test_impossible_budgets_and_bad_settings_are_one_line_errors(small):
     trace, profile = small
     with pytest.raises(CopeInputError, match="no --n-cpu-moe fits"):
-        search(trace, profile, -1.0)
+        search_cache(trace, profile, -1.0)
     with pytest.raises(CopeInputError, match="share in \\[0, 1\\)"):
         CacheConfig(1, 100, 1.0, CLS)
     with pytest.raises(CopeInputError, match="only with the class-LRU"):
@@ -286,7 +286,7 @@ def _parse_cache_flags(argv: list[str]) -> dict:
 
 @pytest.mark.parametrize("share", [0.0, 0.5, 0.98])
 def test_flags_round_trip_through_the_argument_rules(share):
-    text = cache_flags(28, 12, 5000, share, 8)
+    text = LlamaFlags.placed(28, 8, 12, cache_mib=5000, cpu_share=share).text()
     got = _parse_cache_flags(shlex.split(text))
     assert got == {"moe_cache_size": 5000 * MIB, "cpu_share": share, "n_cpu_moe": 12}
     assert "--moe-cache-cpu-share" in text if share else "--moe-cache-cpu-share" not in text
@@ -297,7 +297,7 @@ def test_search_of_the_shipped_q4_k_m_example_prices_every_fitting_placement():
     profile = parquet_io.read_profile(EX + "gguf-qwen3-30b-a3b-q4_k_m-rtx4090-analytic.parquet")
     g = trace.model
     budget = g.expert_budget_bytes(16 * GIB)
-    found = search(trace, profile, budget, versions=[LRU], n_cpu=[6, 48])
+    found = search_cache(trace, profile, budget, versions=[LRU], n_cpu=[6, 48])
     df = found.frame
     assert set(df.n_cpu) == {6, 48}
     assert (df.cache_bytes <= budget - df.n_cpu.map(

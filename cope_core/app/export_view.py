@@ -31,12 +31,13 @@ def with_model_file(text: str, name: str | None) -> str:
     return text.replace(MODEL_PLACEHOLDER, shlex.quote(name)) if name else text
 
 
-def lead_command(text: str, language: str) -> tuple[str, int]:
-    """The command a shell export leads with (its first line that is not a comment) and how
-    many other commands follow it; other languages (JSON, YAML) are their whole text."""
+def lead_command(text: str, language: str, command: str | None = None) -> tuple[str, int]:
+    """The command a shell export leads with and how many other commands follow it: the
+    renderer's own (``command``, :attr:`cope_core.export.Rendered.command`), else the text's first
+    line that is not a comment; other languages (JSON, YAML) are their whole text."""
     if language != "bash":
         return text.rstrip("\n"), 0
     commands = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     if not commands:
         return text.rstrip("\n"), 0
-    return commands[0], len(commands) - 1
+    return (commands[0] if command is None else command), len(commands) - 1

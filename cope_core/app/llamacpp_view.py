@@ -7,12 +7,11 @@ import plotly.graph_objects as go
 
 from ..geometry import ModelGeometry
 from ..llamacpp import (
+    CACHE_LABEL,
     FIT_NAME,
-    LABEL,
     CacheRecord,
-    baseline_of,
-    cache_flags,
-    cache_notes,
+    cache_note_lines,
+    share_text,
     spread_text,
 )
 
@@ -22,40 +21,32 @@ def best_table(rec: CacheRecord, g: ModelGeometry, cpu_threads: int) -> pd.DataF
     rows = []
     for b in rec.best:
         rows.append({
-            "kind": LABEL + (" · " + b.candidate.split("/")[1] if b.cache_mib
+            "kind": CACHE_LABEL + (" · " + b.candidate.split("/")[1] if b.cache_mib
                              else " · off (--n-cpu-moe only)"),
             "TPOT ms": round(b.tpot_us / 1e3, 3),
             # the class-LRU rests on inferred rules: its TPOT under every reading of them
             "inferred rules": spread_text(rec, b) or ("none inferred" if b.cache_mib else "—"),
-            "llama-server flags": cache_flags(g.dense_layers + g.n_layers, b.n_cpu_moe,
-                                              b.cache_mib, b.cpu_share, cpu_threads),
+            "llama-server flags": b.flags(g.dense_layers + g.n_layers, cpu_threads).text(),
             "build": b.build or "any", "slots": b.slots,
             "hits/token": round(b.hits, 1), "uploads/token": round(b.uploads, 1),
             "CPU misses/token": round(b.cpu_misses, 1)})
     return pd.DataFrame(rows)
 
 
-def default_line(rec: CacheRecord | None) -> str | None:
-    """llama.cpp's default (``--fit``) against the best configuration, the sentence every
-    llama.cpp answer leads with (None: no record, or no VRAM budget to fit)."""
-    base = baseline_of(rec)
-    return None if base is None else base.lines()[0] + "."
-
-
 def verdict(rec: CacheRecord, g: ModelGeometry | None = None) -> str:
     """The best configuration against layer_partition and the Policy Matrix's winner (llama.cpp's
-    default is :func:`default_line`, shown before it); then, given the geometry, the cache's
-    cliff and the spread of the class-LRU's inferred rules
-    (:func:`cope_core.llamacpp.cache_notes.cache_notes`)."""
+    default is :func:`cope_core.export.llamacpp.default_line`, shown before it); then, given the
+    geometry, the cache's cliff and the spread of the class-LRU's inferred rules
+    (:func:`cope_core.llamacpp.cache_notes.cache_note_lines`)."""
     v = [x for x in rec.versus if x.name != FIT_NAME]
     best = rec.best[0]
     ci = v[0].tpot_ci_us
     head = (f"llama.cpp's best here: {best.candidate} at {best.tpot_us / 1e3:.3f} ms/token"
             + ("" if ci is None else f" [{ci[0] / 1e3:.3f}, {ci[1] / 1e3:.3f}]"))
     parts = [f"{x.name} {x.tpot_us / 1e3:.3f} ms (the cache faster in "
-             f"{100 * x.cache_faster:.0f} % of draws)" if x.cache_faster is not None
+             f"{share_text(x.cache_faster)} % of draws)" if x.cache_faster is not None
              else f"{x.name} {x.tpot_us / 1e3:.3f} ms" for x in v[1:]]
-    notes = cache_notes(rec, g) if g is not None else []
+    notes = cache_note_lines(rec, g) if g is not None else []
     return head + (
         "; against " + ", ".join(parts) if parts else "") + \
         f" · {rec.configurations} configurations searched" + "".join(

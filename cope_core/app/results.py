@@ -24,8 +24,7 @@ from ..estimate.quality import measurement_checks
 from ..estimate.uncertainty import DEFAULT_DRAWS
 from ..export import Policy, build_policy
 from ..geometry import GIB, ModelGeometry
-from ..llamacpp import CacheRecord, CacheVersion, cache_mib_for_bytes, cliff_mib
-from ..llamacpp import search as cache_search
+from ..llamacpp import CacheRecord, CacheVersion, cache_mib_for_bytes, cliff_mib, search_cache
 from ..matrix import Residency, residencies_of
 from ..placement import gpu_expert_bytes
 from ..profile.data import Profile
@@ -346,7 +345,7 @@ def _cache_sizes_cached(key: str, gib: float, op: tuple[int, float], n_cpu: int,
     budget = g.expert_budget_bytes(gib * GIB)
     top = cache_mib_for_bytes(g, n_cpu, budget - gpu_expert_bytes(g, n_cpu))
     sizes = sorted({max(top * i // 12, 1) for i in range(1, 13)}) if top else []
-    found = cache_search(_ds.trace, _ds.profile, budget, cpu_threads=op[0], gpu_share=op[1],
+    found = search_cache(_ds.trace, _ds.profile, budget, cpu_threads=op[0], gpu_share=op[1],
                          n_cpu=[n_cpu], cache_mib=sizes)
     out = found.frame.drop(columns=["prompt_tpot_us"])
     out.attrs["cliff_mib"] = {v.value: cliff_mib(g, n_cpu, v) for v in CacheVersion}

@@ -11,11 +11,10 @@ import pandas as pd
 from ..estimate.predict import winner
 from ..export.llamacpp import cache_lines
 from ..llamacpp import (
-    CLASS_LRU,
-    LABEL,
+    CACHE_LABEL,
+    CLASS_LRU_CANDIDATE,
     CacheRecord,
     baseline_of,
-    cache_flags,
     llamacpp_record,
     row_spread,
 )
@@ -34,10 +33,6 @@ def add_options(s: argparse.ArgumentParser) -> None:
                         "(server, upstream's behaviour) or emptied at every prompt (prompt)")
     add_llamacpp_options(s)
 
-
-#: The names cope export (export_cmd) reads them by; the options live in args.
-add_llama_options = add_llamacpp_options
-llama_settings_of = llama_settings_from_args
 
 
 def cache_search(args: argparse.Namespace, trace: Trace, profile: Profile,
@@ -61,7 +56,7 @@ def cache_search(args: argparse.Namespace, trace: Trace, profile: Profile,
 def text_lines(rec: CacheRecord | None, trace: Trace, cpu_threads: int) -> list[str]:
     if not rec:
         return []
-    return ["", f"{LABEL} (llama.cpp b11480+), at {rec.expert_budget_gib:.2f} GiB for routed "
+    return ["", f"{CACHE_LABEL} (llama.cpp b11480+), at {rec.expert_budget_gib:.2f} GiB for routed "
                 "experts:"] + [line.lstrip("# ") if line.startswith("#") else line
                                for line in cache_lines(rec, trace.model, cpu_threads)[:-1]]
 
@@ -78,10 +73,9 @@ def json_rows(rec: CacheRecord | None, trace: Trace, K: int, cpu_threads: int
         if b.candidate == LAYER_PARTITION:
             continue
         out.append({
-            "candidate": b.candidate, "runtime": "llama.cpp", "label": LABEL,
+            "candidate": b.candidate, "runtime": "llama.cpp", "label": CACHE_LABEL,
             "experts_per_layer": K, "estimator": "cope", "build": b.build,
-            "flags": cache_flags(g.dense_layers + g.n_layers, b.n_cpu_moe, b.cache_mib,
-                                 b.cpu_share, cpu_threads),
+            "flags": b.flags(g.dense_layers + g.n_layers, cpu_threads).text(),
             "n_cpu_moe": b.n_cpu_moe, "cache_mib": b.cache_mib,
             "cpu_share": b.cpu_share, "slots": b.slots, "tpot_us": b.tpot_us,
             "tpot_ci_us": versus[0]["tpot_ci_us"] if i == 0 else None,
@@ -92,7 +86,7 @@ def json_rows(rec: CacheRecord | None, trace: Trace, K: int, cpu_threads: int
             **({"rule_readings": rec.to_dict().get("rule_readings", []),
                 "rule_spread_us": None if (ends := row_spread(rec, b)) is None
                 else [r.tpot_us for r in ends]}
-               if b.candidate == CLASS_LRU else {})})
+               if b.candidate == CLASS_LRU_CANDIDATE else {})})
     base = baseline_of(rec)
     if out and base is not None:
         out[0]["default_fit"] = base.to_dict()

@@ -15,7 +15,7 @@ from ..estimate.quality import check_lines, checks_to_dict, measurement_checks
 from ..estimate.uncertainty import check_draws
 from ..files import print_json
 from ..geometry import CATALOG, GIB
-from ..llamacpp import n_cpu_moe_memory
+from ..llamacpp import LlamaFlags, n_cpu_moe_memory
 from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
 from ..platforms import resolve_platform
 from ..profile.busy import busy_note
@@ -188,7 +188,8 @@ def _vram_llamacpp(args: argparse.Namespace, g) -> int:
     if args.json:
         print_json(out)
     else:
-        print(f"{g.name} ({g.format_name}): -ngl 99 --n-cpu-moe {args.n_cpu_moe} fits "
+        flags = LlamaFlags(n_gpu_layers=99, n_cpu_moe=args.n_cpu_moe).text()
+        print(f"{g.name} ({g.format_name}): {flags} fits "
               f"{args.gib:g} GiB: llama.cpp counts {mem.total / GIB:.2f} GiB on the GPU "
               f"(weights {mem.model / GIB:.2f} without the token embedding, KV cache "
               f"{mem.context / GIB:.2f} at -c {args.ctx}, compute buffer "

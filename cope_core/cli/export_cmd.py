@@ -33,8 +33,13 @@ from ..files import check_writable, sha256_file, write_atomic
 from ..llamacpp import is_bench_record, read_bench_record
 from ..platforms import resolve_platform
 from ..verify import read_verify
-from . import cache_report
-from .args import add_machine_options, add_model_options, priced_as_model
+from .args import (
+    add_llamacpp_options,
+    add_machine_options,
+    add_model_options,
+    llama_settings_from_args,
+    priced_as_model,
+)
 
 #: Options that describe how to build a policy; --from-policy takes none of them.
 _BUILD_OPTIONS = (("--trace", "trace"), ("--profile", "profile"), ("--calibration", "calibration"),
@@ -80,7 +85,7 @@ def register(subparsers) -> None:
     s.add_argument("--exl3-bits", type=float, metavar="BPW",
                    help="exllamav3: the model's bits per weight (config.json "
                         "quantization_config.bits), to size its experts in VRAM and RAM")
-    cache_report.add_llama_options(s)
+    add_llamacpp_options(s)
     s.add_argument("--force", action="store_true", help="overwrite existing files")
     s.add_argument("--strict", action="store_true",
                    help="fail (exit 2) when the runtime cannot run exactly the chosen candidate")
@@ -169,7 +174,7 @@ def _policy(args: argparse.Namespace):
                         cpu_threads=args.threads, gpu_share=args.gpu_share,
                         candidate=args.candidate,
                         fill_by_id=args.fill_by_id, spec=spec,
-                        llama=cache_report.llama_settings_of(args))
+                        llama=llama_settings_from_args(args))
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -13,7 +13,13 @@ import os
 from .. import parquet_io
 from ..errors import CopeInputError
 from ..files import print_json
-from ..llamacpp import BenchEvaluation, match_rows, read_llama_bench, read_llama_model, score_rows
+from ..llamacpp import (
+    BenchEvaluation,
+    match_bench_rows,
+    read_llama_bench,
+    read_llama_model,
+    score_bench_rows,
+)
 from ..platforms import DEFAULT_CPU
 from .args import add_machine_options, machine_from_args, model_from_args, renamed
 
@@ -61,7 +67,7 @@ def cmd_llama_bench(args: argparse.Namespace) -> int:
                          | ({args.threads} if args.threads else set())) or [m.threads]
         profile = analytic_profile(g, m.spec, cpu_threads=threads)
         what = f"analytic profile of {m.spec.name} (not measured)"
-    ev = score_rows(match_rows(rows, lm, g, profile, cpu_threads=args.threads,
+    ev = score_bench_rows(match_bench_rows(rows, lm, g, profile, cpu_threads=args.threads,
                                gpu_share=args.gpu_share))
     if args.json:
         print_json({"llama_bench": os.fspath(args.llama_bench), "model": args.model,

@@ -60,7 +60,13 @@ def bench_settings(args: argparse.Namespace) -> BenchSettings:
 
 
 def cmd_verify_llamabench(args: argparse.Namespace) -> int:
-    from ..llamacpp import bench_record, plan, probe_build, race, write_bench_record
+    from ..llamacpp import (
+        bench_race_record,
+        plan_bench_race,
+        probe_bench_build,
+        run_bench_race,
+        write_bench_record,
+    )
     if not args.llama_bench:
         raise CopeInputError("needs the llama-bench to run: --llama-bench PATH",
                              field="--llama-bench")
@@ -87,17 +93,17 @@ def cmd_verify_llamabench(args: argparse.Namespace) -> int:
         if not eq or not name:
             raise CopeInputError(f"expected NAME=VALUE, got {item!r}", field="--env")
         env[name] = value
-    build = probe_build(args.llama_bench, env)
+    build = probe_bench_build(args.llama_bench, env)
     if args.threads and len(args.threads) > 1:
         raise CopeInputError(f"expected one thread count with --llama-bench, got {args.threads}",
                              field="--threads")
     machine = machine_from_args(args, threads=args.threads[0] if args.threads else None)
-    p = plan(args.model, machine, build, settings)
+    p = plan_bench_race(args.model, machine, build, settings)
     log = (lambda s: None) if args.no_progress else (lambda s: print(s, file=sys.stderr))
     log("contenders: " + ", ".join(f"{c.name} ({1e6 / c.predicted_us:.1f} tok/s predicted)"
                                    for c in p.contenders))
-    st = race(p, build, args.model, settings, state, env=env, log=log)
-    record = bench_record(p, st, build, machine, settings, args.model)
+    st = run_bench_race(p, build, args.model, settings, state, env=env, log=log)
+    record = bench_race_record(p, st, build, machine, settings, args.model)
     if args.output:
         write_bench_record(record, args.output, overwrite=args.force)
     if args.json:

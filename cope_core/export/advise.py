@@ -33,7 +33,7 @@ from ..errors import CopeInputError
 from ..estimate.cpu_only import cpu_only_price
 from ..estimate.speed import tokens_per_s
 from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
-from ..llamacpp import FIT_MARGIN, FIT_NAME, KEEP_LEVEL, baseline_of, cache_flags, llama_settings
+from ..llamacpp import FIT_MARGIN, LlamaFlags, baseline_of, llama_settings, llamacpp_answer
 from ..machine import Machine
 from ..matrix import LAYER_PARTITION
 from ..profile.analytic import analytic_profile
@@ -47,7 +47,6 @@ from ..trace.synth_defaults import (
 )
 from .build import build_policy
 from .formats import EXPORT_FORMATS, get_format, render
-from .llamacpp import risky
 from .policy import Policy
 
 #: The runtimes ``cope advise`` answers for, in the order it prints them.
@@ -285,10 +284,6 @@ def _speed(policy: Policy, candidate: str) -> Speed:
     return Speed(policy.cope_us(candidate), None if ci is None else (float(ci[0]), float(ci[1])))
 
 
-def _command(text: str) -> str:
-    return next(line for line in text.splitlines() if line and not line.startswith("#"))
-
-
 def _answer(policy: Policy, runtime: str, with_files: bool, context: int) -> RuntimeAnswer:
     """One runtime's command, what it runs and its predicted speed, and its default."""
     r = render(policy, runtime, with_files=with_files)
@@ -303,47 +298,18 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int) -> Run
                      "it there)")
     speed = None if runs is None else _speed(policy, runs)
     rec = policy.llamacpp_cache
-    command = _command(r.text)
+    command = r.lead
     alternatives: list[Alternative] = []
     if runtime == "llama.cpp" and rec is not None and policy.chosen_by == "best":
-        # the llama.cpp text leads with the best configuration llama.cpp itself can run
-        best, v = rec.best[0], rec.versus[0]
-        runs, speed = best.candidate, Speed(v.tpot_us, v.tpot_ci_us)
-        needs = f"needs llama.cpp {best.build} or newer (its MoE expert cache)"
-        if best.cache_mib:
-            notes.append(needs)
-        base = baseline_of(rec)
-        if base is not None and base.tpot_us == v.tpot_us:
-            notes.append("--fit places the model the same way: the default needs no flags")
-        elif base is not None and base.faster_share is not None:
-            keep = "" if base.faster_share >= KEEP_LEVEL else ": not sure enough, keep the default"
-            notes.append(f"faster than the default in {100 * base.faster_share:.0f} % of the "
-                         f"paired draws{keep}")
-        g = policy.model
-        best_command = "llama-server -m MODEL.gguf " + cache_flags(
-            g.dense_layers + g.n_layers, best.n_cpu_moe, best.cache_mib, best.cpu_share,
-            policy.cpu_threads)
-        if risky(rec):
-            # not sure enough: the first line is the default's (the export's too), the faster
-            # one follows
-            assert base is not None and base.tpot_us is not None
-            gain = f"{base.gain_pct:+.1f} %" if base.gain_pct is not None else "faster"
-            share = ("" if base.faster_share is None else
-                     f", faster in {100 * base.faster_share:.0f} % of draws")
-            if best.cache_mib:
-                notes.remove(needs)            # said of the alternative that needs it
-                share += "; " + needs
-            alternatives.append(Alternative("if you accept the risk", best_command, speed,
-                                            f"{gain}{share}"))
-            command = f"llama-server -m MODEL.gguf -c {base.default.n_ctx}"
-            runs, speed = FIT_NAME, Speed(base.tpot_us, base.tpot_ci_us)
-        plain = next((b for b in rec.best if not b.cache_mib), None)
-        if best.cache_mib and plain is not None:
-            alternatives.append(Alternative(
-                "plain placement (no MoE cache; runs on every build with --n-cpu-moe)",
-                "llama-server -m MODEL.gguf " + cache_flags(
-                    g.dense_layers + g.n_layers, plain.n_cpu_moe, 0, 0.0, policy.cpu_threads),
-                Speed(plain.tpot_us)))
+        # the llama.cpp text leads with the answer llama.cpp itself can run
+        answer = llamacpp_answer(rec, policy.model, policy.cpu_threads)
+        first = answer.recommended
+        command, runs = first.command(), first.runs
+        speed = None if first.tpot_us is None else Speed(first.tpot_us, first.tpot_ci_us)
+        notes += answer.notes
+        alternatives += [Alternative(o.label, o.command(),
+                                     None if o.tpot_us is None else Speed(o.tpot_us, o.tpot_ci_us),
+                                     o.note) for o in answer.alternatives]
     what, default = runtime_default(policy, runtime)
     if runs is None:
         notes.append(f"{get_format(runtime).label}'s setting is outside the Policy Matrix: not "
@@ -390,7 +356,7 @@ def _cpu_only(model: ModelGeometry, machine: Machine, order: list[str], context:
     for r in order:
         if get_format(r).cpu_only:
             answers.append(RuntimeAnswer(
-                r, f"llama-server -m MODEL.gguf -ngl 0 -t {machine.threads}", "cpu_only", speed,
+                r, LlamaFlags.cpu_only(machine.threads).command(), "cpu_only", speed,
                 "the same: with no GPU every weight is on the CPU", speed,
                 ("no GPU: nothing to place; priced with every weight and operation on the CPU "
                  "(cope_core/estimate/cpu_only.py)",)))

@@ -28,6 +28,9 @@ class Rendered:
         Policy Matrix, as vLLM's offloading is).
     summary : str
         When not exact: one line saying what the runtime cannot express and what it runs.
+    command : str or None
+        The command the text leads with, as its renderer wrote it (None: the text's first
+        line that is not a comment, :attr:`lead`).
     """
 
     format: str
@@ -36,6 +39,15 @@ class Rendered:
     exact: bool = True
     deployed: str | None = None
     summary: str = ""
+    command: str | None = None
+
+    @property
+    def lead(self) -> str:
+        """The command a user pastes first: the renderer's, else the first line that is not a
+        comment (a JSON or YAML text: its first line)."""
+        if self.command is not None:
+            return self.command
+        return next((ln for ln in self.text.splitlines() if ln and not ln.startswith("#")), "")
 
 
 def ms(us: float | None) -> str:

@@ -21,8 +21,7 @@ from .common import Rendered
 from .exllamav3 import DEFAULT_STATS, render_exllamav3
 from .ik_llamacpp import render_ik_llamacpp
 from .ktransformers import render_ktransformers
-from .leads import lead_line
-from .llamacpp import render_llamacpp
+from .llamacpp import lead_line, render_llamacpp
 from .policy import Policy, policy_json
 from .sglang_kt import DEFAULT_PT, render_sglang_kt
 from .vllm import render_vllm

@@ -28,12 +28,14 @@ from ..estimate.speed import tokens_per_s
 from ..geometry import ModelGeometry
 from ..llamacpp import (
     FIT_NAME,
+    RISK,
     CacheRecord,
     CacheVersion,
+    LlamaFlags,
     baseline_of,
-    cache_flags,
-    cache_notes,
-    llamacpp_flags,
+    cache_note_lines,
+    llamacpp_answer,
+    share_text,
     spread_text,
 )
 from ..matrix import LAYER_PARTITION, get_candidate
@@ -49,18 +51,31 @@ from .common import (
 from .policy import Policy
 
 
+def default_line(rec: CacheRecord | None) -> str | None:
+    """llama.cpp's default (``--fit``) against its best configuration: the sentence every
+    llama.cpp answer leads with (None: no record, or no VRAM budget to fit)."""
+    base = baseline_of(rec)
+    return None if base is None else base.lines()[0] + "."
+
+
+def lead_line(policy: Policy) -> str | None:
+    """The sentence the llama.cpp export leads with, above its command (``ExportFormat.lead``):
+    :func:`default_line` of the policy's record."""
+    return default_line(policy.llamacpp_cache)
+
+
 def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int) -> list[str]:
     """The lines that lead the llama.cpp export (and close ``cope predict``): the fastest
     configuration llama.cpp can run at this VRAM, its build, prediction and margins, from a
     ``llamacpp_cache`` record (none without one), led by llama.cpp's default (``--fit``) and
-    what the configuration gains over it (:mod:`cope_core.llamacpp.default`)."""
+    what the configuration gains over it, rendered from its answer
+    (:func:`cope_core.llamacpp.llamacpp_answer`)."""
     if not rec:
         return []
-    base = baseline_of(rec)
+    answer = llamacpp_answer(rec, g, cpu_threads)
+    base = answer.baseline
     lead = [] if base is None else ["# " + line for line in base.lines()]
-    best = rec.best[0]
-    flags = cache_flags(g.dense_layers + g.n_layers, best.n_cpu_moe, best.cache_mib,
-                        best.cpu_share, cpu_threads)
+    best = answer.best_config
     what = ("its own MoE expert cache" if best.cache_mib else
             "no cache: the plain --n-cpu-moe placement is fastest")
     lines = lead + [f"# Best configuration llama.cpp can run at this VRAM ({what}); searched "
@@ -83,44 +98,31 @@ def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int) -> 
         ci = "" if v.tpot_ci_us is None else \
             f" [{v.tpot_ci_us[0] / 1e3:.3f}, {v.tpot_ci_us[1] / 1e3:.3f}]"
         tail = "" if v.cache_faster is None else \
-            f"; the configuration above is faster in {100 * v.cache_faster:.0f} % of draws"
+            f"; the configuration above is faster in {share_text(v.cache_faster)} % of draws"
         label = "this configuration" if v is rec.versus[0] else v.name
         lines.append(f"# predicted {label}: {v.tpot_us / 1e3:.3f} ms/token{ci} · "
                      f"{tokens_per_s(v.tpot_us):.1f} tokens/s{tail}")
-    if risky(rec):
+    lines.append(answer.recommended.command())
+    if answer.keeps_default:
         # not sure enough: the first command is the default's, the faster one a comment
-        assert base is not None and base.faster_share is not None
-        lines += [f"llama-server -m MODEL.gguf -c {base.default.n_ctx}",
-                  f"# if you accept the risk ({base.gain_pct:+.1f} %, faster in "
-                  f"{100 * base.faster_share:.0f} % of draws):",
-                  f"# llama-server -m MODEL.gguf {flags}"]
-    else:
-        lines.append(f"llama-server -m MODEL.gguf {flags}")
+        assert base is not None
+        lines += [f"# {RISK} ({base.gain()}):", "# " + answer.best.command()]
     if others := rec.best[1:]:
         lines.append("# the fastest of each other kind: " + "; ".join(
             f"{b.candidate} {b.tpot_us / 1e3:.3f} ms (--n-cpu-moe {b.n_cpu_moe}"
             + (f", {b.cache_mib} MiB" if b.cache_mib else "")
             + (f", share {b.cpu_share:g}" if b.cpu_share else "")
             + (f"; {sp}" if (sp := spread_text(rec, b)) else "") + ")" for b in others))
-    lines += ["# " + note for note in cache_notes(rec, g)]    # the cliff, the rules' spread
+    lines += ["# " + note for note in cache_note_lines(rec, g)]    # the cliff, the rules' spread
     return lines + ["#"]
-
-
-def risky(rec: CacheRecord | None) -> bool:
-    """Whether the best configuration's gain over the default is not sure enough (faster in
-    fewer than the level's share of the paired draws, and not the same placement): then the
-    default's command is the one recommended."""
-    base = baseline_of(rec)
-    return (rec is not None and base is not None and base.keep_default
-            and base.tpot_us is not None and base.faster_share is not None
-            and base.tpot_us > rec.versus[0].tpot_us)
 
 
 def render_llamacpp(policy: Policy) -> Rendered:
     plan = policy.layer_plan
     L = policy.model.n_layers
     exact = whole_layer_equivalent(policy)
-    cache = cache_lines(policy.llamacpp_cache, policy.model, policy.cpu_threads)
+    rec = policy.llamacpp_cache
+    cache = cache_lines(rec, policy.model, policy.cpu_threads)
     # COPE's pick leads with llama.cpp's best; a candidate the user chose (or a verified winner)
     # leads with its own line, and the best alternative follows as a comment
     chosen = policy.chosen_by != "best"
@@ -148,8 +150,7 @@ def render_llamacpp(policy: Policy) -> Rendered:
         host_ram_line(policy, plan.n_cpu * policy.model.n_experts,
                       "the host layers' experts (mmap'd from the GGUF unless --no-mmap)"),
     ]
-    plain = next((b for b in (policy.llamacpp_cache.best if policy.llamacpp_cache else ())
-                  if not b.cache_mib), None)
+    plain = next((b for b in (rec.best if rec else ()) if not b.cache_mib), None)
     if plain is not None and plain.cpu_layers < plan.n_cpu:
         # K is the floor of the budget: the VRAM left can hold a layer more than K's bytes
         lines.append(f"# the VRAM budget holds more than K's bytes: its plain placement, "
@@ -157,18 +158,20 @@ def render_llamacpp(policy: Policy) -> Rendered:
                      f"searched above), puts {plan.n_cpu - plain.cpu_layers} more layer(s) on "
                      "the GPU")
     residency = get_candidate(policy.candidate).residency
-    if not exact and residency is not None and residency.mutable and not policy.llamacpp_cache:
+    if not exact and residency is not None and residency.mutable and not rec:
         lines.append("# llama.cpp's own cache of host experts (--moe-cache-mib, b11480+) was not "
                      "searched for this record: re-export to see it")
-    short, explicit = llamacpp_flags(plan, policy.cpu_threads)
+    short, explicit = LlamaFlags.of_plan(plan, policy.cpu_threads)
     lines += ["# mainline llama.cpp only: in ik_llama.cpp -fit does not parse and -ncmoe N takes "
               "the LAST N MoE layers (--format ik_llama.cpp)",
               "# needs a build with -fit (PR #16653; b11434 has it)",
-              f"llama-server -m MODEL.gguf {short}",
+              short.command(),
               "# or the same placement as an explicit tensor override:",
-              f"llama-server -m MODEL.gguf {explicit}"]
+              explicit.command()]
     if chosen and cache:
         lines += ["#", f"# The best alternative to the chosen {policy.candidate}, not run above:"]
         lines += [line if line.startswith("#") else "# " + line for line in cache[:-1]]
+    lead = llamacpp_answer(rec, policy.model, policy.cpu_threads).recommended.command() \
+        if rec and not chosen else short.command()
     return Rendered("llama.cpp", "\n".join(lines) + "\n", exact=exact,
-                    deployed=None if exact else LAYER_PARTITION, summary=summary)
+                    deployed=None if exact else LAYER_PARTITION, summary=summary, command=lead)

@@ -1,10 +1,14 @@
 """llama.cpp as COPE models it: everything that is llama.cpp's and not COPE's, in one package,
-one module per concept (docs/design.md#the-code). The rest of the code imports this face only.
+one module per concept (docs/design.md#the-code). The rest of the code imports this face only
+(tests/test_architecture.py fails on a deep import).
 
 * how it places tensors and counts device memory: :mod:`.vram` (the GGUF's tensor table, ``-ngl``,
   ``--n-cpu-moe``, ``-ot``, the KV cache and compute buffer); its ``--fit``: :mod:`.fit`; the
-  default a user gets without our flags, priced: :mod:`.default`;
-* the command line it is given: :mod:`.command`;
+  settings it runs with (``-c``, ``-ctk``/``-ctv``, ``-fitt``): :mod:`.settings`;
+* the one command builder (settings in, argv out; every tensor pattern): :mod:`.command`;
+* the answer, made once: llama.cpp's default priced and the rule for whether our flags are
+  worth pasting (:mod:`.baseline`), the recommended command and those beside it
+  (:mod:`.answer`);
 * its MoE expert cache: the replay port (:mod:`.moe_cache`, kernels in ``_cache_kernels``), the
   size cliff (:mod:`.cache_cliff`), the pricing and search (:mod:`.cache_search`), the class-LRU's
   inferred readings (:mod:`.cache_readings`), the record a policy keeps (:mod:`.cache_record`) and
@@ -15,20 +19,22 @@ one module per concept (docs/design.md#the-code). The rest of the code imports t
 """
 from __future__ import annotations
 
-from .bench_eval import BenchEvaluation, match_rows, score_rows
-from .bench_file import BenchRow, read_llama_bench
-from .bench_record import bench_record, is_bench_record, read_bench_record, write_bench_record
-from .bench_run import BenchBuild, probe_build, run_bench
-from .bench_verify import BenchSettings, plan, race
+from .answer import RISK, llamacpp_answer
+from .baseline import baseline_of, share_text
+from .bench_eval import BenchEvaluation, match_bench_rows, score_bench_rows
+from .bench_file import read_llama_bench
+from .bench_record import bench_race_record, is_bench_record, read_bench_record, write_bench_record
+from .bench_run import probe_bench_build, run_bench
+from .bench_verify import BenchSettings, plan_bench_race, run_bench_race
 from .cache_cliff import cliff_mib
-from .cache_notes import cache_notes, row_spread, spread_text
-from .cache_record import CLASS_LRU, CacheRecord, LlamaSettings, llamacpp_record
-from .cache_search import LABEL, placement_tpot, search
-from .command import EXPERT_TENSORS, cache_flags, llamacpp_flags, override_regex
-from .default import KEEP_LEVEL, baseline_of, llama_settings, n_cpu_moe_memory
+from .cache_notes import cache_note_lines, row_spread, spread_text
+from .cache_record import CLASS_LRU_CANDIDATE, CacheRecord, llamacpp_record
+from .cache_search import CACHE_LABEL, placement_tpot, search_cache
+from .command import LlamaFlags
 from .fit import FIT_MARGIN, FIT_NAME
 from .moe_cache import (
     READINGS,
+    TUNER_SHARES,
     CacheConfig,
     CacheVersion,
     cache_layout,
@@ -36,15 +42,19 @@ from .moe_cache import (
     replay_cache,
 )
 from .server_log import check_cache_log, read_cache_log
+from .settings import LlamaSettings, llama_settings, n_cpu_moe_memory
 from .vram import read_llama_model
 
 __all__ = [
-    "CLASS_LRU", "EXPERT_TENSORS", "FIT_MARGIN", "FIT_NAME", "KEEP_LEVEL", "LABEL", "READINGS",
-    "BenchBuild", "BenchEvaluation", "BenchRow", "BenchSettings", "CacheConfig", "CacheRecord",
-    "CacheVersion", "LlamaSettings", "baseline_of", "bench_record", "cache_flags", "cache_layout",
-    "cache_mib_for_bytes", "cache_notes", "check_cache_log", "cliff_mib", "is_bench_record",
-    "llama_settings", "llamacpp_flags", "llamacpp_record", "match_rows", "n_cpu_moe_memory",
-    "override_regex", "placement_tpot", "plan", "probe_build", "race", "read_bench_record",
-    "read_cache_log", "read_llama_bench", "read_llama_model", "replay_cache", "row_spread",
-    "run_bench", "score_rows", "search", "spread_text", "write_bench_record",
+    "CACHE_LABEL", "CLASS_LRU_CANDIDATE", "FIT_MARGIN", "FIT_NAME", "READINGS", "RISK",
+    "TUNER_SHARES",
+    "BenchEvaluation", "BenchSettings", "CacheConfig", "CacheRecord", "CacheVersion",
+    "LlamaFlags", "LlamaSettings",
+    "baseline_of", "bench_race_record", "cache_layout", "cache_mib_for_bytes", "cache_note_lines",
+    "check_cache_log", "cliff_mib", "is_bench_record", "llama_settings", "llamacpp_answer",
+    "llamacpp_record", "match_bench_rows", "n_cpu_moe_memory", "placement_tpot",
+    "plan_bench_race", "probe_bench_build", "read_bench_record", "read_cache_log",
+    "read_llama_bench", "read_llama_model", "replay_cache", "row_spread", "run_bench",
+    "run_bench_race", "score_bench_rows", "search_cache", "share_text", "spread_text",
+    "write_bench_record",
 ]

@@ -25,11 +25,11 @@ from ..geometry import ModelGeometry
 from ..profile.data import Profile
 from .bench_file import BenchRow
 from .cache_search import placement_tpot
+from .command import EXPERT_TENSORS, n_cpu_moe_patterns
 from .vram import LlamaModel
 
-#: llama-bench's --n-cpu-moe pattern of block ``i`` (common/common.h l. 1224-1230)
-NCMOE_PATTERN = r"blk\.{}\.ffn_(up|down|gate|gate_up)_(ch|)exps"
-_EXPERTS = re.compile(r"^blk\.(\d+)\.ffn_(up|down|gate|gate_up)_(ch|)exps\.")
+#: a routed-expert tensor's name, its block captured
+_EXPERTS = re.compile(rf"^blk\.(\d+){EXPERT_TENSORS}\.")
 
 
 def host_buffer(name: str) -> bool:
@@ -108,7 +108,7 @@ def placement_of(row: BenchRow, m: LlamaModel) -> tuple[tuple[int, ...], str]:
         return (), (f"-ngl {ngl} keeps blocks on the CPU (every block and the output need "
                     f"-ngl >= {m.n_layer + 1}): COPE prices only the routed experts on the CPU")
     overrides = [(re.compile(p), host_buffer(b)) for p, b in row.overrides]
-    overrides += [(re.compile(NCMOE_PATTERN.format(i)), True) for i in range(row.n_cpu_moe)]
+    overrides += [(re.compile(p), True) for p in n_cpu_moe_patterns(row.n_cpu_moe)]
     host: dict[int, set[bool]] = {}
     for name, _ in m.tensors:
         on_host = next((h for rx, h in overrides if rx.search(name)), False)
@@ -125,7 +125,7 @@ def placement_of(row: BenchRow, m: LlamaModel) -> tuple[tuple[int, ...], str]:
     return tuple(b for b, s in sorted(host.items()) if True in s), ""
 
 
-def match_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeometry,
+def match_bench_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeometry,
                profile: Profile, *, cpu_threads: int | None = None,
                gpu_share: float | None = None) -> tuple[BenchMatch, ...]:
     """Each row matched to its configuration and predicted, or listed with why not.
@@ -180,7 +180,7 @@ def match_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeometry,
     return tuple(out)
 
 
-def score_rows(matches: Sequence[BenchMatch]) -> BenchEvaluation:
+def score_bench_rows(matches: Sequence[BenchMatch]) -> BenchEvaluation:
     """Errors, Spearman rank correlation and regret over the matched rows."""
     idx = [i for i, x in enumerate(matches) if x.matched]
     pred = np.array([matches[i].predicted_ts for i in idx], np.float64)

@@ -7,7 +7,6 @@ of the verified configuration (``cope export --from-verify`` prints it)."""
 from __future__ import annotations
 
 import json
-import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,24 +18,13 @@ from ..machine import Machine
 from ..version import __version__
 from .bench_run import BenchBuild
 from .bench_verify import BenchContender, BenchSettings, Plan, RaceState, measured_us
+from .command import LlamaFlags
 
 SCHEMA = "cope.verify-llamabench/1"
-#: llama-bench's flags as llama-server (and llama-cli) spell them
-SERVER_FLAGS = {"-ncmoe": "--n-cpu-moe", "-ngl": "-ngl", "-t": "-t"}
-
-
 def server_command(model: str, args: tuple[str, ...] | list[str]) -> str:
     """The llama-server line of a contender's llama-bench arguments (``-fitt M`` is
     llama-server's default ``--fit on`` with ``-fitt M``)."""
-    out = ["llama-server", "-m", model]
-    it = iter(args)
-    for flag in it:
-        value = next(it)
-        if flag == "-fitt":
-            out += ["--fit", "on", "-fitt", value]
-        else:
-            out += [SERVER_FLAGS.get(flag, flag), value]
-    return shlex.join(out)
+    return LlamaFlags.from_bench_argv(args).command(model)
 
 
 def knobs_for(cpu_only: bool) -> list[Knob]:
@@ -68,7 +56,7 @@ def refit_race(p: Plan, st: RaceState, cpu_only: bool) -> dict[str, Any] | None:
     return out
 
 
-def bench_record(p: Plan, st: RaceState, build: BenchBuild, machine: Machine,
+def bench_race_record(p: Plan, st: RaceState, build: BenchBuild, machine: Machine,
                  settings: BenchSettings, model: str) -> dict[str, Any]:
     """The whole record as a JSON-ready dict."""
     meas = measured_us(st)

@@ -52,7 +52,7 @@ def _env(exe: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
             **(extra or {})}
 
 
-def probe_build(path: str | os.PathLike, env: Mapping[str, str] | None = None) -> BenchBuild:
+def probe_bench_build(path: str | os.PathLike, env: Mapping[str, str] | None = None) -> BenchBuild:
     """Read a llama-bench's version and flags; a path that is not one is a one-line error."""
     exe = Path(path)
     if not exe.is_file() or not os.access(exe, os.X_OK):

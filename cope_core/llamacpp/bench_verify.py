@@ -42,13 +42,14 @@ from ..estimate.cpu_only import host_spec, spec_tpot
 from ..estimate.model_error import model_error
 from ..estimate.racing import judge
 from ..files import write_atomic
+from ..geometry import DEFAULT_CONTEXT
 from ..machine import Machine
 from ..models import resolve_model
 from ..platforms import PlatformSpec
 from ..profile.analytic import analytic_profile
-from .bench_eval import NCMOE_PATTERN
 from .bench_run import BenchBuild, run_bench
 from .cache_search import placement_tpot
+from .command import LlamaFlags, n_cpu_moe_patterns
 from .fit import FIT_MARGIN, fit_default
 from .vram import Placement, device_memory, read_llama_model
 
@@ -80,7 +81,7 @@ class BenchSettings:
     tolerance: float = 0.03
     draws: int = 1000
     seed: int = 0
-    n_ctx: int = 4096
+    n_ctx: int = DEFAULT_CONTEXT
     max_contenders: int = 3
 
 
@@ -106,7 +107,7 @@ def _within(options: list[BenchContender], limit: int) -> list[BenchContender]:
     return (near if len(near) >= 2 else ranked[:2])[:max(limit, 2)]
 
 
-def plan(model_path: str | os.PathLike, machine: Machine, build: BenchBuild,
+def plan_bench_race(model_path: str | os.PathLike, machine: Machine, build: BenchBuild,
          settings: BenchSettings) -> Plan:
     """The contenders of a model file on a machine (module docstring)."""
     g = resolve_model(os.fspath(model_path))
@@ -119,8 +120,8 @@ def plan(model_path: str | os.PathLike, machine: Machine, build: BenchBuild,
             return spec_tpot(g, s, c.threads, context)
         # up to the threads the user gives llama.cpp (more would take cores it left to others)
         counts = sorted({n for n in (1, 2, 4, 8, 16, 32, 64) if n <= t} | {t})
-        curve = [BenchContender(f"-t {n}", ("-ngl", "0", "-t", str(n)), n, None, 0.0)
-                 for n in counts]
+        curve = [BenchContender(f"-t {n}", tuple(LlamaFlags.cpu_only(n).argv("bench")), n, None,
+                                0.0) for n in counts]
         curve = [c.__class__(**{**asdict(c), "args": c.args,
                                 "predicted_us": price_cpu(spec, c)}) for c in curve]
         return Plan(tuple(_within(curve, settings.max_contenders)), (), tuple(curve), spec,
@@ -140,11 +141,12 @@ def plan(model_path: str | os.PathLike, machine: Machine, build: BenchBuild,
     vram = int(machine.vram_bytes)
     curve, skipped = [], []
     for n in range(g.n_layers + 1):
-        p = Placement(-1, tuple(NCMOE_PATTERN.format(i) for i in range(n)))
+        p = Placement(-1, n_cpu_moe_patterns(n))
         if device_memory(m, p, settings.n_ctx).total + FIT_MARGIN > vram:
             continue
-        c = BenchContender(f"--n-cpu-moe {n}", ("-ngl", "99", "-ncmoe", str(n), "-t", str(t)),
-                           t, float(n), 0.0)
+        c = BenchContender(f"--n-cpu-moe {n}",
+                           tuple(LlamaFlags.placed(m.n_layer, t, n).argv("bench")), t, float(n),
+                           0.0)
         curve.append(BenchContender(**{**asdict(c), "args": c.args,
                                        "predicted_us": price_gpu(spec, c)}))
     if not curve:
@@ -155,7 +157,8 @@ def plan(model_path: str | os.PathLike, machine: Machine, build: BenchBuild,
         fd = fit_default(m, vram, n_ctx=settings.n_ctx)
         if fd.priced:
             c = BenchContender("--fit (llama.cpp's default)",
-                               ("-fitt", str(FIT_MARGIN // 2**20), "-t", str(t)), t,
+                               tuple(LlamaFlags(fit=True, fit_margin_mib=FIT_MARGIN // 2**20,
+                                                threads=t).argv("bench")), t,
                                float(fd.host_layers), 0.0)
             chosen.append(BenchContender(**{**asdict(c), "args": c.args,
                                             "predicted_us": price_gpu(spec, c)}))
@@ -215,9 +218,10 @@ def load_state(path: str | os.PathLike, fresh: RaceState) -> RaceState:
         raise CopeInputError(f"not a state file of this version ({exc})", source=src) from None
 
 
-def race(p: Plan, build: BenchBuild, model_path: str | os.PathLike, settings: BenchSettings,
-         state_path: str | os.PathLike, *, env: dict[str, str] | None = None,
-         log: Callable[[str], None] = lambda s: None) -> RaceState:
+def run_bench_race(p: Plan, build: BenchBuild, model_path: str | os.PathLike,
+                   settings: BenchSettings, state_path: str | os.PathLike, *,
+                   env: dict[str, str] | None = None,
+                   log: Callable[[str], None] = lambda s: None) -> RaceState:
     """Measure the contenders in rounds until the race stops (module docstring)."""
     by_name = {c.name: c for c in p.contenders}
     fresh = RaceState(model_identity(model_path), [asdict(c) | {"args": list(c.args)}

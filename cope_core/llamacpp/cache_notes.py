@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..geometry import ModelGeometry
 from .cache_cliff import cliff_mib, group_cliffs
 from .cache_readings import ReadingTpot, spread
-from .cache_record import CLASS_LRU, BestConfig, CacheRecord
+from .cache_record import CLASS_LRU_CANDIDATE, BestConfig, CacheRecord
 from .moe_cache import CacheVersion
 
 
@@ -29,7 +29,7 @@ def row_spread(rec: CacheRecord, row: BestConfig) -> tuple[ReadingTpot, ReadingT
     """The fastest and slowest reading of the inferred rules for one row of ``rec.best``: the
     class-LRU's row (the configuration ``rule_readings`` replayed); None for a row whose rules
     are all read (the LRU, no cache) or a record without readings."""
-    return spread(rec.rule_readings) if row.candidate == CLASS_LRU else None
+    return spread(rec.rule_readings) if row.candidate == CLASS_LRU_CANDIDATE else None
 
 
 def spread_text(rec: CacheRecord, row: BestConfig) -> str:
@@ -48,7 +48,7 @@ def readings_line(rec: CacheRecord) -> str | None:
     if ends is None:
         return None
     lo, hi = ends
-    covered = ("; the interval above covers them" if rec.best[0].candidate == CLASS_LRU
+    covered = ("; the interval above covers them" if rec.best[0].candidate == CLASS_LRU_CANDIDATE
                else "")
     return (f"the class-LRU's clock and which misses its CPU share takes are inferred, not "
             f"read: its fastest configuration under {len(rec.rule_readings)} readings runs "
@@ -56,7 +56,7 @@ def readings_line(rec: CacheRecord) -> str | None:
             f"({hi.reading}); COPE's: {rec.rule_readings[0].reading}{covered}")
 
 
-def cache_notes(rec: CacheRecord | None, g: ModelGeometry) -> list[str]:
+def cache_note_lines(rec: CacheRecord | None, g: ModelGeometry) -> list[str]:
     """The cliff at the fastest cache configuration's host layers, and the readings' spread."""
     if not rec:
         return []

@@ -13,22 +13,30 @@ import numpy as np
 
 from ..errors import CopeInputError
 from ..estimate.uncertainty import DEFAULT_DRAWS
-from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
+from ..geometry import GIB, ModelGeometry
 from ..matrix import LAYER_PARTITION, Residency
 from ..placement import k_budget_bytes
 from ..profile.data import Profile
 from ..replay.engine import ReplayCounts
 from ..trace.data import Trace
 from .cache_readings import ReadingTpot, class_lru_readings, spread
-from .cache_search import CACHE_CANDIDATES, PREFIX, CacheSearch, Contender, compare, search
-from .fit import ALL_EXPERTS, FIT_MARGIN, FIT_NAME, FitDefault, fit_default
+from .cache_search import (
+    CACHE_CANDIDATES,
+    PREFIX,
+    CacheSearch,
+    Contender,
+    compare,
+    search_cache,
+)
+from .command import LlamaFlags
+from .fit import FIT_NAME, FitDefault, fit_default
 from .moe_cache import CacheVersion
-from .vram import LlamaModel, Placement, device_memory, llama_model_of
+from .settings import LlamaSettings
 
 #: what ``best[].candidate`` may name: the placement alone, or one eviction rule's cache
 RECORD_CANDIDATES = (LAYER_PARTITION,) + CACHE_CANDIDATES
-#: the candidate whose prediction rests on inferred rules
-CLASS_LRU = PREFIX + CacheVersion.CLASS_LRU.value
+#: the candidate whose prediction rests on inferred rules (the class-LRU cache's id)
+CLASS_LRU_CANDIDATE = PREFIX + CacheVersion.CLASS_LRU.value
 CACHE_STARTS = ("server", "prompt")
 
 
@@ -73,6 +81,11 @@ class BestConfig:
             else:
                 _check(_amount(v), f.name, v, "a finite number >= 0")
                 object.__setattr__(self, f.name, float(v))    # JSON's 0 reads back as 0.0
+
+    def flags(self, n_blocks: int, threads: int) -> LlamaFlags:
+        """Its llama-server flags on a model of ``n_blocks`` blocks."""
+        return LlamaFlags.placed(n_blocks, threads, self.n_cpu_moe or None,
+                                 cache_mib=self.cache_mib, cpu_share=self.cpu_share)
 
 
 @dataclass(frozen=True)
@@ -230,7 +243,7 @@ def record_of(result: CacheSearch, versus: Sequence[Contender],
     vs = [Versus(c.name, c.tpot_us, None if not np.isfinite(c.lo_us) else (c.lo_us, c.hi_us),
                  c.cache_faster) for c in versus]
     ends = spread(readings)
-    if ends and best[0].candidate == CLASS_LRU and vs[0].tpot_ci_us is not None:
+    if ends and best[0].candidate == CLASS_LRU_CANDIDATE and vs[0].tpot_ci_us is not None:
         lo, hi = vs[0].tpot_ci_us
         vs[0] = Versus(vs[0].name, vs[0].tpot_us,
                        (min(lo, ends[0].tpot_us), max(hi, ends[1].tpot_us)), vs[0].cache_faster)
@@ -238,28 +251,6 @@ def record_of(result: CacheSearch, versus: Sequence[Contender],
         expert_budget_gib=float(df.attrs["budget_bytes"]) / GIB, configurations=len(df),
         cache_start="server" if df.attrs["persist"] else "prompt", best=best,
         versus=tuple(vs), default_fit=default_fit, rule_readings=readings)
-
-
-@dataclass(frozen=True)
-class LlamaSettings:
-    """How llama.cpp is run, for its memory: the model file's tensor table (None: made from
-    the geometry, :func:`~cope_core.llamacpp.vram.llama_model_of`), the context
-    (``-c``) and KV cache types (``-ctk``/``-ctv``), and ``--fit``'s margin (``-fitt``)."""
-
-    model: LlamaModel | None = None
-    n_ctx: int = DEFAULT_CONTEXT
-    type_k: str = "f16"
-    type_v: str = "f16"
-    margin_bytes: int = FIT_MARGIN
-
-    def table(self, g: ModelGeometry) -> LlamaModel:
-        return self.model if self.model is not None else llama_model_of(g)
-
-    def fixed_bytes(self, g: ModelGeometry) -> int:
-        """What llama.cpp counts on the GPU with every routed expert in host memory: the other
-        weights but the token embedding, the KV cache at ``n_ctx``, the compute buffer."""
-        return device_memory(self.table(g), Placement(-1, (ALL_EXPERTS,)), self.n_ctx,
-                             self.type_k, self.type_v).total
 
 
 def expert_budget(g: ModelGeometry, experts_per_layer: int, vram_gib: float | None,
@@ -314,7 +305,7 @@ def llamacpp_record(trace: Trace, profile: Profile, calibration: Trace | None, *
     budget_bytes = expert_budget(trace.model, experts_per_layer, vram_gib, llama)
     if budget_bytes < 0:
         return None
-    found = search(trace, profile, budget_bytes, cpu_threads=cpu_threads, gpu_share=gpu_share,
+    found = search_cache(trace, profile, budget_bytes, cpu_threads=cpu_threads, gpu_share=gpu_share,
                    persist=persist)
     fit = None if vram_gib is None else default_fit_of(trace.model, vram_gib, llama)
     versus = compare(found, trace, profile, matrix_winner, calibration=calibration,

@@ -45,7 +45,7 @@ from .moe_cache import (
 )
 
 #: the label of these rows wherever the Policy Matrix is shown
-LABEL = "llama.cpp MoE cache"
+CACHE_LABEL = "llama.cpp MoE cache"
 PREFIX = "llamacpp_cache/"
 #: the candidates: one per eviction rule; a configuration without a cache is layer_partition
 CACHE_CANDIDATES = tuple(PREFIX + v.value for v in CacheVersion)
@@ -200,7 +200,7 @@ class CacheSearch:
         return df.loc[idx].sort_values("tpot_us", kind="stable")
 
 
-def search(trace: Trace, profile: Profile, budget_bytes: float, *,
+def search_cache(trace: Trace, profile: Profile, budget_bytes: float, *,
            cpu_threads: int | None = None, gpu_share: float | None = None,
            versions: Sequence[CacheVersion] = tuple(CacheVersion),
            shares: Sequence[float] = TUNER_SHARES, n_cpu: Sequence[int] | None = None,

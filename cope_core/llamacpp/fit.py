@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .command import ALL_EXPERTS, FIT_EXPERT_TENSORS
 from .vram import LlamaModel, Placement, device_memory
 
 GiB = 1 << 30
@@ -41,8 +42,7 @@ FIT_MIN_CTX = 4096
 _FRACTION = {"attn": r"blk\.{}\.ffn_(gate|up|gate_up|down).*",
              "up": r"blk\.{}\.ffn_(gate|gate_up|down).*",
              "gate": r"blk\.{}\.ffn_down.*",
-             "moe": r"blk\.{}\.ffn_(up|down|gate_up|gate)_(ch|)exps"}
-ALL_EXPERTS = r"blk\.\d+\.ffn_(up|down|gate_up|gate)_(ch|)exps"
+             "moe": r"blk\.{}" + FIT_EXPERT_TENSORS}
 #: what a user who types no placement flag passes: -ngl -1 (all), no -ot
 DEFAULT = Placement()
 

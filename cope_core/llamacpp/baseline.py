@@ -1,0 +1,190 @@
+"""llama.cpp's default as the baseline of every llama.cpp answer: the placement ``--fit`` (on by
+default) chooses, priced like every other configuration, what the best configuration gains over
+it, and the one rule (with its words) for whether that gain is sure enough to paste our flags
+(docs/design.md#llamacpp-fit).
+
+A user who types ``llama-server -m model.gguf`` gets fit's placement
+(:func:`~cope_core.llamacpp.fit.fit`). Our flags switch it off: ``-fit off`` does, and
+so does any of ``--n-cpu-moe``, ``-ot`` or an explicit ``-ngl`` on its own (fit aborts its
+placement when the user set one, common/fit.cpp l. 461-486 of b11434). So the answer says
+whether pasting them is worth it: the gain and the share of paired draws the best
+configuration is faster in; below :data:`KEEP_LEVEL` the answer is "keep the default"
+(:func:`sure_enough`), and every surface prints that share with :func:`share_text`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..estimate.uncertainty import LEVEL
+from ..matrix import LAYER_PARTITION
+from .cache_record import CacheRecord
+from .command import LlamaFlags
+from .fit import FIT_NAME, FitDefault
+
+#: the best configuration is worth its flags when it is faster in at least this share of the
+#: paired draws (the intervals' level); below it: keep the default
+KEEP_LEVEL = LEVEL
+#: which of our flags switch fit off (common/arg.cpp; common/fit.cpp l. 461-486 of b11434)
+SWITCHES_OFF = ("-fit off switches --fit off; so would --n-cpu-moe, -ot or an explicit -ngl on "
+                "its own (fit then keeps the user's placement)")
+US = 1e6
+
+
+def sure_enough(faster_share: float) -> bool:
+    """The rule: a configuration is recommended over the default only when it is faster in at
+    least :data:`KEEP_LEVEL` of the paired draws."""
+    return faster_share >= KEEP_LEVEL
+
+
+def share_text(x: float) -> str:
+    """A share of draws in percent, as every surface prints it: whole; one decimal, rounded
+    down, where rounding would show the level (95) for a share below it (0.949: "94.9")."""
+    pct = 100.0 * x
+    if not sure_enough(x) and round(pct) >= 100 * KEEP_LEVEL:
+        return f"{math.floor(pct * 10 + 1e-9) / 10:.1f}"
+    return f"{pct:.0f}"
+
+
+@dataclass(frozen=True)
+class FitBaseline:
+    """llama.cpp's default against the best configuration, under the same draws.
+
+    Attributes
+    ----------
+    default : FitDefault
+        Fit's placement (``args``, ``describe()``, ``host_layers``).
+    tpot_us, tpot_ci_us
+        Its predicted TPOT and 95 % interval (None: not priced, or no draws).
+    recommended : str
+        The best configuration llama.cpp can run, as its flags in short.
+    recommended_tpot_us, recommended_ci_us
+        Its TPOT and interval.
+    faster_share : float or None
+        The share of paired draws the best configuration is faster in.
+    """
+
+    default: FitDefault
+    tpot_us: float | None
+    tpot_ci_us: tuple[float, float] | None
+    recommended: str
+    recommended_tpot_us: float
+    recommended_ci_us: tuple[float, float] | None
+    faster_share: float | None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return None if self.tpot_us is None else US / self.tpot_us
+
+    @property
+    def recommended_tokens_per_s(self) -> float:
+        return US / self.recommended_tpot_us
+
+    @property
+    def gain_pct(self) -> float | None:
+        """Tokens per second of the best configuration over the default's, in %."""
+        return None if self.tpot_us is None else 100.0 * (self.tpot_us / self.recommended_tpot_us
+                                                          - 1.0)
+
+    @property
+    def keep_default(self) -> bool:
+        """Whether the gain is within the interval: the best configuration is not
+        :func:`sure_enough` (or, without draws, not faster at all)."""
+        if self.tpot_us is None:
+            return False
+        if self.faster_share is None:
+            return self.recommended_tpot_us >= self.tpot_us
+        return not sure_enough(self.faster_share)
+
+    @property
+    def same_placement(self) -> bool:
+        """fit places the model as the best configuration does (the same prediction)."""
+        return self.tpot_us is not None and self.tpot_us == self.recommended_tpot_us
+
+    @property
+    def recommends_default(self) -> bool:
+        """The default's command is the one recommended: the best configuration is predicted
+        faster, but not sure enough (paired draws to say so)."""
+        return (self.keep_default and self.tpot_us is not None
+                and self.faster_share is not None and self.tpot_us > self.recommended_tpot_us)
+
+    def faster(self) -> str:
+        """``faster in S % of draws`` (empty without draws)."""
+        return "" if self.faster_share is None else \
+            f"faster in {share_text(self.faster_share)} % of draws"
+
+    def gain(self) -> str:
+        """``+G.g %, faster in S % of draws``: the gain as offered beside the default."""
+        g = f"{self.gain_pct:+.1f} %" if self.gain_pct is not None else "faster"
+        return g + ("" if self.faster_share is None else ", " + self.faster())
+
+    def verdict(self) -> str | None:
+        """The gain in one clause for a list of notes (None: same placement, or no draws)."""
+        if self.same_placement:
+            return "--fit places the model the same way: the default needs no flags"
+        if self.faster_share is None:
+            return None
+        keep = "" if sure_enough(self.faster_share) else ": not sure enough, keep the default"
+        return (f"faster than the default in {share_text(self.faster_share)} % of the paired "
+                f"draws{keep}")
+
+    def lines(self) -> list[str]:
+        """The answer's lead: the default, the best runnable configuration, the verdict."""
+        d = self.default
+        head = f"llama.cpp's default (--fit, no placement flag) places {d.describe()}"
+        rec = (f"the best runnable configuration ({self.recommended}) at "
+               f"{_speed(self.recommended_tpot_us, self.recommended_ci_us)}")
+        if self.tpot_us is None:
+            return [f"{head}: not priced ({d.why_not_priced}); {rec}", SWITCHES_OFF]
+        gain = self.gain_pct or 0.0
+        share = "" if self.faster_share is None else f" ({self.faster()})"
+        verdict = (f"keep the default ({LlamaFlags.default(d.n_ctx).command()}, no placement "
+                   "flag): the gain is within the interval" if self.keep_default
+                   else "our flags are worth pasting")
+        return [f"{head}: {_speed(self.tpot_us, self.tpot_ci_us)}; {rec}, {gain:+.1f} %"
+                f"{share}: {verdict}", f"fit's placement: {short_args(d.args)}; {SWITCHES_OFF}"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"default": self.default.to_dict(), "tpot_us": self.tpot_us,
+                "tpot_ci_us": None if self.tpot_ci_us is None else list(self.tpot_ci_us),
+                "tokens_per_s": self.tokens_per_s, "recommended": self.recommended,
+                "recommended_tpot_us": self.recommended_tpot_us,
+                "recommended_ci_us": None if self.recommended_ci_us is None
+                else list(self.recommended_ci_us),
+                "recommended_tokens_per_s": self.recommended_tokens_per_s,
+                "gain_pct": self.gain_pct, "faster_share": self.faster_share,
+                "keep_default": self.keep_default}
+
+
+def short_args(args: str, keep: int = 2) -> str:
+    """Fit's arguments with the ``-ot`` list cut to its first ``keep`` patterns."""
+    head, sep, pats = args.partition(' -ot "')
+    items = pats.rstrip('"').split(",") if sep else []
+    if len(items) <= keep:
+        return args
+    return f'{head} -ot "{",".join(items[:keep])},…" ({len(items)} patterns)'
+
+
+def _speed(tpot_us: float, ci: tuple[float, float] | None) -> str:
+    s = f"{US / tpot_us:.1f} tok/s"
+    return s if ci is None else s + f" [{US / ci[1]:.1f}, {US / ci[0]:.1f}]"
+
+
+def recommended_flags(rec: CacheRecord) -> str:
+    """The best configuration's llama.cpp flags, in short (placement and cache)."""
+    b = rec.best[0]
+    short = LlamaFlags(n_cpu_moe=b.n_cpu_moe, cache_mib=b.cache_mib, cpu_share=b.cpu_share)
+    return short.short() + ("" if b.candidate == LAYER_PARTITION else f", {b.candidate}")
+
+
+def baseline_of(rec: CacheRecord | None) -> FitBaseline | None:
+    """The baseline a ``llamacpp_cache`` record holds (None: no record, or written without a
+    VRAM budget or before fit was compared)."""
+    if rec is None or rec.default_fit is None:
+        return None
+    v = next((v for v in rec.versus if v.name == FIT_NAME), None)
+    best = rec.versus[0]
+    return FitBaseline(rec.default_fit, None if v is None else v.tpot_us,
+                       None if v is None else v.tpot_ci_us, recommended_flags(rec),
+                       best.tpot_us, best.tpot_ci_us, None if v is None else v.cache_faster)
