@@ -3,7 +3,7 @@ a timeline of its execution strategy for a chosen hit count."""
 import streamlit as st
 
 from cope_core.app import dataset as dsm
-from cope_core.app import figures, llamacpp_view, results, session, whatif
+from cope_core.app import figures, llamacpp_view, results, session, whatif, your_machine
 from cope_core.app.timeline import execution_timeline, layer_partition_timelines
 from cope_core.export.llamacpp import default_line
 from cope_core.llamacpp import CACHE_LABEL
@@ -37,7 +37,7 @@ if est != "cope":
                "estimator.")
 else:
     with session.user_errors():
-        rec = results.llamacpp_at(ds, gib, op)
+        rec = results.llamacpp_at(ds, gib, op, your_machine.llamacpp_build())
     if lead := default_line(rec):
         st.markdown(lead)                  # every llama.cpp answer leads with the default
     st.markdown(llamacpp_view.verdict(rec, ds.trace.model))

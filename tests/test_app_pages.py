@@ -858,3 +858,22 @@ def test_a_model_file_upload_reprices_the_example_and_a_bad_one_is_one_error(qwe
     k = whatif.k_for_budget(g, whatif.default_budget(g, q4.platform))
     w = whatif.winner_of(expected(tr.with_model(g), cal.with_model(g), q4, k))
     assert [m.value for m in at.metric][:2] == [w.candidate, f"{w.tpot_us / 1e3:.3f} ms"]
+
+
+def test_the_llamacpp_build_is_chosen_in_the_sidebar_and_kept_in_the_url():
+    """A build without the MoE cache (b7407: --fit, --n-cpu-moe): the Export page's llama.cpp
+    answer is that build's (no cache flag, the build named), the choice survives a page change
+    through the URL, and an unknown value in a link falls back to the newest build."""
+    at = open_app("export", llamacpp="b7407")
+    box = next(s for s in at.sidebar.selectbox if s.label == "llama.cpp build")
+    assert box.value == "b7407" and at.query_params["llamacpp"] == "b7407"
+    tab = next(t for t in at.tabs if t.label == EXPORT_FORMATS_BY_NAME["llama.cpp"].label)
+    text = "\n".join(c.value for c in tab.code)
+    first = tab.code[0].value
+    assert first.startswith("llama-server") and "--moe-cache-mib" not in first
+    assert "for llama.cpp b7407" in text
+    at.switch_page("pages/matrix.py").run()
+    assert not at.exception and at.query_params["llamacpp"] == "b7407"
+    assert next(s for s in at.sidebar.selectbox if s.label == "llama.cpp build").value == "b7407"
+    at = open_app("export", llamacpp="b10500")                 # not a build the sidebar offers
+    assert next(s for s in at.sidebar.selectbox if s.label == "llama.cpp build").value == "latest"

@@ -14,7 +14,8 @@ from cope_core.cli.advise_cmd import _runtime_lines
 from cope_core.export import build_policy, render
 from cope_core.export.advise import _answer
 from cope_core.export.llamacpp import cache_lines, default_line
-from cope_core.llamacpp import FIT_NAME, RISK, llama_settings, llamacpp_answer, share_text
+from cope_core.llamacpp import FIT_NAME, llama_settings, llamacpp_answer, share_text
+from cope_core.llamacpp.answer import RISK
 from cope_core.llamacpp.baseline import KEEP_LEVEL, sure_enough
 
 EX = "data/examples/gguf-qwen3-30b-a3b-q4_k_m"

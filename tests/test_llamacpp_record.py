@@ -53,7 +53,7 @@ def test_the_json_reads_back_to_the_same_record(record):
     d = record.to_dict()
     # the small fixture's best is the class-LRU's: its readings of the inferred rules follow
     assert list(d) == ["expert_budget_gib", "configurations", "cache_start", "best", "versus",
-                       "rule_readings"]
+                       "rule_readings", "build"]
     again = CacheRecord.from_dict(json.loads(json.dumps(d)))
     assert again == record and again.to_dict() == d
     assert CacheRecord.from_dict({}) is None          # a record written without a search

@@ -13,7 +13,7 @@ from cope_core.app.settings import CODECS, OLD_KEYS, parse_query
 from cope_core.cli.args import MACHINE_PARTS, RENAMED, llama_settings_from_args, machine_from_args
 from cope_core.cli.main import build_parser, main
 from cope_core.geometry import DEFAULT_CONTEXT
-from cope_core.llamacpp import FIT_MARGIN, LlamaSettings
+from cope_core.llamacpp import FIT_MARGIN, LlamaSettings, latest
 from cope_core.machine import compose_machine
 
 #: Every other way a machine's part has been or could be spelled on a command line.
@@ -135,13 +135,14 @@ def test_the_llamacpp_options_default_to_the_records():
     d = LlamaSettings()
     assert (args.ctx, args.cache_type_k, args.cache_type_v, args.fitt << 20) == \
         (DEFAULT_CONTEXT, d.type_k, d.type_v, FIT_MARGIN)
-    assert llama_settings_from_args(args) == LlamaSettings()
+    # the build: --llamacpp's default, the newest known
+    assert llama_settings_from_args(args) == LlamaSettings(build=latest())
     for argv in (["vram", "--model", "m", "--gib", "8"],
                  ["advise", "--model", "m", "--gpu", "g", "--cpu", "c"]):
         assert build_parser().parse_args(argv).ctx == DEFAULT_CONTEXT
     # cope vram takes no --fitt: --fit's own margin
     vram = build_parser().parse_args(["vram", "--model", "m", "--gib", "8", "--ctx", "512"])
-    assert llama_settings_from_args(vram) == LlamaSettings(n_ctx=512)
+    assert llama_settings_from_args(vram) == LlamaSettings(n_ctx=512, build=latest())
 
 
 # --- the machine from the flags -----------------------------------------------------------------

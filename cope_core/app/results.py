@@ -3,8 +3,7 @@ every K (the replay cached apart from the pricing), predicted-vs-measured pairs,
 profiles, policies for export and trace statistics.
 
 Every cached function takes the dataset's ``key`` (paths and modification stamps of its files)
-and the dataset itself as ``_ds``, which Streamlit does not hash: equal keys mean equal inputs.
-"""
+and the dataset itself as ``_ds``, which Streamlit does not hash: equal keys mean equal inputs."""
 from __future__ import annotations
 
 import gc
@@ -24,7 +23,15 @@ from ..estimate.quality import measurement_checks
 from ..estimate.uncertainty import DEFAULT_DRAWS
 from ..export import Policy, build_policy
 from ..geometry import GIB, ModelGeometry
-from ..llamacpp import CacheRecord, CacheVersion, cache_mib_for_bytes, cliff_mib, search_cache
+from ..llamacpp import (
+    CacheRecord,
+    CacheVersion,
+    LlamaSettings,
+    cache_mib_for_bytes,
+    cliff_mib,
+    parse_build,
+    search_cache,
+)
 from ..matrix import Residency, residencies_of
 from ..placement import gpu_expert_bytes
 from ..profile.data import Profile
@@ -33,6 +40,7 @@ from ..trace.stats import TraceStats, trace_stats
 from . import persisted, whatif
 from .dataset import Dataset
 from .inputs import measured_pairs
+from .machine_choice import LATEST
 
 
 def _replay(key: str, ks: tuple[int, ...], residencies: tuple[str, ...], ds: Dataset) -> dict:
@@ -304,7 +312,7 @@ def analytic_what_if(model: dict, gpu: str) -> Profile:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _policy_cached(key: str, gib: float, op: tuple[int, float], candidate: str,
-                   _ds: Dataset) -> Policy:
+                   llamacpp: str, _ds: Dataset) -> Policy:
     # the sidebar's context reaches the memory model and llama.cpp's -c (whatif.vram_at_context)
     vram, ctx = whatif.vram_at_context(_ds.trace.model, gib, _ds.profile.platform)
 
@@ -313,28 +321,32 @@ def _policy_cached(key: str, gib: float, op: tuple[int, float], candidate: str,
             warnings.simplefilter("ignore")   # the fill warning is already shown on every page
             return build_policy(_ds.trace, _ds.profile, _ds.calibration, vram_gib=vram,
                                 context=ctx, cpu_threads=int(op[0]), gpu_share=float(op[1]),
-                                candidate=candidate)
+                                candidate=candidate,
+                                llama=LlamaSettings(n_ctx=ctx, build=parse_build(llamacpp)))
     # a shipped example's policy outlives the server (its llama.cpp search is the slowest step
     # of a first Policy Matrix or Export): never one of an upload or a chosen machine
-    return persisted.kept("policy", _ds, (gib, op, candidate), build)
+    return persisted.kept("policy", _ds, (gib, op, candidate, llamacpp), build)
 
 
-def policy_for(ds: Dataset, gib: float, op: tuple[int, float], candidate: str) -> Policy:
+def policy_for(ds: Dataset, gib: float, op: tuple[int, float], candidate: str,
+               llamacpp: str = LATEST) -> Policy:
     """The export package's policy of ``candidate`` (an id or ``"best"``) at the VRAM budget
-    ``gib`` (K follows, as on every page) and the operating point ``op``, cached per dataset,
-    budget, operating point and candidate; with ``"best"`` its llama.cpp record is
+    ``gib`` (K follows, as on every page) and the operating point ``op``, its llama.cpp answer
+    for the build ``llamacpp`` (``--llamacpp``'s spellings), cached per dataset, budget,
+    operating point, candidate and build; with ``"best"`` its llama.cpp record is
     :func:`llamacpp_at`'s."""
-    return _policy_cached(ds.key, float(gib), (int(op[0]), float(op[1])), candidate, ds)
+    return _policy_cached(ds.key, float(gib), (int(op[0]), float(op[1])), candidate, llamacpp,
+                          ds)
 
 
-def llamacpp_at(ds: Dataset, gib: float, op: tuple[int, float]) -> CacheRecord:
+def llamacpp_at(ds: Dataset, gib: float, op: tuple[int, float], llamacpp: str = LATEST
+                ) -> CacheRecord:
     """llama.cpp's own MoE cache searched at the budget: the record of the policy
     :func:`policy_for` exports there (:func:`cope_core.export.build_policy` calls
     :func:`cope_core.llamacpp.cache_record.llamacpp_record`, as ``cope predict`` and ``cope
     export`` do), so the Policy Matrix and the Export page show one search, computed once."""
-    rec = policy_for(ds, gib, op, "best").llamacpp_cache
-    # its only None is a budget below K = 0's need, which K's own check refuses first
-    assert rec is not None
+    rec = policy_for(ds, gib, op, "best", llamacpp).llamacpp_cache
+    assert rec is not None      # None is only a budget below K = 0's, which K refuses first
     return rec
 
 

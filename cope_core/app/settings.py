@@ -92,6 +92,7 @@ CODECS: dict[str, Codec] = {
     "pcie": _TEXT,
     "quant": _TEXT,
     "ctx": _INT,               # Your machine: context length in tokens (the KV cache)
+    "llamacpp": _TEXT,         # the llama.cpp build the answers are for ("latest" or bNNNN)
 }
 
 

@@ -65,6 +65,7 @@ def sidebar() -> None:
                 help="Choose yours: every page then prices an ANALYTIC what-if of the machine "
                      "these parts make (published numbers, `cope parts`), not the example's "
                      "profile. \"no GPU\": every weight and operation on the CPU.")
+    _build_choice()
     if gpu == mc.EXAMPLE:
         _part_upload()
         _new_machine()
@@ -96,6 +97,19 @@ def sidebar() -> None:
                "experts (the default budget is your card less what it adds beyond 4096).")
     _part_upload()
     _new_machine()
+
+
+def _build_choice() -> None:
+    builds = mc.build_options()
+    bound("llamacpp", st.sidebar.selectbox, default=mc.LATEST, valid=lambda v: v in builds,
+          label="llama.cpp build", options=builds, format_func=mc.build_label,
+          help="The llama.cpp you run (`llama-server --version`; `cope advise --llamacpp`): "
+               "its llama.cpp answers use only the flags, MoE cache and default that build has.")
+
+
+def llamacpp_build() -> str:
+    """The llama.cpp build chosen in the sidebar (``latest`` unless one was)."""
+    return resolve("llamacpp", mc.LATEST, lambda v: v in mc.build_options())
 
 
 def _own_parts() -> mc.OwnParts:

@@ -20,6 +20,7 @@ from .args import (
     add_machine_options,
     add_model_options,
     add_probe_option,
+    llamacpp_build,
     machine_from_args,
     model_from_args,
 )
@@ -40,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"VRAM budget (default: the card's memory less llama.cpp's "
                         f"{FIT_MARGIN / GIB:g} GiB --fit margin)")
     add_machine_options(s, ("threads",), notes={"threads": "; a hybrid part's P-cores"})
-    add_llamacpp_options(s, ("ctx",),
+    add_llamacpp_options(s, ("ctx", "llamacpp"),
                          helps={"ctx": "tokens of KV cache the VRAM holds (default {default})"})
     s.add_argument("--runtime", default="all", choices=(*RUNTIMES, "all"),
                    help="one runtime, or all (default)")
@@ -72,7 +73,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
                  vram_gib=args.vram_gib, context=args.ctx, trace=trace, calibration=cal,
                  seed=args.seed, with_files=args.output_dir is not None,
                  model_file=args.model if str(args.model).lower().endswith(".gguf") else None,
-                 weights_source=weights)
+                 weights_source=weights, build=llamacpp_build(args))
     written = _write_files(out, args.output_dir, args.force) if args.output_dir else []
     if args.json:
         print_json({**out.to_dict(), "written": written})
@@ -119,7 +120,8 @@ def _runtime_lines(a: RuntimeAnswer) -> list[str]:
     lines = [a.runtime]
     if a.command is None:
         return lines + [f"  {n}" for n in a.notes]
-    lines.append(f"  {a.command}")
+    # the command first (what a user pastes), then which llama.cpp build it is for
+    lines += [f"  {a.command}"] + ([f"  {a.build}"] if a.build else [])
     if a.speed is not None:
         lines.append(f"  predicted {tps(a.speed)}, runs {a.runs}")
     default = f"{a.default_what}" + ("" if a.default is None else

@@ -10,11 +10,13 @@ from typing import Any, TypeVar
 from ..errors import CopeInputError
 from ..files import check_writable
 from ..geometry import DEFAULT_CONTEXT
-from ..llamacpp import FIT_MARGIN, LlamaSettings, llama_settings
+from ..llamacpp import FIT_MARGIN, Build, LlamaSettings, llama_settings, parse_build
 from ..machine import Machine, compose_machine
 from ..matrix import get_candidate
 
 T = TypeVar("T")
+#: ``--llamacpp``'s default
+LATEST = "latest"
 
 
 def ints(text: str) -> list[int]:
@@ -260,6 +262,12 @@ LLAMACPP_OPTIONS: dict[str, tuple[tuple[str, ...], type, str, str]] = {
                      "llama.cpp's V cache type (-ctv; default {default})"),
     "fitt": (("--fitt",), int, "MIB",
              "llama.cpp's --fit margin (-fitt, MiB kept free; default {default})"),
+    "llamacpp": (("--llamacpp",), str, "BUILD",
+                 "the llama.cpp build you run: b10500, 10500, v1.1.1, the line "
+                 "`llama-server --version` prints, 'latest' (default: the newest build whose "
+                 "flags COPE knows) or 'this' (asks the llama-server on PATH); the search, the "
+                 "flags and the default compared are that build's "
+                 "(docs/design.md#llamacpp-builds)"),
 }
 
 
@@ -268,7 +276,7 @@ def llamacpp_defaults() -> dict[str, int | str]:
     :data:`cope_core.geometry.DEFAULT_CONTEXT`, the rest :class:`LlamaSettings`' and --fit's."""
     d = LlamaSettings()
     return {"ctx": DEFAULT_CONTEXT, "cache-type-k": d.type_k, "cache-type-v": d.type_v,
-            "fitt": FIT_MARGIN >> 20}
+            "fitt": FIT_MARGIN >> 20, "llamacpp": LATEST}
 
 
 def add_llamacpp_options(s: argparse.ArgumentParser | argparse._ArgumentGroup,
@@ -299,4 +307,10 @@ def llama_settings_from_args(args: argparse.Namespace) -> LlamaSettings:
         raise CopeInputError(f"expected MiB >= 0, got {fitt}", field="--fitt")
     return llama_settings(gguf, n_ctx=args.ctx,
                           margin_bytes=FIT_MARGIN if fitt is None else fitt << 20,
-                          type_k=args.cache_type_k, type_v=args.cache_type_v)
+                          type_k=args.cache_type_k, type_v=args.cache_type_v,
+                          build=llamacpp_build(args))
+
+
+def llamacpp_build(args: argparse.Namespace) -> Build:
+    """The build ``--llamacpp`` names (the newest known where a command does not take it)."""
+    return parse_build(getattr(args, "llamacpp", None) or LATEST)

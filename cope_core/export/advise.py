@@ -16,9 +16,9 @@ the same text ``cope export`` prints)::
   shipped examples' (:func:`cope_core.trace.synth_defaults.synthetic_inputs`).
 * Costs: an ANALYTIC profile of the composed machine at its threads
   (:func:`cope_core.profile.analytic.analytic_profile`).
-* Per runtime: the first command of its rendered text, the predicted speed of what that command
-  runs, and the runtime's default (what it does with no placement flag) with the gain over it;
-  the Policy Matrix's winner for reference.
+* Per runtime: the command its renderer leads with (llama.cpp's: its answer, for the build
+  named), the predicted speed of what that command runs, and the runtime's default with the gain
+  over it; the Policy Matrix's winner for reference.
 * No GPU: no placement to choose; llama.cpp and ik_llama.cpp run everything on the CPU
   (:mod:`cope_core.estimate.cpu_only`), the GPU runtimes are not answered.
 """
@@ -33,7 +33,16 @@ from ..errors import CopeInputError
 from ..estimate.cpu_only import cpu_only_price
 from ..estimate.speed import tokens_per_s
 from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
-from ..llamacpp import FIT_MARGIN, LlamaFlags, baseline_of, llama_settings, llamacpp_answer
+from ..llamacpp import (
+    FIT_MARGIN,
+    Build,
+    LlamaFlags,
+    baseline_of,
+    build_lines,
+    latest,
+    llama_settings,
+    llamacpp_answer,
+)
 from ..machine import Machine
 from ..matrix import LAYER_PARTITION
 from ..profile.analytic import analytic_profile
@@ -111,6 +120,7 @@ class RuntimeAnswer:
     notes: tuple[str, ...] = ()
     files: tuple[tuple[str, bytes], ...] = ()
     alternatives: tuple[Alternative, ...] = ()
+    build: str | None = None    # llama.cpp: which build the answer is for, in words
 
     @property
     def gain_over_default(self) -> float | None:
@@ -130,7 +140,7 @@ class RuntimeAnswer:
                 "default": self.default_what,
                 "default_tokens_per_s": None if df is None else df.tokens_per_s,
                 "gain_over_default": self.gain_over_default, "notes": list(self.notes),
-                "files": [p for p, _ in self.files]}
+                "files": [p for p, _ in self.files], "build": self.build}
 
 
 @dataclass(frozen=True)
@@ -149,6 +159,7 @@ class Advice:
     policy: Policy | None
     baseline: Speed | None = None      # llama.cpp's default, None when not predicted
     weights_source: str = "as given"   # how the weights were chosen (a catalog name's default)
+    build: Build | None = None         # the llama.cpp build assumed
 
     @property
     def threads(self) -> int:
@@ -170,7 +181,8 @@ class Advice:
                 "vram_source": self.vram_source, "experts_per_layer": self.experts_per_layer,
                 "n_experts": self.model.n_experts, "threads": self.threads,
                 "context": self.context, "routing": self.routing,
-                "costs": self.costs}
+                "costs": self.costs,
+                "llamacpp_build": None if self.build is None else self.build.to_dict()}
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON ``cope advise --json`` prints: each runtime's answer with the inputs as
@@ -202,7 +214,7 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
            vram_gib: float | None = None, context: int = DEFAULT_CONTEXT,
            trace: Trace | None = None, calibration: Trace | None = None, seed: int = 0,
            with_files: bool = False, model_file: str | os.PathLike | None = None,
-           weights_source: str = "as given") -> Advice:
+           weights_source: str = "as given", build: Build | None = None) -> Advice:
     """Answer ``cope advise`` (module docstring).
 
     Parameters
@@ -229,7 +241,11 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     weights_source : str
         How ``model``'s weights were chosen, said with the answer (``cope advise`` without
         ``--quant`` on a catalog name: :func:`cope_core.models.published_preset`).
+    build : Build, optional
+        The llama.cpp build the answer is for (``--llamacpp``; default the newest known): its
+        search runs over the flags and cache that build has, its default is that build's.
     """
+    build = build if build is not None else latest()
     unknown = [r for r in runtimes if r not in RUNTIMES]
     if unknown:
         raise CopeInputError(f"unknown runtime {unknown[0]!r}; expected one of "
@@ -255,7 +271,7 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
             raise CopeInputError("the machine has no GPU: a VRAM budget does not apply",
                                  field="--vram-gib")
         return replace(_cpu_only(model, machine, order, context, trace, routing),
-                       weights_source=weights_source)
+                       weights_source=weights_source, build=build)
     assert machine.spec is not None
     if vram_gib is None:
         vram_gib, source = default_budget(machine)
@@ -270,13 +286,18 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     # K and llama.cpp's record (its -c, KV cache and compute buffer) at the asked context
     policy = build_policy(trace, profile, calibration, vram_gib=vram_gib, context=context,
                           cpu_threads=machine.threads, llamacpp="llama.cpp" in order,
-                          llama=None if model_file is None
-                          else llama_settings(model_file, n_ctx=context))
+                          llama=llama_settings(model_file, n_ctx=context, build=build))
     K = policy.experts_per_layer
-    answers = tuple(_answer(policy, r, with_files, context) for r in order)
+    # a build before b6325 runs every weight on the CPU by default: priced as a machine without
+    cpu_default = None      # a GPU is (the profile holds no CPU attention to price it with)
+    if build.default_kind == "cpu":
+        price = cpu_only_price(model, machine.cpu, machine.memory, machine.threads,
+                               float(trace.context.mean()))
+        cpu_default = Speed(price.tpot_us, price.tpot_ci_us)
+    answers = tuple(_answer(policy, r, with_files, context, build, cpu_default) for r in order)
     winner = (policy.candidate, _speed(policy, policy.candidate))
     return Advice(model, machine, float(vram_gib), source, K, context, routing, answers, winner,
-                  policy, llamacpp_default(policy)[1], weights_source)
+                  policy, llamacpp_default(policy, cpu_default)[1], weights_source, build)
 
 
 def _speed(policy: Policy, candidate: str) -> Speed:
@@ -284,8 +305,11 @@ def _speed(policy: Policy, candidate: str) -> Speed:
     return Speed(policy.cope_us(candidate), None if ci is None else (float(ci[0]), float(ci[1])))
 
 
-def _answer(policy: Policy, runtime: str, with_files: bool, context: int) -> RuntimeAnswer:
-    """One runtime's command, what it runs and its predicted speed, and its default."""
+def _answer(policy: Policy, runtime: str, with_files: bool, context: int,
+            build: Build | None = None, cpu_default: Speed | None = None) -> RuntimeAnswer:
+    """One runtime's command, what it runs and its predicted speed, and its default
+    (``build``: the llama.cpp build assumed, as the user named it; ``cpu_default``: its
+    default's speed when that build runs every weight on the CPU)."""
     r = render(policy, runtime, with_files=with_files)
     runs = policy.candidate if r.exact else r.deployed
     notes = [] if r.exact else [r.summary]
@@ -302,7 +326,7 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int) -> Run
     alternatives: list[Alternative] = []
     if runtime == "llama.cpp" and rec is not None and policy.chosen_by == "best":
         # the llama.cpp text leads with the answer llama.cpp itself can run
-        answer = llamacpp_answer(rec, policy.model, policy.cpu_threads)
+        answer = llamacpp_answer(rec, policy.model, policy.cpu_threads, build)
         first = answer.recommended
         command, runs = first.command(), first.runs
         speed = None if first.tpot_us is None else Speed(first.tpot_us, first.tpot_ci_us)
@@ -310,20 +334,22 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int) -> Run
         alternatives += [Alternative(o.label, o.command(),
                                      None if o.tpot_us is None else Speed(o.tpot_us, o.tpot_ci_us),
                                      o.note) for o in answer.alternatives]
-    what, default = runtime_default(policy, runtime)
+    what, default = runtime_default(policy, runtime, cpu_default)
     if runs is None:
         notes.append(f"{get_format(runtime).label}'s setting is outside the Policy Matrix: not "
                      "predicted")
+    said = next(iter(build_lines(rec, build)), None) if runtime == "llama.cpp" else None
     return RuntimeAnswer(runtime, command, runs, speed, what, default, tuple(notes), r.files,
-                         tuple(alternatives))
+                         tuple(alternatives), said)
 
 
-def runtime_default(policy: Policy, runtime: str) -> tuple[str, Speed | None]:
+def runtime_default(policy: Policy, runtime: str, cpu_default: Speed | None = None
+                    ) -> tuple[str, Speed | None]:
     """What ``runtime`` does with no placement flag, and its predicted speed (None: unknown, or
     it does not load at this VRAM)."""
     f = get_format(runtime)
     if f.default_kind == "fit":
-        return llamacpp_default(policy)
+        return llamacpp_default(policy, cpu_default)
     if f.default_kind == "gpu":
         if policy.experts_per_layer < policy.model.n_experts:
             return f.default + ": does not fit this VRAM", None
@@ -331,16 +357,23 @@ def runtime_default(policy: Policy, runtime: str) -> tuple[str, Speed | None]:
     return f.default + ", unknown", None
 
 
-def llamacpp_default(policy: Policy) -> tuple[str, Speed | None]:
+def llamacpp_default(policy: Policy, cpu_default: Speed | None = None
+                     ) -> tuple[str, Speed | None]:
     """llama.cpp with no placement flag: the placement ``--fit`` (on by default) chooses at the
     same budget, priced under the same draws as the best configuration
-    (:func:`cope_core.llamacpp.default.baseline_of` of the policy's llama.cpp
-    record)."""
+    (:func:`cope_core.llamacpp.baseline_of` of the policy's llama.cpp record; a build before
+    ``--fit``: its own default; before b6325 every weight on the CPU, ``cpu_default``'s
+    speed)."""
     f = get_format("llama.cpp")
     base = baseline_of(policy.llamacpp_cache)
     if base is None:
         return f.default + ": not compared (llama.cpp's search did not run)", None
-    what = f"{f.default}: {base.default.describe()}"
+    rec = policy.llamacpp_cache
+    assert rec is not None                      # baseline_of gave a baseline
+    head = f.default if rec.assumed.default_kind == "fit" else "no placement flags"
+    what = f"{head}: {base.default.describe()}"
+    if base.default.status == "cpu" and cpu_default is not None:
+        return f"{what}, priced with every weight on the CPU (cpu_only_price)", cpu_default
     if base.tpot_us is None:
         return f"{what}; not priced: {base.default.why_not_priced}", None
     return what, Speed(base.tpot_us, base.tpot_ci_us)

@@ -28,12 +28,14 @@ from ..estimate.speed import tokens_per_s
 from ..geometry import ModelGeometry
 from ..llamacpp import (
     FIT_NAME,
-    RISK,
     CacheRecord,
     CacheVersion,
     LlamaFlags,
     baseline_of,
+    build_lines,
     cache_note_lines,
+    first_build,
+    latest,
     llamacpp_answer,
     share_text,
     spread_text,
@@ -73,17 +75,22 @@ def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int) -> 
     if not rec:
         return []
     answer = llamacpp_answer(rec, g, cpu_threads)
-    base = answer.baseline
-    lead = [] if base is None else ["# " + line for line in base.lines()]
+    base, build = answer.baseline, answer.build
+    lead = ["# " + line for line in build_lines(rec)[:1]]
+    lead += [] if base is None else ["# " + line for line in base.lines()]
     best = answer.best_config
+    cache = build.has("moe_cache")
     what = ("its own MoE expert cache" if best.cache_mib else
-            "no cache: the plain --n-cpu-moe placement is fastest")
-    lines = lead + [f"# Best configuration llama.cpp can run at this VRAM ({what}); searched "
-             f"{rec.configurations} configurations (--n-cpu-moe x --moe-cache-mib x "
-             "--moe-cache-cpu-share; cache empty at server start, kept across prompts)"
-             if rec.cache_start == "server" else
-             f"# Best configuration llama.cpp can run at this VRAM ({what}); searched "
-             f"{rec.configurations} configurations (cache emptied at every prompt)"]
+            "no cache: the plain --n-cpu-moe placement is fastest" if cache else
+            f"the plain --n-cpu-moe placement: {build.label} has no MoE expert cache")
+    knobs = " x ".join(["--n-cpu-moe"] + ["--moe-cache-mib"] * cache
+                       + ["--moe-cache-cpu-share"] * build.has("moe_cache_cpu_share"))
+    head = (f"# Best configuration llama.cpp can run at this VRAM ({what}); searched "
+            f"{rec.configurations} configurations")
+    lines = lead + [f"{head} ({knobs}; cache empty at server start, kept across prompts)"
+                    if rec.cache_start == "server" and cache else
+                    f"{head} ({knobs})" if not cache else
+                    f"{head} (cache emptied at every prompt)"]
     if best.cache_mib:
         why = ("--moe-cache-cpu-share" if best.cpu_share else
                CacheVersion.of_candidate(best.candidate).needs)
@@ -104,9 +111,10 @@ def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int) -> 
                      f"{tokens_per_s(v.tpot_us):.1f} tokens/s{tail}")
     lines.append(answer.recommended.command())
     if answer.keeps_default:
-        # not sure enough: the first command is the default's, the faster one a comment
+        # not sure enough (or slower): the first command is the default's, the other a comment
         assert base is not None
-        lines += [f"# {RISK} ({base.gain()}):", "# " + answer.best.command()]
+        lines += [f"# {answer.alternatives[0].label} ({base.gain()}):",
+                  "# " + answer.best.command()]
     if others := rec.best[1:]:
         lines.append("# the fastest of each other kind: " + "; ".join(
             f"{b.candidate} {b.tpot_us / 1e3:.3f} ms (--n-cpu-moe {b.n_cpu_moe}"
@@ -114,6 +122,7 @@ def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int) -> 
             + (f", share {b.cpu_share:g}" if b.cpu_share else "")
             + (f"; {sp}" if (sp := spread_text(rec, b)) else "") + ")" for b in others))
     lines += ["# " + note for note in cache_note_lines(rec, g)]    # the cliff, the rules' spread
+    lines += ["# " + line for line in build_lines(rec)[1:]]        # what a newer build adds
     return lines + ["#"]
 
 
@@ -161,10 +170,13 @@ def render_llamacpp(policy: Policy) -> Rendered:
     if not exact and residency is not None and residency.mutable and not rec:
         lines.append("# llama.cpp's own cache of host experts (--moe-cache-mib, b11480+) was not "
                      "searched for this record: re-export to see it")
-    short, explicit = LlamaFlags.of_plan(plan, policy.cpu_threads)
+    build = rec.assumed if rec else latest()
+    short, explicit = (build.spell(f) for f in LlamaFlags.of_plan(plan, policy.cpu_threads))
     lines += ["# mainline llama.cpp only: in ik_llama.cpp -fit does not parse and -ncmoe N takes "
               "the LAST N MoE layers (--format ik_llama.cpp)",
-              "# needs a build with -fit (PR #16653; b11434 has it)",
+              f"# needs a build with -fit (b{first_build('fit')}+, PR #16653; b11434 has it)"
+              if build.fit_flag else
+              f"# for llama.cpp {build.label}: no -fit (b{first_build('fit')}+), so none is given",
               short.command(),
               "# or the same placement as an explicit tensor override:",
               explicit.command()]

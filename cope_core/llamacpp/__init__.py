@@ -6,6 +6,7 @@ one module per concept (docs/design.md#the-code). The rest of the code imports t
   ``--n-cpu-moe``, ``-ot``, the KV cache and compute buffer); its ``--fit``: :mod:`.fit`; the
   settings it runs with (``-c``, ``-ctk``/``-ctv``, ``-fitt``): :mod:`.settings`;
 * the one command builder (settings in, argv out; every tensor pattern): :mod:`.command`;
+  which build has which flag, cache and default, and the build a user runs: :mod:`.builds`;
 * the answer, made once: llama.cpp's default priced and the rule for whether our flags are
   worth pasting (:mod:`.baseline`), the recommended command and those beside it
   (:mod:`.answer`);
@@ -19,15 +20,16 @@ one module per concept (docs/design.md#the-code). The rest of the code imports t
 """
 from __future__ import annotations
 
-from .answer import RISK, llamacpp_answer
+from .answer import llamacpp_answer
 from .baseline import baseline_of, share_text
 from .bench_eval import BenchEvaluation, match_bench_rows, score_bench_rows
 from .bench_file import read_llama_bench
 from .bench_record import bench_race_record, is_bench_record, read_bench_record, write_bench_record
 from .bench_run import probe_bench_build, run_bench
 from .bench_verify import BenchSettings, plan_bench_race, run_bench_race
+from .builds import BUILD_EVIDENCE, Build, build_rows, first_build, latest, milestones, parse_build
 from .cache_cliff import cliff_mib
-from .cache_notes import cache_note_lines, row_spread, spread_text
+from .cache_notes import build_lines, cache_note_lines, row_spread, spread_text
 from .cache_record import CLASS_LRU_CANDIDATE, CacheRecord, llamacpp_record
 from .cache_search import CACHE_LABEL, placement_tpot, search_cache
 from .command import LlamaFlags
@@ -46,15 +48,15 @@ from .settings import LlamaSettings, llama_settings, n_cpu_moe_memory
 from .vram import read_llama_model
 
 __all__ = [
-    "CACHE_LABEL", "CLASS_LRU_CANDIDATE", "FIT_MARGIN", "FIT_NAME", "READINGS", "RISK",
-    "TUNER_SHARES",
-    "BenchEvaluation", "BenchSettings", "CacheConfig", "CacheRecord", "CacheVersion",
-    "LlamaFlags", "LlamaSettings",
-    "baseline_of", "bench_race_record", "cache_layout", "cache_mib_for_bytes", "cache_note_lines",
-    "check_cache_log", "cliff_mib", "is_bench_record", "llama_settings", "llamacpp_answer",
-    "llamacpp_record", "match_bench_rows", "n_cpu_moe_memory", "placement_tpot",
-    "plan_bench_race", "probe_bench_build", "read_bench_record", "read_cache_log",
-    "read_llama_bench", "read_llama_model", "replay_cache", "row_spread", "run_bench",
-    "run_bench_race", "score_bench_rows", "search_cache", "share_text", "spread_text",
+    "BUILD_EVIDENCE", "build_rows",
+    "CACHE_LABEL", "CLASS_LRU_CANDIDATE", "FIT_MARGIN", "FIT_NAME", "READINGS",
+    "TUNER_SHARES", "BenchEvaluation", "BenchSettings", "Build", "CacheConfig", "CacheRecord",
+    "CacheVersion", "LlamaFlags", "LlamaSettings", "baseline_of", "bench_race_record",
+    "build_lines", "cache_layout", "cache_mib_for_bytes", "cache_note_lines", "check_cache_log",
+    "cliff_mib", "first_build", "is_bench_record", "latest", "llama_settings", "llamacpp_answer",
+    "llamacpp_record", "match_bench_rows", "milestones", "n_cpu_moe_memory", "parse_build",
+    "placement_tpot", "plan_bench_race", "probe_bench_build", "read_bench_record",
+    "read_cache_log", "read_llama_bench", "read_llama_model", "replay_cache", "row_spread",
+    "run_bench", "run_bench_race", "score_bench_rows", "search_cache", "share_text", "spread_text",
     "write_bench_record",
 ]

@@ -63,6 +63,9 @@ class FitBaseline:
         Its TPOT and interval.
     faster_share : float or None
         The share of paired draws the best configuration is faster in.
+    fit : bool
+        Whether the default is ``--fit``'s (the build has it, b7407+), else every layer on the
+        GPU or none (:func:`~cope_core.llamacpp.builds.default_before_fit`).
     """
 
     default: FitDefault
@@ -72,6 +75,7 @@ class FitBaseline:
     recommended_tpot_us: float
     recommended_ci_us: tuple[float, float] | None
     faster_share: float | None
+    fit: bool = True
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -104,10 +108,14 @@ class FitBaseline:
 
     @property
     def recommends_default(self) -> bool:
-        """The default's command is the one recommended: the best configuration is predicted
-        faster, but not sure enough (paired draws to say so)."""
+        """The default's command is the one recommended: the best configuration is not sure
+        enough to be faster (paired draws to say so), or predicted slower."""
         return (self.keep_default and self.tpot_us is not None
-                and self.faster_share is not None and self.tpot_us > self.recommended_tpot_us)
+                and self.faster_share is not None and self.tpot_us != self.recommended_tpot_us)
+
+    @property
+    def best_is_faster(self) -> bool:
+        return self.tpot_us is not None and self.tpot_us > self.recommended_tpot_us
 
     def faster(self) -> str:
         """``faster in S % of draws`` (empty without draws)."""
@@ -122,28 +130,35 @@ class FitBaseline:
     def verdict(self) -> str | None:
         """The gain in one clause for a list of notes (None: same placement, or no draws)."""
         if self.same_placement:
-            return "--fit places the model the same way: the default needs no flags"
+            who = "--fit places" if self.fit else "the default places"
+            return f"{who} the model the same way: the default needs no flags"
         if self.faster_share is None:
             return None
-        keep = "" if sure_enough(self.faster_share) else ": not sure enough, keep the default"
+        keep = ("" if sure_enough(self.faster_share) else
+                ": not sure enough, keep the default" if self.best_is_faster else
+                ": keep the default")
         return (f"faster than the default in {share_text(self.faster_share)} % of the paired "
                 f"draws{keep}")
 
     def lines(self) -> list[str]:
         """The answer's lead: the default, the best runnable configuration, the verdict."""
         d = self.default
-        head = f"llama.cpp's default (--fit, no placement flag) places {d.describe()}"
+        how = "--fit, no placement flag" if self.fit else "no placement flag"
+        head = f"llama.cpp's default ({how}) places {d.describe()}"
         rec = (f"the best runnable configuration ({self.recommended}) at "
                f"{_speed(self.recommended_tpot_us, self.recommended_ci_us)}")
         if self.tpot_us is None:
-            return [f"{head}: not priced ({d.why_not_priced}); {rec}", SWITCHES_OFF]
+            return [f"{head}: not priced ({d.why_not_priced}); {rec}"] + \
+                ([SWITCHES_OFF] if self.fit else [])
         gain = self.gain_pct or 0.0
         share = "" if self.faster_share is None else f" ({self.faster()})"
         verdict = (f"keep the default ({LlamaFlags.default(d.n_ctx).command()}, no placement "
                    "flag): the gain is within the interval" if self.keep_default
                    else "our flags are worth pasting")
+        placed = (f"fit's placement: {short_args(d.args)}; {SWITCHES_OFF}" if self.fit else
+                  f"the default's placement: {d.args}")
         return [f"{head}: {_speed(self.tpot_us, self.tpot_ci_us)}; {rec}, {gain:+.1f} %"
-                f"{share}: {verdict}", f"fit's placement: {short_args(d.args)}; {SWITCHES_OFF}"]
+                f"{share}: {verdict}", placed]
 
     def to_dict(self) -> dict[str, Any]:
         return {"default": self.default.to_dict(), "tpot_us": self.tpot_us,
@@ -187,4 +202,5 @@ def baseline_of(rec: CacheRecord | None) -> FitBaseline | None:
     best = rec.versus[0]
     return FitBaseline(rec.default_fit, None if v is None else v.tpot_us,
                        None if v is None else v.tpot_ci_us, recommended_flags(rec),
-                       best.tpot_us, best.tpot_ci_us, None if v is None else v.cache_faster)
+                       best.tpot_us, best.tpot_ci_us, None if v is None else v.cache_faster,
+                       rec.assumed.default_kind == "fit")

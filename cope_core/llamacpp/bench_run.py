@@ -43,9 +43,9 @@ class BenchBuild:
                 "commit": self.commit, "flags": sorted(self.flags)}
 
 
-def _env(exe: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
-    """The run's environment: the build's own folder first on the library path (a build run
-    from its folder finds its libggml there), plus ``extra``."""
+def tool_env(exe: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment a llama.cpp tool runs in: the build's own folder first on the library
+    path (a build run from its folder finds its libggml there), plus ``extra``."""
     lib = str(exe.parent)
     old = os.environ.get("LD_LIBRARY_PATH")
     return {**os.environ, "LD_LIBRARY_PATH": f"{lib}{os.pathsep}{old}" if old else lib,
@@ -62,7 +62,7 @@ def probe_bench_build(path: str | os.PathLike, env: Mapping[str, str] | None = N
     for arg in ("--version", "--help"):
         try:
             r = subprocess.run([str(exe), arg], capture_output=True, text=True, timeout=120,
-                               env=_env(exe, env))
+                               env=tool_env(exe, env))
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise CopeInputError(f"could not run it with {arg} ({exc})", source=str(path),
                                  field="--llama-bench") from None
@@ -91,7 +91,7 @@ def run_bench(build: BenchBuild, model: str | os.PathLike, args: Sequence[str], 
     cmd = bench_command(build, model, args, repetitions=repetitions, n_gen=n_gen)
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                           env=_env(Path(build.path), env))
+                           env=tool_env(Path(build.path), env))
     except subprocess.TimeoutExpired:
         raise CopeInputError(f"{' '.join(cmd)} ran past {timeout:.0f} s",
                              source=build.path) from None

@@ -3,7 +3,9 @@ that can hit, per group) and the spread of the class-LRU's inferred rules; ``cop
 the llama.cpp export and the app show these lines (docs/design.md#llamacpp-moe-cache)."""
 from __future__ import annotations
 
+from ..estimate.speed import tokens_per_s
 from ..geometry import ModelGeometry
+from .builds import Build, default_words, first_build
 from .cache_cliff import cliff_mib, group_cliffs
 from .cache_readings import ReadingTpot, spread
 from .cache_record import CLASS_LRU_CANDIDATE, BestConfig, CacheRecord
@@ -63,3 +65,26 @@ def cache_note_lines(rec: CacheRecord | None, g: ModelGeometry) -> list[str]:
     cached = next((b for b in rec.best if b.cache_mib), None)
     lines = [cliff_line(g, cached.cpu_layers) if cached else None, readings_line(rec)]
     return [x for x in lines if x]
+
+
+def build_lines(rec: CacheRecord | None, build: Build | None = None) -> list[str]:
+    """Which build the answer is for (``build`` as the user named it, else the record's), what
+    it lacks, and one line for what a newer build would add (none when it adds nothing)."""
+    b = build if build is not None else (rec.assumed if rec is not None else None)
+    if b is None:
+        return []
+    lacks = []
+    if not b.has("moe_cache"):
+        lacks.append(f"no MoE expert cache (--moe-cache-mib came in b{first_build('moe_cache')})")
+    elif not b.has("moe_cache_cpu_share"):
+        lacks.append("no --moe-cache-cpu-share (came in "
+                     f"b{first_build('moe_cache_cpu_share')})")
+    if not b.n_cpu_moe_flag:
+        lacks.append(f"no --n-cpu-moe (came in b{first_build('n_cpu_moe')}): placed with -ot")
+    out = [f"for {b.describe()}" + (f": {'; '.join(lacks)}" if lacks else "")
+           + f"; with no placement flag: {default_words(b.default_kind)}"]
+    if rec is not None and rec.newer is not None:
+        n = rec.newer
+        out.append(f"llama.cpp {n.build} or newer would add {n.gain_pct:+.1f} % "
+                   f"({tokens_per_s(n.tpot_us):.1f} tokens/s: {n.flags()})")
+    return out

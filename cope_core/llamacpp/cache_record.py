@@ -19,6 +19,7 @@ from ..placement import k_budget_bytes
 from ..profile.data import Profile
 from ..replay.engine import ReplayCounts
 from ..trace.data import Trace
+from .builds import Build, Newer, default_before_fit, latest, newer_than, runs_mask
 from .cache_readings import ReadingTpot, class_lru_readings, spread
 from .cache_search import (
     CACHE_CANDIDATES,
@@ -122,7 +123,9 @@ class CacheRecord:
     named :data:`~cope_core.llamacpp.fit.FIT_NAME`; None in a record written without
     it). ``rule_readings``: the class-LRU's fastest configuration under every reading of its
     inferred rules (:mod:`~cope_core.llamacpp.cache_readings`; empty without one, or in a
-    record written before them)."""
+    record written before them). ``build``: the llama.cpp build the search was restricted to
+    (its flags, cache and default; "" in a record written before builds, which assumed the
+    newest); ``newer``: what a newer build would add (None: nothing, or the newest assumed)."""
 
     expert_budget_gib: float
     configurations: int
@@ -131,6 +134,14 @@ class CacheRecord:
     versus: tuple[Versus, ...]
     default_fit: FitDefault | None = None
     rule_readings: tuple[ReadingTpot, ...] = ()
+    build: str = ""
+    newer: Newer | None = None
+
+    @property
+    def assumed(self) -> Build:
+        """The build the record is for (the newest known when it does not say)."""
+        number = int(self.build.lstrip("b")) if self.build else latest().number
+        return latest() if number == latest().number else Build(number, "as recorded")
 
     def __post_init__(self) -> None:
         _check(isinstance(self.expert_budget_gib, (int, float))
@@ -150,6 +161,11 @@ class CacheRecord:
                "default_fit", self.default_fit, "fit's placement or null")
         _check(all(isinstance(r, ReadingTpot) for r in self.rule_readings), "rule_readings",
                self.rule_readings, "a list of readings")
+        _check(self.build == "" or (isinstance(self.build, str)
+                                    and self.build[:1] == "b" and self.build[1:].isdigit()),
+               "build", self.build, "a build such as b12191")
+        _check(self.newer is None or isinstance(self.newer, Newer), "newer", self.newer,
+               "null or what a newer build adds")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object (keys and order as cope.policy/1 has always written them)."""
@@ -162,7 +178,9 @@ class CacheRecord:
                 **({} if self.default_fit is None else
                    {"default_fit": self.default_fit.to_dict()}),
                 **({"rule_readings": [dict(r.__dict__) for r in self.rule_readings]}
-                   if self.rule_readings else {})}
+                   if self.rule_readings else {}),
+                **({"build": self.build} if self.build else {}),
+                **({} if self.newer is None else {"newer": dict(self.newer.__dict__)})}
 
     @classmethod
     def from_dict(cls, d: Any, source: str | None = None) -> CacheRecord | None:
@@ -173,7 +191,8 @@ class CacheRecord:
             _check(isinstance(d, Mapping), "", d, "an object")
             if not d:
                 return None
-            optional = ("default_fit", "rule_readings")     # absent from older records
+            # absent from older records
+            optional = ("default_fit", "rule_readings", "build", "newer")
             _exactly(d, [f.name for f in fields(cls) if f.name not in optional or f.name in d],
                      "")
             best, versus = d["best"], d["versus"]
@@ -188,8 +207,10 @@ class CacheRecord:
             _check(isinstance(readings, list), "rule_readings", readings, "a list")
             rr = tuple(_item(ReadingTpot, row, f"rule_readings[{i}]")
                        for i, row in enumerate(readings))
+            newer = d.get("newer")
             return cls(d["expert_budget_gib"], d["configurations"], d["cache_start"], rows, vs,
-                       _fit_of(d.get("default_fit")), rr)
+                       _fit_of(d.get("default_fit")), rr, d.get("build", ""),
+                       None if newer is None else _item(Newer, newer, "newer"))
         except CopeInputError as exc:
             field = where + ("." + exc.field if exc.field else "")
             raise CopeInputError(exc.detail, source=source, field=field) from None
@@ -229,7 +250,8 @@ def _pair(v: Any) -> Any:
 
 def record_of(result: CacheSearch, versus: Sequence[Contender],
               default_fit: FitDefault | None = None,
-              readings: tuple[ReadingTpot, ...] = ()) -> CacheRecord:
+              readings: tuple[ReadingTpot, ...] = (), build: str = "",
+              newer: Newer | None = None) -> CacheRecord:
     """The record of a search and its comparison (and fit's placement, when compared). When the
     best configuration is the class-LRU's, its interval is widened to cover every reading of the
     inferred rules (``readings``)."""
@@ -250,7 +272,8 @@ def record_of(result: CacheSearch, versus: Sequence[Contender],
     return CacheRecord(
         expert_budget_gib=float(df.attrs["budget_bytes"]) / GIB, configurations=len(df),
         cache_start="server" if df.attrs["persist"] else "prompt", best=best,
-        versus=tuple(vs), default_fit=default_fit, rule_readings=readings)
+        versus=tuple(vs), default_fit=default_fit, rule_readings=readings, build=build,
+        newer=newer)
 
 
 def expert_budget(g: ModelGeometry, experts_per_layer: int, vram_gib: float | None,
@@ -265,9 +288,13 @@ def expert_budget(g: ModelGeometry, experts_per_layer: int, vram_gib: float | No
 
 def default_fit_of(g: ModelGeometry, vram_gib: float, llama: LlamaSettings | None = None
                    ) -> FitDefault:
-    """What ``--fit`` (on by default) places with the same budget: it keeps its margin free, so
-    it sees the budget plus the margin as the device's free memory."""
+    """What the build does with no placement flag at the same budget: from b7407 ``--fit``'s
+    placement (it keeps its margin free, so it sees the budget plus the margin as the device's
+    free memory); before, every layer on the GPU (from b6325) or none
+    (:func:`~cope_core.llamacpp.builds.default_before_fit`)."""
     s = llama or LlamaSettings()
+    if s.runs_on.default_kind != "fit":
+        return default_before_fit(s.runs_on, s.table(g), vram_gib, s.n_ctx, s.type_k, s.type_v)
     return fit_default(s.table(g), int(vram_gib * GIB) + s.margin_bytes,
                        margin_bytes=s.margin_bytes, n_ctx=s.n_ctx, type_k=s.type_k,
                        type_v=s.type_v)
@@ -305,11 +332,17 @@ def llamacpp_record(trace: Trace, profile: Profile, calibration: Trace | None, *
     budget_bytes = expert_budget(trace.model, experts_per_layer, vram_gib, llama)
     if budget_bytes < 0:
         return None
-    found = search_cache(trace, profile, budget_bytes, cpu_threads=cpu_threads, gpu_share=gpu_share,
-                   persist=persist)
+    build = (llama or LlamaSettings()).runs_on
+    whole = search_cache(trace, profile, budget_bytes, cpu_threads=cpu_threads,
+                         gpu_share=gpu_share, persist=persist)
+    # the build's share of the space; the whole space says what a newer build would add
+    found = whole.subset(runs_mask(whole.frame, build))
+    newer = None if build.is_latest else newer_than(
+        whole.subset(runs_mask(whole.frame, latest())).best(), found.best())
     fit = None if vram_gib is None else default_fit_of(trace.model, vram_gib, llama)
     versus = compare(found, trace, profile, matrix_winner, calibration=calibration,
                      experts_per_layer=experts_per_layer, draws=draws, seed=seed,
                      raw_samples=raw_samples, counts=counts,
                      baseline=(FIT_NAME, fit.host_layers) if fit and fit.priced else None)
-    return record_of(found, versus, fit, class_lru_readings(found, trace, profile))
+    return record_of(found, versus, fit, class_lru_readings(found, trace, profile),
+                     build.label, newer)

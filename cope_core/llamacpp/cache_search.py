@@ -191,6 +191,19 @@ class CacheSearch:
     frame: pd.DataFrame
     counts: CacheCounts
 
+    def subset(self, keep: np.ndarray) -> CacheSearch:
+        """The rows where ``keep`` is true (a build's share of the space), numbered afresh, with
+        their replay counts."""
+        idx = np.flatnonzero(np.asarray(keep, bool))
+        if idx.size == 0:
+            raise CopeInputError("no configuration of the search runs on this build",
+                                 field="--llamacpp")
+        frame = self.frame.iloc[idx].reset_index(drop=True)
+        frame.attrs.update(self.frame.attrs)
+        c = self.counts
+        return CacheSearch(frame, CacheCounts(tuple(c.configs[i] for i in idx),
+                                              tuple(c.layouts[i] for i in idx), c.cnt[idx]))
+
     def best(self) -> pd.DataFrame:
         """The fastest configuration of each candidate (the cache rules and layer_partition),
         fastest first; ties to the earlier row (fewer host layers, smaller cache, lower share).

@@ -242,7 +242,10 @@ class FitDefault:
     args : str
         The arguments fit sets (llama-fit-params' line).
     status : str
-        :attr:`FitResult.status`.
+        :attr:`FitResult.status`; for a build before ``--fit``
+        (:func:`~cope_core.llamacpp.builds.default_before_fit`) ``"fits"`` (every layer on the
+        GPU), ``"oom"`` (every layer on the GPU does not fit: it does not load) or ``"cpu"``
+        (before b6325: no layer on the GPU).
     n_ctx : int
         The context fit kept (the user's ``-c``).
     free_gib, margin_gib : float
@@ -279,6 +282,10 @@ class FitDefault:
         """Fit's placement in words."""
         if self.status == "fits":
             return "every layer and expert on the GPU"
+        if self.status == "cpu":
+            return f"no layer on the GPU ({self.args})"
+        if self.status == "oom":
+            return f"every layer on the GPU ({self.args}), which does not fit"
         if not self.priced:
             return f"{self.args} (whole blocks in host memory)"
         part = self.host_layers - len(self.host_blocks)

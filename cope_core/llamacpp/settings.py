@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..errors import CopeInputError
 from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
+from .builds import Build, latest
 from .command import ALL_EXPERTS, n_cpu_moe_patterns
 from .fit import FIT_MARGIN
 from .vram import (
@@ -27,13 +28,21 @@ from .vram import (
 class LlamaSettings:
     """How llama.cpp is run, for its memory: the model file's tensor table (None: made from
     the geometry, :func:`~cope_core.llamacpp.vram.llama_model_of`), the context
-    (``-c``) and KV cache types (``-ctk``/``-ctv``), and ``--fit``'s margin (``-fitt``)."""
+    (``-c``) and KV cache types (``-ctk``/``-ctv``), ``--fit``'s margin (``-fitt``), and the
+    build (:mod:`~cope_core.llamacpp.builds`: its flags, cache and default; None: the newest
+    known, :attr:`runs_on`)."""
 
     model: LlamaModel | None = None
     n_ctx: int = DEFAULT_CONTEXT
     type_k: str = "f16"
     type_v: str = "f16"
     margin_bytes: int = FIT_MARGIN
+    build: Build | None = None
+
+    @property
+    def runs_on(self) -> Build:
+        """The build assumed: the one given, else the newest known."""
+        return self.build if self.build is not None else latest()
 
     def table(self, g: ModelGeometry) -> LlamaModel:
         return self.model if self.model is not None else llama_model_of(g)
@@ -48,9 +57,11 @@ class LlamaSettings:
 def llama_settings(model: str | os.PathLike | LlamaModel | None, *,
                    n_ctx: int = LlamaSettings.n_ctx, margin_bytes: int = LlamaSettings.margin_bytes,
                    type_k: str = LlamaSettings.type_k,
-                   type_v: str = LlamaSettings.type_v) -> LlamaSettings:
+                   type_v: str = LlamaSettings.type_v, build: Build | None = None
+                   ) -> LlamaSettings:
     """:class:`LlamaSettings` from a GGUF file's path (its header is read), a table, or None
-    (made from the priced geometry); the context must be a positive whole number."""
+    (made from the priced geometry); the context must be a positive whole number; ``build`` the
+    llama.cpp build assumed (None: the newest known)."""
     if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1:
         raise CopeInputError(f"expected a positive whole number of tokens, got {n_ctx!r}",
                              field="--ctx")
@@ -60,7 +71,7 @@ def llama_settings(model: str | os.PathLike | LlamaModel | None, *,
         except CopeInputError as exc:
             raise CopeInputError(exc.detail, field=flag) from None
     table = read_llama_model(model) if isinstance(model, (str, os.PathLike)) else model
-    return LlamaSettings(table, n_ctx, type_k, type_v, int(margin_bytes))
+    return LlamaSettings(table, n_ctx, type_k, type_v, int(margin_bytes), build)
 
 
 def n_cpu_moe_memory(g: ModelGeometry, n_cpu_moe: int, vram_gib: float,
