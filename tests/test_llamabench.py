@@ -17,7 +17,7 @@ from llama_tools import LLAMA_VULKAN, missing_runtime, write_tiny_moe
 
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
-from cope_core.llamacpp import placement_tpot, read_llama_bench
+from cope_core.llamacpp import Build, placement_tpot, read_llama_bench
 from cope_core.llamacpp.bench_eval import (
     BenchMatch,
     match_bench_rows,
@@ -26,6 +26,7 @@ from cope_core.llamacpp.bench_eval import (
     score_bench_rows,
 )
 from cope_core.llamacpp.bench_file import BenchRow
+from cope_core.llamacpp.prompt import PromptRun, prompt_time
 from cope_core.llamacpp.vram import LlamaModel, read_llama_model
 from cope_core.machine import compose_machine
 from cope_core.models import resolve_model
@@ -121,11 +122,43 @@ def test_rows_match_and_predict_with_placement_tpot(machine):
         assert x.predicted_ts == pytest.approx(1e6 / us, rel=1e-12)
         assert x.error_pct == pytest.approx(100 * (x.predicted_ts / 100.0 - 1))
     why = [x.reason for x in got[3:]]
-    assert why[0].startswith("pp512 is not decode") and why[1].startswith("pp16+tg8 is not")
+    assert why[0].startswith("pp512 is prompt processing: priced from the machine's peaks, so "
+                             "it needs --gpu")
+    assert why[1].startswith("pp16+tg8 times prompt and decode together")
     assert "another model file" in why[2] and "at 8 threads ([1, 2])" in why[3]
     assert "no GPU" in why[4] and "-nkvo" in why[5] and "--threads" in why[6]
     # a markdown table without threads: --threads says them
     assert match_bench_rows(rows[9:], m, g, prof, cpu_threads=1)[0].matched
+
+
+def test_prompt_rows_are_priced_by_the_prompt_model_and_scored_apart(machine):
+    """With the machine's peaks, a pp row is its placement's prompt time at its -ub, -b, op
+    offload and depth (on the build it names); decode and prompt rows are scored apart."""
+    m, g, prof = machine
+    spec = compose_machine(gpu="rtx3090", cpu="xeon-gold-6430").spec
+    rows = [row(m, line=1), row(m, line=2, n_cpu_moe=2),
+            row(m, line=3, n_prompt=512, n_gen=0, n_cpu_moe=2, n_ubatch=128, avg_ts=900.0),
+            row(m, line=4, n_prompt=512, n_gen=0, n_cpu_moe=2, n_ubatch=512, avg_ts=1500.0),
+            row(m, line=5, n_prompt=512, n_gen=0, n_cpu_moe=2, no_op_offload=True,
+                n_depth=256, build="abc1234 (6000)", avg_ts=700.0)]
+    got = match_bench_rows(rows, m, g, prof, spec=spec)
+    assert all(x.matched for x in got)
+    for x in got[2:]:
+        r = x.row
+        run = PromptRun(r.n_prompt, r.n_depth, r.n_ubatch, r.n_batch,
+                        op_offload=not r.no_op_offload, threads=2)
+        build = Build(6000, "t") if r.line == 5 else None
+        assert x.predicted_ts == pytest.approx(prompt_time(g, spec, 2, run, build).tokens_per_s)
+        assert x.context == r.n_depth + 256
+    ev = score_bench_rows(got)
+    assert len(ev.matched) == 5 and ev.prompt is not None and ev.prompt.matched == 3
+    tg = [x for x in got[:2]]
+    assert ev.mean_abs_error_pct == pytest.approx(
+        100 * sum(abs(x.predicted_ts / x.row.avg_ts - 1) for x in tg) / 2)
+    assert ev.prompt.mean_abs_error_pct == pytest.approx(
+        100 * sum(abs(x.predicted_ts / x.row.avg_ts - 1) for x in got[2:]) / 3)
+    assert ev.to_dict()["prompt"]["matched"] == 3
+    assert "prompt" not in score_bench_rows(got[:2]).to_dict()
 
 
 def _scored(pred, meas):

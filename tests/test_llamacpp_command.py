@@ -120,3 +120,10 @@ def test_the_tensor_pattern_is_written_once():
     assert set(found) == {"cope_core/llamacpp/command.py"}, found
     assert sorted(found["cope_core/llamacpp/command.py"]) == sorted([EXPERT_TENSORS,
                                                                      FIT_EXPERT_TENSORS])
+
+
+def test_the_batch_flags():
+    f = LlamaFlags(n_gpu_layers=99, n_cpu_moe=20, n_batch=4096, n_ubatch=2048, op_offload=False)
+    assert f.text() == "-ngl 99 --n-cpu-moe 20 -b 4096 -ub 2048 --no-op-offload"
+    with pytest.raises(ValueError, match="llama-bench"):
+        LlamaFlags(n_ubatch=2048).argv("bench")

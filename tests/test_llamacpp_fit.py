@@ -103,6 +103,29 @@ def test_compute_buffer_by_hand():
     assert device_memory(m, Placement(0), 100).compute == compute_estimate(m, 100, Placement(0))
     # a -ub shorter than the context is the batch (src/llama-context.cpp l. 631)
     assert compute_estimate(m, 300, n_ubatch=128) == 32 * 128 + 2 * 512 * 128 + 7 * 4 * 128 * 64
+    # -b caps -ub (the physical batch is at most the logical one)
+    assert compute_estimate(m, 300, n_ubatch=256, n_batch=128) == \
+        compute_estimate(m, 300, n_ubatch=128)
+    # op offload: only for batches of 32 tokens or more, and not with --no-op-offload; then no
+    # host weight is copied and the buffer is the one of every weight on the GPU
+    assert compute_estimate(m, 100, block0, n_ubatch=31) == compute_estimate(m, 100, n_ubatch=31)
+    assert compute_estimate(m, 100, block0, n_ubatch=32) == \
+        32 * 32 + 2 * 256 * 32 + 300000 + 2 * 4 * 32 * 64 + 4 * 4 * 32 * 64
+    assert compute_estimate(m, 100, block0, op_offload=False) == base
+    assert device_memory(m, block0, 100, n_ubatch=32).compute == \
+        compute_estimate(m, 100, block0, n_ubatch=32)
+
+
+def test_fit_leaves_more_on_the_host_as_the_batch_grows():
+    """A larger -ub reserves a larger compute buffer (the logits and activations of every token
+    of the batch), so --fit, at the same free memory, keeps at least as many experts in host
+    memory; with the batch at the context's, a larger -ub changes nothing."""
+    m = synthetic(expert_bytes=(300000,) * 4)
+    free = device_memory(m, Placement(), 4096, alignment=256).total
+    host = [host_model_bytes(m, fit(m, free, margin_bytes=0, n_ctx=4096,
+                                    n_ubatch=ub).placement) for ub in (32, 512, 2048, 4096)]
+    assert host == sorted(host) and host[-1] > host[1] == host_model_bytes(m, Placement())
+    assert fit(m, free, 0, 512, n_ubatch=512) == fit(m, free, 0, 512, n_ubatch=4096)
 
 
 def test_fit_patterns_count_the_output_as_the_last_layer():

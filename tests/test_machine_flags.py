@@ -5,6 +5,7 @@ llama.cpp's run options default to its records (issue 61)."""
 from __future__ import annotations
 
 import argparse
+import json
 import re
 
 import pytest
@@ -170,3 +171,20 @@ def test_the_app_url_spells_the_machine_as_the_cli_does():
         {"memory": "ddr4-3200x2", "pcie": "pcie4x16"}
     assert parse_query({"mem": "ddr4-3200x2", "memory": "ddr5-6000x2"}) == \
         {"memory": "ddr5-6000x2"}
+
+
+def test_cope_vram_counts_the_compute_buffer_of_a_batch(capsys):
+    """-ub reserves the compute buffer for that many tokens (capped by -b): cope vram names it
+    in the flags and counts a larger buffer; --no-op-offload drops the host weights' copy."""
+    base = ["vram", "--model", "data/models/qwen3-30b-a3b-Q4_K_M.header.gguf", "--gib", "14",
+            "--n-cpu-moe", "20", "--json"]
+    got = {}
+    for extra in ([], ["-ub", "2048"], ["-ub", "4096"], ["-ub", "4096", "-b", "4096"]):
+        assert main(base + extra) == 0
+        got[" ".join(extra)] = json.loads(capsys.readouterr().out)
+    assert got[""]["ubatch"] == 512 and got[""]["batch"] == 2048
+    assert got[""]["compute_gib"] < got["-ub 2048"]["compute_gib"] < \
+        got["-ub 4096 -b 4096"]["compute_gib"]
+    assert got["-ub 4096"]["compute_gib"] == got["-ub 2048"]["compute_gib"]     # -b 2048 caps it
+    assert main(base[:-1] + ["-ub", "2048"]) == 0
+    assert "-ngl 99 --n-cpu-moe 20 -ub 2048 fits" in capsys.readouterr().out

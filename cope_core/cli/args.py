@@ -268,6 +268,15 @@ LLAMACPP_OPTIONS: dict[str, tuple[tuple[str, ...], type, str, str]] = {
                  "flags COPE knows) or 'this' (asks the llama-server on PATH); the search, the "
                  "flags and the default compared are that build's "
                  "(docs/design.md#llamacpp-builds)"),
+    "ubatch-size": (("-ub", "--ubatch-size"), int, "N",
+                    "llama.cpp's physical batch (-ub): the compute buffer is reserved for this "
+                    "many tokens (default {default})"),
+    "batch-size": (("-b", "--batch-size"), int, "N",
+                   "llama.cpp's logical batch (-b): the physical one is at most it "
+                   "(default {default})"),
+    "no-op-offload": (("--no-op-offload",), bool, "",
+                      "llama.cpp's --no-op-offload: host weights are not copied to the GPU for "
+                      "batches of 32 tokens or more, so the compute buffer holds no copy"),
 }
 
 
@@ -276,7 +285,8 @@ def llamacpp_defaults() -> dict[str, int | str]:
     :data:`cope_core.geometry.DEFAULT_CONTEXT`, the rest :class:`LlamaSettings`' and --fit's."""
     d = LlamaSettings()
     return {"ctx": DEFAULT_CONTEXT, "cache-type-k": d.type_k, "cache-type-v": d.type_v,
-            "fitt": FIT_MARGIN >> 20, "llamacpp": LATEST}
+            "fitt": FIT_MARGIN >> 20, "llamacpp": LATEST, "ubatch-size": d.n_ubatch,
+            "batch-size": d.n_batch, "no-op-offload": not d.op_offload}
 
 
 def add_llamacpp_options(s: argparse.ArgumentParser | argparse._ArgumentGroup,
@@ -290,7 +300,11 @@ def add_llamacpp_options(s: argparse.ArgumentParser | argparse._ArgumentGroup,
     for name in options:
         flags, kind, metavar, text = LLAMACPP_OPTIONS[name]
         text = (helps or {}).get(name, text).format(default=defaults[name])
-        s.add_argument(*flags, type=kind, default=defaults[name], metavar=metavar, help=text)
+        if kind is bool:
+            s.add_argument(*flags, action="store_true", help=text)
+        else:
+            s.add_argument(*flags, type=kind, default=defaults[name], metavar=metavar,
+                           help=text)
         for old in RENAMED.get(name, ()):
             renamed(s, old, flags[-1])
 
@@ -305,10 +319,14 @@ def llama_settings_from_args(args: argparse.Namespace) -> LlamaSettings:
     fitt = getattr(args, "fitt", None)
     if fitt is not None and fitt < 0:
         raise CopeInputError(f"expected MiB >= 0, got {fitt}", field="--fitt")
+    d = LlamaSettings()
     return llama_settings(gguf, n_ctx=args.ctx,
                           margin_bytes=FIT_MARGIN if fitt is None else fitt << 20,
                           type_k=args.cache_type_k, type_v=args.cache_type_v,
-                          build=llamacpp_build(args))
+                          build=llamacpp_build(args),
+                          n_ubatch=getattr(args, "ubatch_size", d.n_ubatch),
+                          n_batch=getattr(args, "batch_size", d.n_batch),
+                          op_offload=not getattr(args, "no_op_offload", False))
 
 
 def llamacpp_build(args: argparse.Namespace) -> Build:

@@ -15,7 +15,7 @@ from ..estimate.quality import check_lines, checks_to_dict, measurement_checks
 from ..estimate.uncertainty import check_draws
 from ..files import print_json
 from ..geometry import CATALOG, GIB
-from ..llamacpp import LlamaFlags, n_cpu_moe_memory
+from ..llamacpp import LlamaFlags, LlamaSettings, n_cpu_moe_memory
 from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
 from ..platforms import resolve_platform
 from ..profile.busy import busy_note
@@ -184,11 +184,16 @@ def _vram_llamacpp(args: argparse.Namespace, g) -> int:
            "n_cpu_moe": args.n_cpu_moe, "context": args.ctx,
            "cache_types": [args.cache_type_k, args.cache_type_v], "fits": True,
            "gpu_gib": mem.total / GIB, "weights_gib": mem.model / GIB,
-           "kv_cache_gib": mem.context / GIB, "compute_gib": mem.compute / GIB}
+           "kv_cache_gib": mem.context / GIB, "compute_gib": mem.compute / GIB,
+           "ubatch": llama.n_ubatch, "batch": llama.n_batch, "op_offload": llama.op_offload}
     if args.json:
         print_json(out)
     else:
-        flags = LlamaFlags(n_gpu_layers=99, n_cpu_moe=args.n_cpu_moe).text()
+        d = LlamaSettings()
+        flags = LlamaFlags(n_gpu_layers=99, n_cpu_moe=args.n_cpu_moe,
+                           n_batch=None if llama.n_batch == d.n_batch else llama.n_batch,
+                           n_ubatch=None if llama.n_ubatch == d.n_ubatch else llama.n_ubatch,
+                           op_offload=llama.op_offload).text()
         print(f"{g.name} ({g.format_name}): {flags} fits "
               f"{args.gib:g} GiB: llama.cpp counts {mem.total / GIB:.2f} GiB on the GPU "
               f"(weights {mem.model / GIB:.2f} without the token embedding, KV cache "

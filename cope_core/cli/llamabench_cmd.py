@@ -53,6 +53,7 @@ def cmd_llama_bench(args: argparse.Namespace) -> int:
     if (args.profile is None) == (args.gpu is None):
         raise CopeInputError("--llama-bench needs the machine: --profile FILE or --gpu GPU "
                              "(one of them)", field="--profile")
+    spec = None                                   # prompt rows are priced from its peaks
     if args.profile is not None:
         profile = parquet_io.read_profile(args.profile)
         what = f"profile {args.profile}"
@@ -65,10 +66,10 @@ def cmd_llama_bench(args: argparse.Namespace) -> int:
                                  "placements", field="--gpu")
         threads = sorted({r.n_threads for r in rows if r.n_threads is not None}
                          | ({args.threads} if args.threads else set())) or [m.threads]
-        profile = analytic_profile(g, m.spec, cpu_threads=threads)
+        profile, spec = analytic_profile(g, m.spec, cpu_threads=threads), m.spec
         what = f"analytic profile of {m.spec.name} (not measured)"
     ev = score_bench_rows(match_bench_rows(rows, lm, g, profile, cpu_threads=args.threads,
-                               gpu_share=args.gpu_share))
+                                           gpu_share=args.gpu_share, spec=spec))
     if args.json:
         print_json({"llama_bench": os.fspath(args.llama_bench), "model": args.model,
                     "profile": what, **ev.to_dict()})
@@ -101,13 +102,22 @@ def text_lines(ev: BenchEvaluation) -> list[str]:
     out = ["  ".join(c.ljust(w[i]) for i, c in enumerate(t)).rstrip() for t in table]
     if why:
         out += ["unmatched rows (not guessed):", *why]
-    n = len(ev.matched)
-    if not n:
+    if not ev.matched:
         out.append("no row matched a configuration COPE prices: nothing scored")
         return out
-    pick, best = ev.matches[ev.pick or 0].row, ev.matches[ev.best or 0].row
-    out.append(f"{n} matched rows: mean absolute error {ev.mean_abs_error_pct:.1f} %, Spearman "
-               + ("-" if ev.spearman is None else f"{ev.spearman:.3f}")
-               + f"; COPE's pick (line {pick.line}) measured {pick.avg_ts:.2f} t/s, the fastest "
-                 f"(line {best.line}) {best.avg_ts:.2f} t/s: regret {ev.regret_pct:.1f} %")
+    n_pp = 0 if ev.prompt is None else ev.prompt.matched
+    kinds = [(len(ev.matched) - n_pp, "matched rows", ev.mean_abs_error_pct, ev.spearman,
+              ev.pick, ev.best, ev.regret_pct)]
+    if ev.prompt is not None:
+        p = ev.prompt
+        kinds.append((n_pp, "matched prompt rows", p.mean_abs_error_pct, p.spearman, p.pick,
+                      p.best, p.regret_pct))
+    for n, what, mae, rho, pick_i, best_i, regret in kinds:
+        if not n:
+            continue
+        pick, best = ev.matches[pick_i or 0].row, ev.matches[best_i or 0].row
+        out.append(f"{n} {what}: mean absolute error {mae:.1f} %, Spearman "
+                   + ("-" if rho is None else f"{rho:.3f}")
+                   + f"; COPE's pick (line {pick.line}) measured {pick.avg_ts:.2f} t/s, the "
+                     f"fastest (line {best.line}) {best.avg_ts:.2f} t/s: regret {regret:.1f} %")
     return out

@@ -77,9 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --gib: llama.cpp's own count of -ngl 99 --n-cpu-moe N (the token "
                         "embedding in host memory, the KV cache at --ctx, the compute "
                         "buffer); refused with how much it is over")
-    add_llamacpp_options(s, ("cache-type-k", "cache-type-v"), helps={
+    add_llamacpp_options(s, ("cache-type-k", "cache-type-v", "ubatch-size", "batch-size",
+                             "no-op-offload"), helps={
         "cache-type-k": "with --n-cpu-moe: llama.cpp's K cache type (default {default})",
-        "cache-type-v": "with --n-cpu-moe: llama.cpp's V cache type (default {default})"})
+        "cache-type-v": "with --n-cpu-moe: llama.cpp's V cache type (default {default})",
+        "ubatch-size": "with --n-cpu-moe: llama.cpp's physical batch (-ub), which sizes its "
+                       "compute buffer (default {default})",
+        "batch-size": "with --n-cpu-moe: llama.cpp's logical batch (-b; default {default})"})
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=commands.cmd_vram)
 

@@ -43,11 +43,13 @@ from .moe_cache import (
     cache_mib_for_bytes,
     replay_cache,
 )
+from .prompt import PromptRun, prompt_time, selection_rates
 from .server_log import check_cache_log, read_cache_log
 from .settings import LlamaSettings, llama_settings, n_cpu_moe_memory
 from .vram import read_llama_model
 
 __all__ = [
+    "PromptRun", "prompt_time", "selection_rates",
     "BUILD_EVIDENCE", "build_rows",
     "CACHE_LABEL", "CLASS_LRU_CANDIDATE", "FIT_MARGIN", "FIT_NAME", "READINGS",
     "TUNER_SHARES", "BenchEvaluation", "BenchSettings", "Build", "CacheConfig", "CacheRecord",

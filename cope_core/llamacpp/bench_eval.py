@@ -22,10 +22,13 @@ from typing import Any
 import numpy as np
 
 from ..geometry import ModelGeometry
+from ..platforms import PlatformSpec
 from ..profile.data import Profile
 from .bench_file import BenchRow
+from .builds import Build
 from .cache_search import placement_tpot
 from .command import EXPERT_TENSORS, n_cpu_moe_patterns
+from .prompt import PromptRun, prompt_time
 from .vram import LlamaModel
 
 #: a routed-expert tensor's name, its block captured
@@ -69,10 +72,23 @@ class BenchMatch:
 
 
 @dataclass(frozen=True)
+class KindScores:
+    """The scores of one kind of row (prompt rows), over its matched rows."""
+
+    matched: int
+    spearman: float | None
+    pick: int | None
+    best: int | None
+    regret_pct: float | None
+    mean_abs_error_pct: float | None
+
+
+@dataclass(frozen=True)
 class BenchEvaluation:
-    """The rows scored: per matched row the error, over them the rank correlation (Spearman;
-    None below two rows or with a constant side) and the regret of COPE's pick (the fastest
-    predicted matched row): how much slower it measured than the fastest measured, in %."""
+    """The rows scored: per matched row the error, over the matched decode rows the rank
+    correlation (Spearman; None below two rows or with a constant side) and the regret of COPE's
+    pick (the fastest predicted matched row): how much slower it measured than the fastest
+    measured, in %; the prompt rows' own scores apart (``prompt``)."""
 
     matches: tuple[BenchMatch, ...]
     spearman: float | None
@@ -80,6 +96,7 @@ class BenchEvaluation:
     best: int | None
     regret_pct: float | None
     mean_abs_error_pct: float | None
+    prompt: KindScores | None = None
 
     @property
     def matched(self) -> list[BenchMatch]:
@@ -92,7 +109,13 @@ class BenchEvaluation:
                 "matched": len(self.matched), "unmatched": len(self.matches) - len(self.matched),
                 "mean_abs_error_pct": self.mean_abs_error_pct, "spearman": self.spearman,
                 "pick_line": line(self.pick), "best_line": line(self.best),
-                "regret_pct": self.regret_pct}
+                "regret_pct": self.regret_pct,
+                **({} if self.prompt is None else {"prompt": {
+                    "matched": self.prompt.matched,
+                    "mean_abs_error_pct": self.prompt.mean_abs_error_pct,
+                    "spearman": self.prompt.spearman, "pick_line": line(self.prompt.pick),
+                    "best_line": line(self.prompt.best),
+                    "regret_pct": self.prompt.regret_pct}})}
 
 
 def model_tensor_bytes(m: LlamaModel) -> int:
@@ -126,9 +149,13 @@ def placement_of(row: BenchRow, m: LlamaModel) -> tuple[tuple[int, ...], str]:
 
 
 def match_bench_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeometry,
-               profile: Profile, *, cpu_threads: int | None = None,
-               gpu_share: float | None = None) -> tuple[BenchMatch, ...]:
-    """Each row matched to its configuration and predicted, or listed with why not.
+                     profile: Profile, *, cpu_threads: int | None = None,
+                     gpu_share: float | None = None,
+                     spec: PlatformSpec | None = None) -> tuple[BenchMatch, ...]:
+    """Each row matched to its configuration and predicted, or listed with why not: a decode
+    row (``tg``) by the profile, a prompt row (``pp``, at its ``-ub``, ``-b``, op offload and
+    depth) by the prompt model on the machine's peaks
+    (:func:`~cope_core.llamacpp.prompt.prompt_time`).
 
     Parameters
     ----------
@@ -143,14 +170,20 @@ def match_bench_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeo
         The thread count of rows that do not say (a markdown table leaves the default out).
     gpu_share : float, optional
         The profile's GPU share (default its largest).
+    spec : PlatformSpec, optional
+        The machine's peaks, which price prompt rows (None: they are listed, not priced).
     """
     size = model_tensor_bytes(m)
     threads_there = sorted({t for t, _ in profile.operating_points()})
     out = []
     for r in rows:
         why = ""
-        if r.kind != "tg":
-            why = (f"{r.test} is not decode: COPE predicts decode tokens per second (tg rows)")
+        if r.kind == "pg":
+            why = (f"{r.test} times prompt and decode together: COPE predicts each apart (pp "
+                   "and tg rows)")
+        elif r.kind == "pp" and spec is None:
+            why = (f"{r.test} is prompt processing: priced from the machine's peaks, so it "
+                   "needs --gpu (a measured profile holds decode costs only)")
         elif abs(r.model_size - size) > r.model_size_tol:
             why = (f"measured on another model file: model_size {r.model_size:.0f} bytes, "
                    f"{m.path} loads {size}")
@@ -166,12 +199,21 @@ def match_bench_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeo
         if not why and threads is None:
             why = ("the table has no threads column (llama-bench leaves its default out): say "
                    "--threads")
-        elif not why and threads not in threads_there:
+        elif not why and r.kind == "tg" and threads not in threads_there:
             why = f"the profile has no operating point at {threads} threads ({threads_there})"
         if why:
             out.append(BenchMatch(r, why))
             continue
         n_cpu = len(blocks)
+        if r.kind == "pp":
+            assert spec is not None and threads is not None
+            run = PromptRun(r.n_prompt, r.n_depth, r.n_ubatch, r.n_batch,
+                            op_offload=not r.no_op_offload, threads=threads)
+            build = Build(r.build_number, "the row's") if r.build_number else None
+            pt = prompt_time(geometry, spec, n_cpu, run, build)
+            out.append(BenchMatch(r, "", n_cpu, blocks, r.n_depth + r.n_prompt / 2,
+                                  pt.tokens_per_s))
+            continue
         # decode token i of tg<n> @ d<d> attends to d + i + 1 tokens: the mean over the test
         context = r.n_depth + (r.n_gen + 1) / 2
         us = float(placement_tpot(profile, geometry, [n_cpu], context, cpu_threads=threads,
@@ -180,13 +222,13 @@ def match_bench_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeo
     return tuple(out)
 
 
-def score_bench_rows(matches: Sequence[BenchMatch]) -> BenchEvaluation:
-    """Errors, Spearman rank correlation and regret over the matched rows."""
-    idx = [i for i, x in enumerate(matches) if x.matched]
+def _scores(matches: Sequence[BenchMatch], idx: list[int]
+            ) -> tuple[float | None, int | None, int | None, float | None, float | None]:
+    """Spearman, the pick and best (indices), regret and mean absolute error over ``idx``."""
+    if not idx:
+        return None, None, None, None, None
     pred = np.array([matches[i].predicted_ts for i in idx], np.float64)
     meas = np.array([matches[i].row.avg_ts for i in idx], np.float64)
-    if not idx:
-        return BenchEvaluation(tuple(matches), None, None, None, None, None)
     rho = None
     if len(idx) >= 2 and np.ptp(pred) > 0 and np.ptp(meas) > 0:
         # scipy.stats takes seconds to import: only here, not on every command's path
@@ -195,4 +237,16 @@ def score_bench_rows(matches: Sequence[BenchMatch]) -> BenchEvaluation:
     pick, best = idx[int(np.argmax(pred))], idx[int(np.argmax(meas))]
     regret = 100.0 * (matches[best].row.avg_ts / matches[pick].row.avg_ts - 1.0)
     mae = float(np.mean(np.abs(pred / meas - 1.0)) * 100.0)
-    return BenchEvaluation(tuple(matches), rho, pick, best, float(regret), mae)
+    return rho, pick, best, float(regret), mae
+
+
+def score_bench_rows(matches: Sequence[BenchMatch]) -> BenchEvaluation:
+    """Errors, Spearman rank correlation and regret over the matched decode rows, and the same
+    over the matched prompt rows apart (``prompt``; None when none matched)."""
+    of = {k: [i for i, x in enumerate(matches) if x.matched and x.row.kind == k]
+          for k in ("tg", "pp")}
+    prompt = None
+    if of["pp"]:
+        rho, pick, best, regret, mae = _scores(matches, of["pp"])
+        prompt = KindScores(len(of["pp"]), rho, pick, best, regret, mae)
+    return BenchEvaluation(tuple(matches), *_scores(matches, of["tg"]), prompt=prompt)

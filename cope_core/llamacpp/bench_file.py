@@ -50,7 +50,8 @@ MD_NAMES = {"ngl": "n_gpu_layers", "sm": "split_mode", "threads": "n_threads",
 MD_DEFAULTS: dict[str, Any] = {"n_cpu_moe": 0, "tensor_buft_overrides": "none",
                                "no_kv_offload": False, "n_batch": 2048, "n_ubatch": 512,
                                "type_k": "f16", "type_v": "f16", "flash_attn": -1,
-                               "n_gpu_layers": None, "n_threads": None}
+                               "n_gpu_layers": None, "n_threads": None,
+                               "no_op_offload": False}
 _INT = ("model_size", "n_threads", "n_gpu_layers", "n_cpu_moe", "n_prompt", "n_gen", "n_depth",
         "n_batch", "n_ubatch", "flash_attn", "build_number")
 _REQUIRED = ("model_filename", "model_type", "model_size", "n_threads", "n_gpu_layers",
@@ -58,7 +59,8 @@ _REQUIRED = ("model_filename", "model_type", "model_size", "n_threads", "n_gpu_l
 #: fields older builds did not write: their flags did not exist, so the value was the default
 _OPTIONAL = {"n_cpu_moe": 0, "n_depth": 0, "no_kv_offload": False, "backends": "",
              "gpu_info": "", "build_commit": "", "build_number": 0, "type_k": "f16",
-             "type_v": "f16", "n_batch": 2048, "n_ubatch": 512, "flash_attn": -1}
+             "type_v": "f16", "n_batch": 2048, "n_ubatch": 512, "flash_attn": -1,
+             "no_op_offload": False}
 _TEST = re.compile(r"^(?:pp(\d+))?(?:\+?tg(\d+))?(?: @ d(\d+))?$")
 _TS = re.compile(r"^([0-9.eE+-]+|nan|inf) ± ([0-9.eE+-]+|nan|inf|-nan)$")
 _SIZE = re.compile(r"^([0-9.]+) (MiB|GiB)$")
@@ -116,6 +118,13 @@ class BenchRow:
     stddev_ts: float
     samples_ts: tuple[float, ...] = ()
     build: str = ""
+    no_op_offload: bool = False
+
+    @property
+    def build_number(self) -> int:
+        """The llama.cpp build that ran it (0: not said, or a build without git history)."""
+        tail = self.build.rstrip(")").rpartition("(")[2]
+        return int(tail) if tail.isdigit() else 0
 
     @property
     def kind(self) -> str:
@@ -254,7 +263,8 @@ def _typed(src: str, line: int, obj: Any) -> BenchRow:
         avg_ts=_float(src, line, "avg_ts", v["avg_ts"], positive=True),
         stddev_ts=_float(src, line, "stddev_ts", v["stddev_ts"]),
         samples_ts=tuple(_float(src, line, "samples_ts", s) for s in samples),
-        build=f"{v['build_commit']} ({v['build_number']})")
+        build=f"{v['build_commit']} ({v['build_number']})",
+        no_op_offload=_bool(src, line, "no_op_offload", v["no_op_offload"]))
 
 
 def _int(src: str, line: int, field: str, value: Any) -> int:
@@ -280,9 +290,9 @@ def _float(src: str, line: int, field: str, value: Any, *, positive: bool = Fals
 def _bool(src: str, line: int, field: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
-    if value in ("0", "1"):          # CSV: std::to_string(bool)
-        return value == "1"
-    raise _fail(src, line, field, f"expected true/false (or 0/1 in CSV), got {value!r}")
+    if value in ("0", "1", 0, 1):    # CSV: std::to_string(bool); JSON's no_op_offload: an int
+        return value in ("1", 1)
+    raise _fail(src, line, field, f"expected true/false (or 0/1), got {value!r}")
 
 
 def _overrides(src: str, line: int, text: Any) -> tuple[tuple[str, str], ...]:
@@ -362,4 +372,5 @@ def _md_row(src: str, n: int, cell: dict[str, str], build: str) -> BenchRow:
             "-").isdigit() else -1,
         n_prompt=int(test.group(1) or 0), n_gen=int(test.group(2) or 0),
         n_depth=int(test.group(3) or 0), avg_ts=_float(src, n, "t/s", ts.group(1), positive=True),
-        stddev_ts=_float(src, n, "t/s", ts.group(2)), build=build)
+        stddev_ts=_float(src, n, "t/s", ts.group(2)), build=build,
+        no_op_offload=_bool(src, n, "nopo", v["no_op_offload"]))

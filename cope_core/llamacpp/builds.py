@@ -28,7 +28,7 @@ from .bench_run import tool_env
 from .command import LlamaFlags
 from .fit import FitDefault
 from .moe_cache import TUNER_SHARES, CacheVersion
-from .vram import LlamaModel, Placement, device_memory
+from .vram import N_BATCH, N_UBATCH, LlamaModel, Placement, device_memory
 
 DATA = Path(__file__).with_name("data") / "builds.csv"
 #: How a row's first build is known (the ``tag_evidence`` column)
@@ -298,7 +298,9 @@ def this_build(*, run: Callable[..., subprocess.CompletedProcess] = subprocess.r
 
 
 def default_before_fit(build: Build, m: LlamaModel, vram_gib: float, n_ctx: int,
-                       type_k: str = "f16", type_v: str = "f16") -> FitDefault:
+                       type_k: str = "f16", type_v: str = "f16", *,
+                       n_ubatch: int = N_UBATCH, n_batch: int = N_BATCH,
+                       op_offload: bool = True) -> FitDefault:
     """A build without ``--fit``'s default: ``-ngl`` at its maximum (b6325-b7406) loads every
     layer on the GPU, priced when that fits the budget and otherwise not loading; before b6325
     no layer is on the GPU (not priced beside a GPU: COPE prices routed experts on the CPU, not
@@ -314,13 +316,16 @@ def default_before_fit(build: Build, m: LlamaModel, vram_gib: float, n_ctx: int,
         The VRAM budget.
     n_ctx, type_k, type_v
         The context and KV cache types.
+    n_ubatch, n_batch, op_offload
+        ``-ub``, ``-b`` and op offload, for the compute buffer.
     """
     kind = build.default_kind
     moe = sum(1 for b in range(m.n_layer) if f"blk.{b}.ffn_down_exps.weight" in dict(m.tensors))
     if kind == "cpu":
         return FitDefault(LlamaFlags(n_gpu_layers=0).text(), "cpu", n_ctx, vram_gib, 0.0, 0.0,
                           float(moe), tuple(range(m.n_layer)), default_words("cpu"))
-    used = device_memory(m, Placement(-1, ()), n_ctx, type_k, type_v).total / GIB
+    used = device_memory(m, Placement(-1, ()), n_ctx, type_k, type_v, n_ubatch=n_ubatch,
+                         n_batch=n_batch, op_offload=op_offload).total / GIB
     every = LlamaFlags(n_gpu_layers=m.n_layer + 1).text()
     if used <= vram_gib:
         return FitDefault(every, "fits", n_ctx, vram_gib, 0.0, used, 0.0, (), "")

@@ -294,10 +294,13 @@ def default_fit_of(g: ModelGeometry, vram_gib: float, llama: LlamaSettings | Non
     (:func:`~cope_core.llamacpp.builds.default_before_fit`)."""
     s = llama or LlamaSettings()
     if s.runs_on.default_kind != "fit":
-        return default_before_fit(s.runs_on, s.table(g), vram_gib, s.n_ctx, s.type_k, s.type_v)
+        return default_before_fit(s.runs_on, s.table(g), vram_gib, s.n_ctx, s.type_k, s.type_v,
+                                  n_ubatch=s.n_ubatch, n_batch=s.n_batch,
+                                  op_offload=s.op_offload)
     return fit_default(s.table(g), int(vram_gib * GIB) + s.margin_bytes,
                        margin_bytes=s.margin_bytes, n_ctx=s.n_ctx, type_k=s.type_k,
-                       type_v=s.type_v)
+                       type_v=s.type_v, n_ubatch=s.n_ubatch, n_batch=s.n_batch,
+                       op_offload=s.op_offload)
 
 
 def llamacpp_record(trace: Trace, profile: Profile, calibration: Trace | None, *,

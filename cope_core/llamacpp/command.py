@@ -31,7 +31,8 @@ FIT_EXPERT_TENSORS = r"\.ffn_(up|down|gate_up|gate)_(ch|)exps"
 ALL_EXPERTS = r"blk\.\d+" + FIT_EXPERT_TENSORS
 #: The tools whose command lines are written here, and the order each is given its flags in.
 TOOLS = ("server", "bench")
-_ORDER = {"server": ("ctx", "ngl", "fit", "threads", "n_cpu_moe", "ot", "cache", "share"),
+_ORDER = {"server": ("ctx", "ngl", "fit", "threads", "n_cpu_moe", "ot", "cache", "share",
+                     "batch", "ubatch", "op_offload"),
           # as llama-bench runs have always been recorded (a race's state file names them)
           "bench": ("ngl", "n_cpu_moe", "fit", "threads")}
 
@@ -88,6 +89,10 @@ class LlamaFlags:
         tuple writes none).
     cache_mib, cpu_share
         The MoE expert cache: ``--moe-cache-mib``, ``--moe-cache-cpu-share`` (0: not given).
+    n_batch, n_ubatch : int or None
+        ``-b`` and ``-ub`` (None: not given, the build's defaults).
+    op_offload : bool
+        False: ``--no-op-offload``.
     """
 
     n_ctx: int | None = None
@@ -99,6 +104,9 @@ class LlamaFlags:
     cpu_blocks: tuple[int, ...] | None = None
     cache_mib: int = 0
     cpu_share: float = 0.0
+    n_batch: int | None = None
+    n_ubatch: int | None = None
+    op_offload: bool = True
 
     @classmethod
     def placed(cls, n_blocks: int, threads: int, n_cpu_moe: int | None = None, *,
@@ -159,7 +167,9 @@ class LlamaFlags:
                 "n_cpu_moe": opt("-ncmoe" if bench else "--n-cpu-moe", self.n_cpu_moe), "ot": ot,
                 "cache": opt("--moe-cache-mib", self.cache_mib or None),
                 "share": opt("--moe-cache-cpu-share",
-                             f"{self.cpu_share:g}" if self.cpu_share else None)}
+                             f"{self.cpu_share:g}" if self.cpu_share else None),
+                "batch": opt("-b", self.n_batch), "ubatch": opt("-ub", self.n_ubatch),
+                "op_offload": [] if self.op_offload else ["--no-op-offload"]}
 
     def argv(self, tool: str = "server") -> list[str]:
         """The arguments, in the order ``tool`` (``server``: llama-server and llama-cli;
@@ -168,7 +178,8 @@ class LlamaFlags:
         if tool not in TOOLS:
             raise ValueError(f"tool must be one of {TOOLS}, got {tool!r}")
         parts = self._parts(tool)
-        if tool == "bench" and (self.ot_given or self.cache_mib or self.n_ctx is not None):
+        if tool == "bench" and (self.ot_given or self.cache_mib or self.n_ctx is not None
+                                or self.n_batch or self.n_ubatch or not self.op_offload):
             raise ValueError("llama-bench runs are written with -ngl, -ncmoe, -fitt and -t only")
         return [a for key in _ORDER[tool] for a in parts[key]]
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .command import ALL_EXPERTS, FIT_EXPERT_TENSORS
-from .vram import LlamaModel, Placement, device_memory
+from .vram import N_BATCH, N_UBATCH, LlamaModel, Placement, device_memory
 
 GiB = 1 << 30
 #: ``-fitt`` default: 1 GiB of free memory kept per device (common/common.h l. 486)
@@ -141,7 +141,8 @@ def _false_position(cur: _Layers, used: int, high: _Layers, used_high: int, targ
 def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: int = 0,
         n_ctx_min: int = FIT_MIN_CTX, type_k: str = "f16", type_v: str = "f16",
         user: Placement = DEFAULT, alignment: int = 256,
-        compute: int | None = None) -> FitResult:
+        compute: int | None = None, n_ubatch: int = N_UBATCH, n_batch: int = N_BATCH,
+        op_offload: bool = True) -> FitResult:
     """The placement llama.cpp's ``--fit`` chooses on one GPU with ``free_bytes`` free.
 
     Parameters
@@ -159,8 +160,9 @@ def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: i
     user : Placement
         The user's ``-ngl`` and ``-ot`` (``--n-cpu-moe N`` is ``-ot`` patterns): any of them
         aborts fit.
-    alignment, compute : int
-        Passed to :func:`~cope_core.llamacpp.vram.device_memory`.
+    alignment, compute, n_ubatch, n_batch, op_offload
+        Passed to :func:`~cope_core.llamacpp.vram.device_memory` (``-ub``, ``-b`` and op
+        offload size the compute buffer).
     """
     hp_ngl = m.n_layer
     moe = m.n_expert > 0
@@ -169,7 +171,7 @@ def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: i
 
     def mem(p: Placement, c: int | None = None) -> int:
         return device_memory(m, p, ctx if c is None else c, type_k, type_v, alignment,
-                             compute).total
+                             compute, n_ubatch, n_batch, op_offload).total
 
     def result(status: str, reason: str, p: Placement) -> FitResult:
         return FitResult(ctx, p, status, reason, mem(p))
@@ -306,11 +308,15 @@ class FitDefault:
 
 
 def fit_default(m: LlamaModel, free_bytes: int, *, margin_bytes: int = FIT_MARGIN,
-                n_ctx: int, type_k: str = "f16", type_v: str = "f16") -> FitDefault:
+                n_ctx: int, type_k: str = "f16", type_v: str = "f16",
+                n_ubatch: int = N_UBATCH, n_batch: int = N_BATCH,
+                op_offload: bool = True) -> FitDefault:
     """:func:`fit` with no placement flag (the default), summarised for pricing.
 
-    ``n_ctx`` is the user's ``-c`` (so fit never cuts the context: step 2 needs it unset)."""
-    r = fit(m, free_bytes, margin_bytes, n_ctx, type_k=type_k, type_v=type_v)
+    ``n_ctx`` is the user's ``-c`` (so fit never cuts the context: step 2 needs it unset);
+    ``-ub``, ``-b`` and op offload size the compute buffer fit counts."""
+    r = fit(m, free_bytes, margin_bytes, n_ctx, type_k=type_k, type_v=type_v,
+            n_ubatch=n_ubatch, n_batch=n_batch, op_offload=op_offload)
     p = r.placement
     why = ""
     if p.gpu_start(m) > 0:

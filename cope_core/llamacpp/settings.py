@@ -14,6 +14,8 @@ from .builds import Build, latest
 from .command import ALL_EXPERTS, n_cpu_moe_patterns
 from .fit import FIT_MARGIN
 from .vram import (
+    N_BATCH,
+    N_UBATCH,
     DeviceMemory,
     LlamaModel,
     Placement,
@@ -28,9 +30,10 @@ from .vram import (
 class LlamaSettings:
     """How llama.cpp is run, for its memory: the model file's tensor table (None: made from
     the geometry, :func:`~cope_core.llamacpp.vram.llama_model_of`), the context
-    (``-c``) and KV cache types (``-ctk``/``-ctv``), ``--fit``'s margin (``-fitt``), and the
+    (``-c``) and KV cache types (``-ctk``/``-ctv``), ``--fit``'s margin (``-fitt``), the
     build (:mod:`~cope_core.llamacpp.builds`: its flags, cache and default; None: the newest
-    known, :attr:`runs_on`)."""
+    known, :attr:`runs_on`), and the batch the compute buffer is reserved for (``-ub``, ``-b``;
+    ``op_offload`` False: ``--no-op-offload``)."""
 
     model: LlamaModel | None = None
     n_ctx: int = DEFAULT_CONTEXT
@@ -38,6 +41,9 @@ class LlamaSettings:
     type_v: str = "f16"
     margin_bytes: int = FIT_MARGIN
     build: Build | None = None
+    n_ubatch: int = N_UBATCH
+    n_batch: int = N_BATCH
+    op_offload: bool = True
 
     @property
     def runs_on(self) -> Build:
@@ -51,14 +57,17 @@ class LlamaSettings:
         """What llama.cpp counts on the GPU with every routed expert in host memory: the other
         weights but the token embedding, the KV cache at ``n_ctx``, the compute buffer."""
         return device_memory(self.table(g), Placement(-1, (ALL_EXPERTS,)), self.n_ctx,
-                             self.type_k, self.type_v).total
+                             self.type_k, self.type_v, n_ubatch=self.n_ubatch,
+                             n_batch=self.n_batch, op_offload=self.op_offload).total
 
 
 def llama_settings(model: str | os.PathLike | LlamaModel | None, *,
                    n_ctx: int = LlamaSettings.n_ctx, margin_bytes: int = LlamaSettings.margin_bytes,
                    type_k: str = LlamaSettings.type_k,
-                   type_v: str = LlamaSettings.type_v, build: Build | None = None
-                   ) -> LlamaSettings:
+                   type_v: str = LlamaSettings.type_v, build: Build | None = None,
+                   n_ubatch: int = LlamaSettings.n_ubatch,
+                   n_batch: int = LlamaSettings.n_batch,
+                   op_offload: bool = LlamaSettings.op_offload) -> LlamaSettings:
     """:class:`LlamaSettings` from a GGUF file's path (its header is read), a table, or None
     (made from the priced geometry); the context must be a positive whole number; ``build`` the
     llama.cpp build assumed (None: the newest known)."""
@@ -70,8 +79,13 @@ def llama_settings(model: str | os.PathLike | LlamaModel | None, *,
             row_bytes(t, 256)
         except CopeInputError as exc:
             raise CopeInputError(exc.detail, field=flag) from None
+    for flag, n in (("--ubatch-size", n_ubatch), ("--batch-size", n_batch)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise CopeInputError(f"expected a positive whole number of tokens, got {n!r}",
+                                 field=flag)
     table = read_llama_model(model) if isinstance(model, (str, os.PathLike)) else model
-    return LlamaSettings(table, n_ctx, type_k, type_v, int(margin_bytes), build)
+    return LlamaSettings(table, n_ctx, type_k, type_v, int(margin_bytes), build, n_ubatch,
+                         n_batch, bool(op_offload))
 
 
 def n_cpu_moe_memory(g: ModelGeometry, n_cpu_moe: int, vram_gib: float,
@@ -98,7 +112,8 @@ def n_cpu_moe_memory(g: ModelGeometry, n_cpu_moe: int, vram_gib: float,
         raise CopeInputError(f"expected a whole number of blocks in [0, {m.n_layer}], got "
                              f"{n_cpu_moe!r}", field="--n-cpu-moe")
     mem = device_memory(m, Placement(-1, n_cpu_moe_patterns(n_cpu_moe)), s.n_ctx, s.type_k,
-                        s.type_v)
+                        s.type_v, n_ubatch=s.n_ubatch, n_batch=s.n_batch,
+                        op_offload=s.op_offload)
     over = mem.total - float(vram_gib) * GIB
     if over > 0:
         raise CopeInputError(

@@ -42,6 +42,9 @@ N_UBATCH = 512
 #: the default logical batch (common/common.h, llama-bench's too); llama.cpp caps it, and so the
 #: physical batch, at the context asked for (src/llama-context.cpp l. 248-250)
 N_BATCH = 2048
+#: the fewest tokens of a batch for which a GPU backend runs an op whose weight is in host memory
+#: (op offload; CUDA and Vulkan ``offload_op``, ``GGML_OP_OFFLOAD_MIN_BATCH``'s default)
+OP_OFFLOAD_MIN_BATCH = 32
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -204,9 +207,11 @@ def kv_bytes(m: LlamaModel, blocks: range | list[int], n_ctx: int, type_k: str =
 
 
 def compute_estimate(m: LlamaModel, n_ctx: int, placement: Placement | None = None,
-                     n_ubatch: int = N_UBATCH, type_k: str = "f16", type_v: str = "f16") -> int:
+                     n_ubatch: int = N_UBATCH, type_k: str = "f16", type_v: str = "f16",
+                     n_batch: int = N_BATCH, op_offload: bool = True) -> int:
     """The GPU's compute buffer as llama.cpp b11434 reserves it for ``placement`` (the default:
-    every layer on the GPU), flash attention on (``-fa auto``, common/common.h l. 504).
+    every layer on the GPU), flash attention on (``-fa auto``, common/common.h l. 504), at
+    ``-ub n_ubatch`` and ``-b n_batch``; ``op_offload`` False is ``--no-op-offload``.
 
     llama.cpp sizes it by allocating the worst-case graph of ``t = min(n_ctx, n_ubatch)``
     tokens (``sched_reserve``, src/llama-context.cpp l. 631-700), where ``n_ubatch`` is already
@@ -226,7 +231,8 @@ def compute_estimate(m: LlamaModel, n_ctx: int, placement: Placement | None = No
       5928), and each such weight becomes an input copy of its split, allocated in the GPU's
       compute buffer (ggml-backend.cpp l. 1651-1671). So routed experts fit moves to the
       host, and whole blocks below ``-ngl``, grow the GPU's compute buffer, and ``-ngl 0``
-      still reserves one on the GPU.
+      still reserves one on the GPU; below 32 tokens, or with ``--no-op-offload``, nothing is
+      offloaded, so nothing is copied.
 
     Inferred from measured peaks (llama-fit-params -v on the software Vulkan device, four
     tiny qwen3moe shapes, contexts 1024-8192: docs/design.md#llamacpp-fit), with ``H``, ``A``
@@ -240,7 +246,7 @@ def compute_estimate(m: LlamaModel, n_ctx: int, placement: Placement | None = No
     modelled: measured at 209 placements, the rule is within 2.02 MiB of llama.cpp's but where
     the last block's experts are partly in host memory (4 MiB), 0.44 MiB off on average.
     """
-    t = min(int(n_ubatch), N_BATCH, max(int(n_ctx), 1))
+    t = min(int(n_ubatch), int(n_batch), max(int(n_ctx), 1))
     n_kv = _pad(max(int(n_ctx), 1), N_CTX_PAD)
     f32 = 4 * t
     hidden = f32 * m.n_embd
@@ -251,8 +257,9 @@ def compute_estimate(m: LlamaModel, n_ctx: int, placement: Placement | None = No
     # l. 766-779): it is not copied. The last block's copies come after the last attention,
     # when the mask (read by every block's attention) is freed: they may reuse its memory
     last = f"blk.{m.n_layer - 1}."
+    offloads = op_offload and t >= OP_OFFLOAD_MIN_BATCH
     copied = [(name.startswith(last), b) for name, b in m.tensors
-              if name != "token_embd.weight" and not p.on_device(m, name)]
+              if offloads and name != "token_embd.weight" and not p.on_device(m, name)]
     before = max((b for at_last, b in copied if not at_last), default=0)
     after = max((b for at_last, b in copied if at_last), default=0)
     mask = 2 * n_kv * t
@@ -270,10 +277,11 @@ def compute_estimate(m: LlamaModel, n_ctx: int, placement: Placement | None = No
 
 def device_memory(m: LlamaModel, placement: Placement, n_ctx: int, type_k: str = "f16",
                   type_v: str = "f16", alignment: int = 256,
-                  compute: int | None = None) -> DeviceMemory:
+                  compute: int | None = None, n_ubatch: int = N_UBATCH,
+                  n_batch: int = N_BATCH, op_offload: bool = True) -> DeviceMemory:
     """What llama.cpp counts on the GPU for ``placement``: the model buffer (each tensor padded
     to ``alignment``), the KV cache of the offloaded blocks, and the compute buffer
-    (``compute``, else :func:`compute_estimate`)."""
+    (``compute``, else :func:`compute_estimate` at ``-ub``/``-b`` and op offload)."""
     start = placement.gpu_start(m)
     on = [b for name, b in m.tensors if placement.on_device(m, name)]
     model = sum(_pad(b, alignment) for b in on)
@@ -283,8 +291,8 @@ def device_memory(m: LlamaModel, placement: Placement, n_ctx: int, type_k: str =
     ctx = kv_bytes(m, range(start, m.n_layer), n_ctx, type_k, type_v)
     # the compute buffer is reserved on the GPU even with nothing offloaded (-ngl 0): the
     # scheduler offloads the large products there (compute_estimate)
-    comp = compute_estimate(m, n_ctx, placement, type_k=type_k, type_v=type_v) \
-        if compute is None else int(compute)
+    comp = compute_estimate(m, n_ctx, placement, n_ubatch, type_k, type_v, n_batch,
+                            op_offload) if compute is None else int(compute)
     return DeviceMemory(model, ctx, comp)
 
 

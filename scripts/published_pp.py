@@ -1,0 +1,103 @@
+"""The prompt model against published llama-bench prompt-processing sweeps (docs/design.md#prompt-
+processing): each point priced by :func:`cope_core.llamacpp.prompt_time` on the machine's
+published peaks and the router's skew of the model's synthetic trace (nothing fitted to these
+points), absolute tokens/s and the ratio to the sweep's
+first point (which cancels most machine constants).
+
+    python scripts/published_pp.py [--write | --check]
+
+The sweeps are ``data/published/llamacpp-pp-sweeps.json``, copied with their sources from
+../shared/reference/published-pp-2026-12-07.csv; what a source does not state (CPU, PCIe, build)
+is the part's default, said in the table. ``--write`` puts the table into docs/results.md between
+its published-pp markers; ``--check`` exits 1 when it is not current
+(tests/test_llamacpp_prompt.py).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from doc_blocks import update_blocks  # beside this script, on sys.path when it runs
+
+from cope_core.llamacpp import Build, PromptRun, latest, prompt_time, selection_rates
+from cope_core.machine import compose_machine
+from cope_core.models import resolve_model
+from cope_core.platforms import DEFAULT_CPU
+from cope_core.trace.synth_defaults import synthetic_inputs
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "data" / "published" / "llamacpp-pp-sweeps.json"
+START, END = "<!-- published-pp:start -->", "<!-- published-pp:end -->"
+
+
+def priced(sweep: dict) -> list[tuple[dict, float]]:
+    """Each point with its predicted tokens/s."""
+    g = resolve_model(sweep["model"], sweep["quant"])
+    m = compose_machine(gpu=sweep["gpu"], cpu=sweep["cpu"] or DEFAULT_CPU,
+                        link=sweep["pcie"])
+    assert m.spec is not None
+    build = Build(sweep["build"], "the sweep's") if sweep["build"] else latest()
+    # the router's skew: the model's synthetic trace, made as the shipped examples' are
+    trace, _ = synthetic_inputs(g)
+    rates = selection_rates(trace.routed, g.n_experts)
+    threads = sweep["threads"] or m.threads
+    out = []
+    for p in sweep["points"]:
+        host = g.n_layers if p["n_cpu_moe"] == "all" else max(p["n_cpu_moe"] - g.dense_layers, 0)
+        run = PromptRun(p["n_prompt"], 0, p["ubatch"], p["batch"], threads=threads)
+        out.append((p, prompt_time(g, m.spec, host, run, build, rates).tokens_per_s))
+    return out
+
+
+def table() -> tuple[str, list[float], list[float]]:
+    """The Markdown table and every point's absolute and ratio error (%)."""
+    data = json.loads(DATA.read_text())
+    lines = ["| sweep | --n-cpu-moe | -ub | test | measured t/s | predicted t/s | error | "
+             "ratio to the first, measured | predicted | ratio error |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    errs, ratio_errs, notes = [], [], []
+    for s in data["sweeps"]:
+        pts = priced(s)
+        (p0, q0) = pts[0]
+        for p, q in pts:
+            err = 100 * (q / p["tokens_per_s"] - 1)
+            rm, rp = p["tokens_per_s"] / p0["tokens_per_s"], q / q0
+            rerr = 100 * (rp / rm - 1)
+            errs.append(abs(err))
+            if p is not p0:
+                ratio_errs.append(abs(rerr))
+            lines.append(f"| {s['name']} | {p['n_cpu_moe']} | {p['ubatch']} | pp{p['n_prompt']} "
+                         f"| {p['tokens_per_s']:.1f} | {q:.1f} | {err:+.1f} % | {rm:.2f} | "
+                         f"{rp:.2f} | " + ("" if p is p0 else f"{rerr:+.1f} %") + " |")
+        notes.append(f"* `{s['name']}`: {s['what']} ([source]({s['source']})).")
+    mean = sum(errs) / len(errs)
+    rmean = sum(ratio_errs) / len(ratio_errs)
+    text = "\n".join(lines + ["", f"Mean absolute error {mean:.1f} % over {len(errs)} points "
+                              f"(target 15 %); ratio error {rmean:.1f} % over "
+                              f"{len(ratio_errs)} ratios (target 10 %).", ""] + notes)
+    return text, errs, ratio_errs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--write", action="store_true", help="rewrite docs/results.md's table")
+    g.add_argument("--check", action="store_true", help="exit 1 if it is not current")
+    args = ap.parse_args()
+    text, _, _ = table()
+    if not args.write and not args.check:
+        print(text)
+        return 0
+    stale = update_blocks(START, END, [(ROOT / "docs" / "results.md", text)], write=args.write)
+    if stale and args.check:
+        print(f"published_pp: {', '.join(stale)} is not current: run scripts/published_pp.py "
+              "--write", file=sys.stderr)
+        return 1
+    print("current" if not stale else f"rewrote {', '.join(stale)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

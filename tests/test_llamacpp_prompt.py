@@ -1,0 +1,87 @@
+"""Prompt processing as llama.cpp runs it (issue 63, first part): physical batches of -ub (at
+most -b) tokens, op offload's copies of the host layers' experts for batches of 32 tokens or
+more (every expert before b6220, the used ones since), the CPU path otherwise."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cope_core.errors import CopeInputError
+from cope_core.llamacpp import Build
+from cope_core.llamacpp.prompt import (
+    BULK_LINK_EFFICIENCY,
+    PromptRun,
+    distinct_experts,
+    offloads,
+    prompt_time,
+)
+from cope_core.machine import compose_machine
+from cope_core.models import resolve_model
+
+G = resolve_model("qwen3-30b-a3b", "Q4_K_M")
+SPEC = compose_machine(gpu="rtx3090", cpu="ryzen-9-7950x").spec
+
+
+def test_a_prompt_in_physical_batches():
+    assert PromptRun(1000, n_ubatch=512).chunks() == [(512, 0), (488, 512)]
+    assert PromptRun(1000, depth=4096, n_ubatch=512).chunks() == [(512, 4096), (488, 4608)]
+    assert PromptRun(4096, n_ubatch=8192).chunks() == [(2048, 0), (2048, 2048)]    # -b 2048
+    assert PromptRun(4096, n_ubatch=8192, n_batch=8192).chunks() == [(4096, 0)]
+    with pytest.raises(CopeInputError, match="n_ubatch"):
+        PromptRun(512, n_ubatch=0)
+
+
+def test_distinct_experts_by_hand():
+    assert distinct_experts(1, 128, 8) == pytest.approx(8)
+    assert distinct_experts(2, 4, 2) == pytest.approx(3)              # 4 (1 - (1/2)^2)
+    assert distinct_experts(10_000, 128, 8) == pytest.approx(128)
+    assert distinct_experts(5, 0, 0) == 0.0
+
+
+def test_when_the_gpu_runs_the_host_experts():
+    run = PromptRun(512)
+    assert not offloads(run, 31, Build(12000, "t")) and offloads(run, 32, Build(12000, "t"))
+    assert not offloads(PromptRun(512, op_offload=False), 512, Build(12000, "t"))
+    assert not offloads(run, 512, Build(2453, "t")) and offloads(run, 512, Build(2454, "t"))
+
+
+def test_every_expert_crosses_the_link_before_b6220_the_used_ones_since():
+    run = PromptRun(1024, n_ubatch=512)
+    old = prompt_time(G, SPEC, 10, run, Build(6219, "t"))
+    new = prompt_time(G, SPEC, 10, run, Build(6220, "t"))
+    link = SPEC.link_bandwidth * BULK_LINK_EFFICIENCY
+    assert old.copy_s == pytest.approx(2 * 10 * G.n_experts * G.expert_bytes / link)
+    used = distinct_experts(512, G.n_experts, G.top_k)
+    assert new.copy_s == pytest.approx(2 * 10 * used * G.expert_bytes / link)
+    assert new.copy_s < old.copy_s and old.cpu_s == new.cpu_s == 0.0
+
+
+def test_no_host_layer_no_copy_and_the_cpu_path_without_op_offload():
+    run = PromptRun(2048, n_ubatch=512)
+    assert prompt_time(G, SPEC, 0, run).copy_s == 0.0
+    off = prompt_time(G, SPEC, 24, PromptRun(2048, n_ubatch=512, op_offload=False, threads=16))
+    assert off.copy_s == 0.0 and off.cpu_s > 0 and not off.offloaded
+    small = prompt_time(G, SPEC, 24, PromptRun(2048, n_ubatch=16, threads=16))
+    assert small.copy_s == 0.0 and small.cpu_s > 0
+
+
+def test_a_larger_batch_amortises_the_copy_and_depth_costs_attention():
+    speeds = [prompt_time(G, SPEC, 24, PromptRun(4096, n_ubatch=ub, n_batch=4096)).tokens_per_s
+              for ub in (64, 256, 1024, 4096)]
+    assert speeds == sorted(speeds)
+    shallow = prompt_time(G, SPEC, 0, PromptRun(512))
+    deep = prompt_time(G, SPEC, 0, PromptRun(512, depth=32768))
+    assert deep.seconds > shallow.seconds
+    with pytest.raises(CopeInputError, match="--n-cpu-moe"):
+        prompt_time(G, SPEC, G.n_layers + 1, PromptRun(512))
+
+
+def test_the_published_table_is_current():
+    """docs/results.md's table is what scripts/published_pp.py prices now."""
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(root / "scripts" / "published_pp.py"), "--check"],
+                       capture_output=True, text=True, cwd=root)
+    assert r.returncode == 0, r.stderr
