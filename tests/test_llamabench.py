@@ -234,6 +234,22 @@ def test_cli_scores_a_real_file(tiny, fmt, capsys):
     assert "unmatched rows (not guessed)" in text and "nothing scored" in text
 
 
+def test_cli_prices_a_real_prompt_file_with_the_machines_peaks(tiny, capsys):
+    """A real llama-bench pp64 file (Vulkan lavapipe; -ncmoe 0 and 2, -ub 16 and 32, op offload
+    on and off): with --gpu every prompt row is priced and scored apart from decode rows."""
+    argv = ["evaluate", "--llama-bench", str(DATA / "prompt.json"), "--model", str(tiny),
+            "--gpu", "rtx3090", "--threads", "2"]
+    assert main(argv + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["matched"] == 8 and out["unmatched"] == 0
+    assert out["prompt"]["matched"] == 8 and out["mean_abs_error_pct"] is None
+    assert [r["n_cpu_moe_layers"] for r in out["rows"]] == [0] * 4 + [2] * 4
+    assert all(r["predicted_ts"] > 0 and r["context"] == 32 for r in out["rows"])
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "8 matched prompt rows: mean absolute error" in text and "\n0 matched" not in text
+
+
 # --- bad files ----------------------------------------------------------------------------------
 BAD = [
     ("", "empty file"),
@@ -310,7 +326,7 @@ def test_llama_bench_runs_and_its_output_is_read(tiny, machine, tmp_path, fmt):
 def test_fixture_model_is_the_tests_model(machine):
     """The fixtures were written on write_tiny_moe(**TINY): the same tensor bytes."""
     m, _, _ = machine
-    for name in ("offload.json", "cpu.json"):
+    for name in ("offload.json", "cpu.json", "prompt.json"):
         assert {r.model_size for r in _fixture_rows(name)} == {float(model_tensor_bytes(m))}
 
 

@@ -5,6 +5,8 @@
 #   cpu.*      no Vulkan device visible, -ngl 0: CPU only
 #   offload.*  the software Vulkan device (Mesa lavapipe), -ngl 99, -ncmoe 0,1,2 by
 #              -ot token_embd=CPU (where it is anyway) and -ot exps=CPU
+#   prompt.json  prompt tests (pp64) on the same device, -ncmoe 0 and 2, -ub 16 (below op
+#              offload's 32 tokens) and 32, op offload on and off (-nopo)
 # Run from the repository root: bash tests/data/llama-bench/write.sh
 set -euo pipefail
 . scripts/env.sh
@@ -24,5 +26,7 @@ for fmt in json jsonl csv md; do
     -p 0 -n 8 -r 2 -t 2 -ngl 99 -ncmoe 0,1,2 -ot "token_embd=CPU,exps=CPU" -o "$fmt" \
     > "$OUT/offload.$fmt"
 done
+GGML_VK_VISIBLE_DEVICES=0 "$VK/bin/llama-bench" -m "$tmp/tiny-moe.gguf" \
+  -p 64 -n 0 -r 2 -t 2 -ngl 99 -ncmoe 0,2 -ub 16,32 -nopo 0,1 -o json > "$OUT/prompt.json"
 # the temporary folder's name is in model_filename: write a stable one
-sed -i "s#$tmp/#/tmp/#g" "$OUT"/cpu.* "$OUT"/offload.*
+sed -i "s#$tmp/#/tmp/#g" "$OUT"/cpu.* "$OUT"/offload.* "$OUT"/prompt.json
