@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .. import parts
 from ..geometry import CATALOG, DEFAULT_CONTEXT, GIB, ModelGeometry
-from ..llamacpp import latest, milestones
+from ..llamacpp import LATEST_BUILD, latest, milestones
 from ..machine import Machine, compose_machine
 from ..models import COMMON, resolve_model
 from ..models.formats import NATIVE_MXFP4
@@ -36,8 +36,6 @@ DEFAULT = "default"
 #: Memory offered besides the catalog CPUs' usual ones (any TYPE-MTSxCHANNELS is valid).
 _MORE_MEMORY = ("ddr4-2666x2", "ddr4-3600x2", "ddr5-6000x2", "ddr5-7200x2", "ddr5-8000x2")
 #: Slots offered: PCIe generation x lanes.
-#: the llama.cpp build the answers assume by default (``cope advise --llamacpp``'s)
-LATEST = "latest"
 LINKS = tuple(f"pcie{g}x{n}" for g in (5, 4, 3) for n in (16, 8, 4))
 
 
@@ -184,11 +182,11 @@ def catalog_models(shipped: list[str]) -> list[str]:
 def build_options() -> list[str]:
     """The llama.cpp builds the sidebar offers: the newest known, then each build where a
     feature COPE models arrived, newest first."""
-    return [LATEST] + [b for b, _ in reversed(milestones())]
+    return [LATEST_BUILD] + [b for b, _ in reversed(milestones())]
 
 
 def build_label(build: str) -> str:
     """How the sidebar names a build."""
-    if build == LATEST:
+    if build == LATEST_BUILD:
         return f"latest ({latest().label})"
     return f"{build} (from it: {dict(milestones())[build]})"

@@ -24,6 +24,7 @@ from ..estimate.uncertainty import DEFAULT_DRAWS
 from ..export import Policy, build_policy
 from ..geometry import GIB, ModelGeometry
 from ..llamacpp import (
+    LATEST_BUILD,
     CacheRecord,
     CacheVersion,
     LlamaSettings,
@@ -40,7 +41,6 @@ from ..trace.stats import TraceStats, trace_stats
 from . import persisted, whatif
 from .dataset import Dataset
 from .inputs import measured_pairs
-from .machine_choice import LATEST
 
 
 def _replay(key: str, ks: tuple[int, ...], residencies: tuple[str, ...], ds: Dataset) -> dict:
@@ -329,7 +329,7 @@ def _policy_cached(key: str, gib: float, op: tuple[int, float], candidate: str,
 
 
 def policy_for(ds: Dataset, gib: float, op: tuple[int, float], candidate: str,
-               llamacpp: str = LATEST) -> Policy:
+               llamacpp: str = LATEST_BUILD) -> Policy:
     """The export package's policy of ``candidate`` (an id or ``"best"``) at the VRAM budget
     ``gib`` (K follows, as on every page) and the operating point ``op``, its llama.cpp answer
     for the build ``llamacpp`` (``--llamacpp``'s spellings), cached per dataset, budget,
@@ -339,7 +339,7 @@ def policy_for(ds: Dataset, gib: float, op: tuple[int, float], candidate: str,
                           ds)
 
 
-def llamacpp_at(ds: Dataset, gib: float, op: tuple[int, float], llamacpp: str = LATEST
+def llamacpp_at(ds: Dataset, gib: float, op: tuple[int, float], llamacpp: str = LATEST_BUILD
                 ) -> CacheRecord:
     """llama.cpp's own MoE cache searched at the budget: the record of the policy
     :func:`policy_for` exports there (:func:`cope_core.export.build_policy` calls

@@ -21,6 +21,7 @@ from .. import parts
 from ..errors import CopeInputError
 from ..files import write_atomic
 from ..geometry import CATALOG, DEFAULT_CONTEXT, ModelGeometry
+from ..llamacpp import LATEST_BUILD
 from ..platforms import DEFAULT_CPU, platform_spec
 from ..profile.analytic import analytic_for_model, analytic_profile
 from ..profile.data import Profile
@@ -101,7 +102,7 @@ def sidebar() -> None:
 
 def _build_choice() -> None:
     builds = mc.build_options()
-    bound("llamacpp", st.sidebar.selectbox, default=mc.LATEST, valid=lambda v: v in builds,
+    bound("llamacpp", st.sidebar.selectbox, default=LATEST_BUILD, valid=lambda v: v in builds,
           label="llama.cpp build", options=builds, format_func=mc.build_label,
           help="The llama.cpp you run (`llama-server --version`; `cope advise --llamacpp`): "
                "its llama.cpp answers use only the flags, MoE cache and default that build has.")
@@ -109,7 +110,7 @@ def _build_choice() -> None:
 
 def llamacpp_build() -> str:
     """The llama.cpp build chosen in the sidebar (``latest`` unless one was)."""
-    return resolve("llamacpp", mc.LATEST, lambda v: v in mc.build_options())
+    return resolve("llamacpp", LATEST_BUILD, lambda v: v in mc.build_options())
 
 
 def _own_parts() -> mc.OwnParts:

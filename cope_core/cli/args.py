@@ -10,13 +10,11 @@ from typing import Any, TypeVar
 from ..errors import CopeInputError
 from ..files import check_writable
 from ..geometry import DEFAULT_CONTEXT
-from ..llamacpp import FIT_MARGIN, Build, LlamaSettings, llama_settings, parse_build
+from ..llamacpp import FIT_MARGIN, LATEST_BUILD, Build, LlamaSettings, llama_settings, parse_build
 from ..machine import Machine, compose_machine
 from ..matrix import get_candidate
 
 T = TypeVar("T")
-#: ``--llamacpp``'s default
-LATEST = "latest"
 
 
 def ints(text: str) -> list[int]:
@@ -285,7 +283,7 @@ def llamacpp_defaults() -> dict[str, int | str]:
     :data:`cope_core.geometry.DEFAULT_CONTEXT`, the rest :class:`LlamaSettings`' and --fit's."""
     d = LlamaSettings()
     return {"ctx": DEFAULT_CONTEXT, "cache-type-k": d.type_k, "cache-type-v": d.type_v,
-            "fitt": FIT_MARGIN >> 20, "llamacpp": LATEST, "ubatch-size": d.n_ubatch,
+            "fitt": FIT_MARGIN >> 20, "llamacpp": LATEST_BUILD, "ubatch-size": d.n_ubatch,
             "batch-size": d.n_batch, "no-op-offload": not d.op_offload}
 
 
@@ -331,4 +329,4 @@ def llama_settings_from_args(args: argparse.Namespace) -> LlamaSettings:
 
 def llamacpp_build(args: argparse.Namespace) -> Build:
     """The build ``--llamacpp`` names (the newest known where a command does not take it)."""
-    return parse_build(getattr(args, "llamacpp", None) or LATEST)
+    return parse_build(getattr(args, "llamacpp", None) or LATEST_BUILD)

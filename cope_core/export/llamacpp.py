@@ -30,6 +30,7 @@ from ..llamacpp import (
     FIT_NAME,
     CacheRecord,
     CacheVersion,
+    LlamaAnswer,
     LlamaFlags,
     baseline_of,
     build_lines,
@@ -66,15 +67,17 @@ def lead_line(policy: Policy) -> str | None:
     return default_line(policy.llamacpp_cache)
 
 
-def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int) -> list[str]:
+def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int,
+                answer: LlamaAnswer | None = None) -> list[str]:
     """The lines that lead the llama.cpp export (and close ``cope predict``): the fastest
     configuration llama.cpp can run at this VRAM, its build, prediction and margins, from a
     ``llamacpp_cache`` record (none without one), led by llama.cpp's default (``--fit``) and
     what the configuration gains over it, rendered from its answer
-    (:func:`cope_core.llamacpp.llamacpp_answer`)."""
+    (:func:`cope_core.llamacpp.llamacpp_answer`; ``answer``: that answer when the caller has
+    it)."""
     if not rec:
         return []
-    answer = llamacpp_answer(rec, g, cpu_threads)
+    answer = answer if answer is not None else llamacpp_answer(rec, g, cpu_threads)
     base, build = answer.baseline, answer.build
     lead = ["# " + line for line in build_lines(rec)[:1]]
     lead += [] if base is None else ["# " + line for line in base.lines()]
@@ -131,7 +134,8 @@ def render_llamacpp(policy: Policy) -> Rendered:
     L = policy.model.n_layers
     exact = whole_layer_equivalent(policy)
     rec = policy.llamacpp_cache
-    cache = cache_lines(rec, policy.model, policy.cpu_threads)
+    answer = llamacpp_answer(rec, policy.model, policy.cpu_threads) if rec else None
+    cache = cache_lines(rec, policy.model, policy.cpu_threads, answer)
     # COPE's pick leads with llama.cpp's best; a candidate the user chose (or a verified winner)
     # leads with its own line, and the best alternative follows as a comment
     chosen = policy.chosen_by != "best"
@@ -183,7 +187,6 @@ def render_llamacpp(policy: Policy) -> Rendered:
     if chosen and cache:
         lines += ["#", f"# The best alternative to the chosen {policy.candidate}, not run above:"]
         lines += [line if line.startswith("#") else "# " + line for line in cache[:-1]]
-    lead = llamacpp_answer(rec, policy.model, policy.cpu_threads).recommended.command() \
-        if rec and not chosen else short.command()
+    lead = answer.recommended.command() if answer and not chosen else short.command()
     return Rendered("llama.cpp", "\n".join(lines) + "\n", exact=exact,
                     deployed=None if exact else LAYER_PARTITION, summary=summary, command=lead)

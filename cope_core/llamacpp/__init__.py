@@ -20,14 +20,23 @@ one module per concept (docs/design.md#the-code). The rest of the code imports t
 """
 from __future__ import annotations
 
-from .answer import llamacpp_answer
+from .answer import LlamaAnswer, llamacpp_answer
 from .baseline import baseline_of, share_text
 from .bench_eval import BenchEvaluation, match_bench_rows, score_bench_rows
 from .bench_file import read_llama_bench
 from .bench_record import bench_race_record, is_bench_record, read_bench_record, write_bench_record
 from .bench_run import probe_bench_build, run_bench
 from .bench_verify import BenchSettings, plan_bench_race, run_bench_race
-from .builds import BUILD_EVIDENCE, Build, build_rows, first_build, latest, milestones, parse_build
+from .builds import (
+    BUILD_EVIDENCE,
+    LATEST_BUILD,
+    Build,
+    build_rows,
+    first_build,
+    latest,
+    milestones,
+    parse_build,
+)
 from .cache_cliff import cliff_mib
 from .cache_notes import build_lines, cache_note_lines, row_spread, spread_text
 from .cache_record import CLASS_LRU_CANDIDATE, CacheRecord, llamacpp_record
@@ -49,6 +58,7 @@ from .settings import LlamaSettings, llama_settings, n_cpu_moe_memory
 from .vram import read_llama_model
 
 __all__ = [
+    "LATEST_BUILD", "LlamaAnswer",
     "PromptRun", "prompt_time", "selection_rates",
     "BUILD_EVIDENCE", "build_rows",
     "CACHE_LABEL", "CLASS_LRU_CANDIDATE", "FIT_MARGIN", "FIT_NAME", "READINGS",

@@ -59,6 +59,8 @@ VERSION_TOOLS = ("llama-server", "llama-cli", "llama-completion")
 # b11434 (common/build-info.cpp.in l. 33): "version: 0.6.0-dev (build 11434, commit abc1234)";
 # earlier builds: "version: 6089 (abc1234)"
 _BUILD_LINE = re.compile(r"version:\s*\S+\s*\(build (\d+), commit ([^)\s]+)\)")
+#: how ``--llamacpp`` and the app name the newest build COPE knows (the default)
+LATEST_BUILD = "latest"
 _OLD_LINE = re.compile(r"version:\s*(\d+)\s*\(([^)\s]+)\)")
 #: upstream's versioned releases (tagged beside the nightly bNNNN since b10394, PR #26839), with
 #: their dates; the newest nightly seen when v1.1.1 was tagged (llamacpp-builds-2026-12-07.md)
@@ -225,7 +227,7 @@ def parse_build(text: str, *, run: Callable[..., subprocess.CompletedProcess] = 
     """``--llamacpp``: ``b10500``, ``10500``, the ``version:`` line a llama.cpp tool prints,
     ``latest`` (default) or ``this`` (the first of :data:`VERSION_TOOLS` on PATH, asked)."""
     t = text.strip()
-    if t.lower() == "latest":
+    if t.lower() == LATEST_BUILD:
         return latest()
     if t.lower() == "this":
         return this_build(run=run, which=which)
