@@ -5,5 +5,11 @@
 CACHE="${1:-${COPE_RUNTIMES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cope-explorer}}"
 LOGS="$CACHE/logs"
 mkdir -p "$CACHE" "$LOGS"
-PY=${PYTHON:-python3}
+# the active environment's interpreter first: the parsers checked after an install import the
+# project's dependencies, which a bare PYTHON (the one CI makes the .venv from) lacks
+if [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then
+  PY="$VIRTUAL_ENV/bin/python"
+else
+  PY=${PYTHON:-python3}
+fi
 JOBS=$(nproc 2>/dev/null || echo 2)
