@@ -21,6 +21,8 @@ from cope_core.models import resolve_model
 GGUF = "data/models/qwen3-30b-a3b-Q4_K_M.header.gguf"
 MACHINE = ["--gpu", "rtx3090", "--cpu", "ryzen-7-5700x", "--memory", "ddr4-3200x2",
            "--pcie", "4x16"]
+#: rank llama.cpp's answer by decode alone (the tests of the decode rule; the request's below)
+DECODE = ["--prompt-tokens", "0"]
 
 
 def _strict(text: str):
@@ -30,7 +32,7 @@ def _strict(text: str):
 
 
 def test_end_to_end_prints_a_llamacpp_command_and_tokens_per_second(capsys):
-    assert main(["advise", "--model", GGUF, *MACHINE, "--runtime", "llama.cpp"]) == 0
+    assert main(["advise", "--model", GGUF, *MACHINE, "--runtime", "llama.cpp", *DECODE]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     i = lines.index("llama.cpp")
@@ -48,7 +50,7 @@ def test_end_to_end_prints_a_llamacpp_command_and_tokens_per_second(capsys):
 
 def test_json_has_every_runtime_with_its_speed_and_inputs(capsys):
     g = ["--model", "glm-4.5-air", "--quant", "Q4_K_M", "--gpu", "rtx4060ti-16gb", "--cpu",
-         "ryzen-7-5700x", "--memory", "ddr4-3200x2", "--runtime", "exllamav3", "--json"]
+         "ryzen-7-5700x", "--memory", "ddr4-3200x2", "--runtime", "exllamav3", "--json", *DECODE]
     assert main(["advise", *g]) == 0
     doc = _strict(capsys.readouterr().out)
     (r,) = doc["runtimes"]
@@ -209,7 +211,7 @@ def test_gpt_oss_120b_on_a_16_gb_card(capsys):
     on the CPU (the model is far larger than the card) and says tokens/s."""
     assert main(["advise", "--model", "gpt-oss-120b", "--quant", "MXFP4_MOE", "--gpu",
                  "rtx5060ti-16gb", "--cpu", "ryzen-7-5700x", "--memory", "ddr4-3200x2",
-                 "--runtime", "llama.cpp"]) == 0
+                 "--runtime", "llama.cpp", *DECODE]) == 0
     out = capsys.readouterr().out
     cmd = out.splitlines()[out.splitlines().index("llama.cpp") + 1]
     assert cmd.startswith("  llama-server -m MODEL.gguf -ngl 99 -fit off -t 8 --n-cpu-moe ")
@@ -278,7 +280,7 @@ def test_the_first_line_is_the_recommendation_when_the_gain_is_not_sure(capsys):
     """Mixtral on an RTX 3090: the MoE-cache configuration is faster than --fit's placement in
     fewer than 95 % of the draws, so the first command is the default's and the faster one
     follows as a risk, with the plain --n-cpu-moe placement beside it."""
-    assert main(["advise", *MIXTRAL_3090, "--json"]) == 0
+    assert main(["advise", *MIXTRAL_3090, "--json", *DECODE]) == 0
     (r,) = _strict(capsys.readouterr().out)["runtimes"]
     assert r["recommended"] == r["command"] == "llama-server -m MODEL.gguf -c 4096"
     risk, plain = r["alternatives"]
@@ -291,7 +293,7 @@ def test_the_first_line_is_the_recommendation_when_the_gain_is_not_sure(capsys):
     assert "--n-cpu-moe" in plain["command"] and "--moe-cache" not in plain["command"]
     assert plain["tokens_per_s"] > 0
     assert not any("needs llama.cpp" in n for n in r["notes"])
-    assert main(["advise", *MIXTRAL_3090]) == 0
+    assert main(["advise", *MIXTRAL_3090, *DECODE]) == 0
     lines = capsys.readouterr().out.splitlines()
     at = lines.index("llama.cpp")
     assert lines[at + 1] == "  llama-server -m MODEL.gguf -c 4096"
@@ -300,7 +302,8 @@ def test_the_first_line_is_the_recommendation_when_the_gain_is_not_sure(capsys):
 
 def test_a_sure_cache_configuration_leads_with_the_plain_placement_beside_it(capsys):
     g = ["--model", "glm-4.5-air", "--quant", "Q4_K_M", "--gpu", "rtx4060ti-16gb", "--cpu",
-         "ryzen-7-5700x", "--memory", "ddr4-3200x2", "--runtime", "llama.cpp", "--json"]
+         "ryzen-7-5700x", "--memory", "ddr4-3200x2", "--runtime", "llama.cpp", "--json",
+         *DECODE]
     assert main(["advise", *g]) == 0
     (r,) = _strict(capsys.readouterr().out)["runtimes"]
     assert "--moe-cache-mib" in r["recommended"] and r["recommended"] == r["command"]

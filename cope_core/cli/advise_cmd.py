@@ -10,6 +10,7 @@ from .. import parquet_io
 from ..errors import CopeInputError
 from ..estimate.speed import rate
 from ..export.advise import RUNTIMES, Advice, RuntimeAnswer, Speed
+from ..export.llamacpp import request_line
 from ..files import check_writable, print_json, write_atomic
 from ..geometry import GIB
 from ..llamacpp import FIT_MARGIN
@@ -20,9 +21,11 @@ from .args import (
     add_machine_options,
     add_model_options,
     add_probe_option,
+    add_request_options,
     llamacpp_build,
     machine_from_args,
     model_from_args,
+    request_from_args,
 )
 
 
@@ -42,7 +45,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"{FIT_MARGIN / GIB:g} GiB --fit margin)")
     add_machine_options(s, ("threads",), notes={"threads": "; a hybrid part's P-cores"})
     add_llamacpp_options(s, ("ctx", "llamacpp"),
-                         helps={"ctx": "tokens of KV cache the VRAM holds (default {default})"})
+                         helps={"ctx": "tokens of KV cache the VRAM holds, at least the "
+                                       "request's prompt and answer (default {default})"})
+    add_request_options(s)
+    s.add_argument("--explain", action="store_true",
+                   help="also print llama.cpp's search in words: fit's placement, every "
+                        "contender, the cache's sizes and readings")
     s.add_argument("--runtime", default="all", choices=(*RUNTIMES, "all"),
                    help="one runtime, or all (default)")
     s.add_argument("--trace", help="a routing trace (cope.trace/1) to price instead of the "
@@ -73,14 +81,16 @@ def cmd_advise(args: argparse.Namespace) -> int:
                  vram_gib=args.vram_gib, context=args.ctx, trace=trace, calibration=cal,
                  seed=args.seed, with_files=args.output_dir is not None,
                  model_file=args.model if str(args.model).lower().endswith(".gguf") else None,
-                 weights_source=weights, build=llamacpp_build(args))
+                 weights_source=weights, build=llamacpp_build(args),
+                 request=request_from_args(args))
     written = _write_files(out, args.output_dir, args.force) if args.output_dir else []
     if args.json:
         print_json({**out.to_dict(), "written": written})
         return 0
     print("\n".join(text_lines(out, detected=THIS in {str(args.gpu).lower(),
                                                       str(args.cpu).lower(),
-                                                      str(args.memory).lower()})))
+                                                      str(args.memory).lower()},
+                                explain=args.explain)))
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -116,25 +126,34 @@ def _gain(x: float | None) -> str:
     return "" if x is None else f"; x{x:.2f} over the default"
 
 
-def _runtime_lines(a: RuntimeAnswer) -> list[str]:
+def _runtime_lines(a: RuntimeAnswer, explain: bool = False) -> list[str]:
     lines = [a.runtime]
     if a.command is None:
         return lines + [f"  {n}" for n in a.notes]
     # the command first (what a user pastes), then which llama.cpp build it is for
     lines += [f"  {a.command}"] + ([f"  {a.build}"] if a.build else [])
+    if a.request is not None:
+        lines.append(f"  {request_line(a.request)}")
     if a.speed is not None:
         lines.append(f"  predicted {tps(a.speed)}, runs {a.runs}")
     default = f"{a.default_what}" + ("" if a.default is None else
                                      f": {a.default.tokens_per_s:.1f} tokens/s")
-    lines.append(f"  default: {default}{_gain(a.gain_over_default)}")
+    dr, r = a.default_request, a.request
+    gain = _gain(a.gain_over_default) if dr is None or r is None else \
+        f", request {dr.request_s:.1f} s" + ("" if r is dr else
+                                             f"; x{dr.request_s / r.request_s:.2f} faster request")
+    lines.append(f"  default: {default}{gain}")
     for alt in a.alternatives:
         speed = "" if alt.speed is None else f": {tps(alt.speed)}"
         note = f" ({alt.note})" if alt.note else ""
         lines.append(f"  {alt.label}: {alt.command}{speed}{note}")
-    return lines + [f"  note: {n}" for n in a.notes]
+    lines += [f"  note: {n}" for n in a.notes]
+    if explain and a.explain:
+        lines += ["  in detail (--explain):"] + [f"    {x}" for x in a.explain]
+    return lines
 
 
-def text_lines(out: Advice, detected: bool = False) -> list[str]:
+def text_lines(out: Advice, detected: bool = False, explain: bool = False) -> list[str]:
     """What ``cope advise`` prints."""
     g, m = out.model, out.machine
     cpu = m.cpu.name if m.cpu.origin == "catalog" else m.cpu.label
@@ -151,10 +170,14 @@ def text_lines(out: Advice, detected: bool = False) -> list[str]:
         lines.append(f"VRAM budget {out.vram_gib:.2f} GiB ({out.vram_source}): K = "
                      f"{out.experts_per_layer} of {g.n_experts} experts per MoE layer with "
                      f"{out.context} tokens of KV cache")
+    if out.request is not None and not m.cpu_only:
+        lines.append(f"request: {out.request.describe()} (--prompt-tokens, --gen-tokens): "
+                     "llama.cpp's answer is ranked by its time, -ub searched beside the "
+                     "placement; prompt processing is priced for llama.cpp only")
     lines += [f"routing: {out.routing}",
               f"costs: {out.costs}; intervals 95 % with the model's measured error", ""]
     for a in out.answers:
-        lines += _runtime_lines(a)
+        lines += _runtime_lines(a, explain)
     if out.winner is not None:
         name, sp = out.winner
         gain = "" if out.baseline is None else \

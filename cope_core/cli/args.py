@@ -10,7 +10,17 @@ from typing import Any, TypeVar
 from ..errors import CopeInputError
 from ..files import check_writable
 from ..geometry import DEFAULT_CONTEXT
-from ..llamacpp import FIT_MARGIN, LATEST_BUILD, Build, LlamaSettings, llama_settings, parse_build
+from ..llamacpp import (
+    DEFAULT_GEN_TOKENS,
+    DEFAULT_PROMPT_TOKENS,
+    FIT_MARGIN,
+    LATEST_BUILD,
+    Build,
+    LlamaSettings,
+    Request,
+    llama_settings,
+    parse_build,
+)
 from ..machine import Machine, compose_machine
 from ..matrix import get_candidate
 
@@ -285,6 +295,24 @@ def llamacpp_defaults() -> dict[str, int | str]:
     return {"ctx": DEFAULT_CONTEXT, "cache-type-k": d.type_k, "cache-type-v": d.type_v,
             "fitt": FIT_MARGIN >> 20, "llamacpp": LATEST_BUILD, "ubatch-size": d.n_ubatch,
             "batch-size": d.n_batch, "no-op-offload": not d.op_offload}
+
+
+def add_request_options(s: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--prompt-tokens`` and ``--gen-tokens``: the request llama.cpp's answer is ranked by
+    (defaults :data:`~cope_core.llamacpp.request.DEFAULT_PROMPT_TOKENS` and
+    ``DEFAULT_GEN_TOKENS``, a chat turn); :func:`request_from_args` reads them back."""
+    s.add_argument("--prompt-tokens", type=int, default=DEFAULT_PROMPT_TOKENS, metavar="P",
+                   help="tokens in the prompt: llama.cpp's answer is ranked by the time to the "
+                        "first token plus the answer's decode, with -ub searched beside the "
+                        f"placement (default {DEFAULT_PROMPT_TOKENS}; 0: rank by decode alone)")
+    s.add_argument("--gen-tokens", type=int, default=DEFAULT_GEN_TOKENS, metavar="G",
+                   help=f"tokens in the answer (default {DEFAULT_GEN_TOKENS})")
+
+
+def request_from_args(args: argparse.Namespace) -> Request | None:
+    """The request :func:`add_request_options` names (None: ``--prompt-tokens 0``, decode
+    alone)."""
+    return None if args.prompt_tokens == 0 else Request(args.prompt_tokens, args.gen_tokens)
 
 
 def add_llamacpp_options(s: argparse.ArgumentParser | argparse._ArgumentGroup,

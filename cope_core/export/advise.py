@@ -26,17 +26,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 from ..errors import CopeInputError
 from ..estimate.cpu_only import cpu_only_price
-from ..estimate.speed import tokens_per_s
 from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
 from ..llamacpp import (
     FIT_MARGIN,
     Build,
     LlamaFlags,
+    Request,
     baseline_of,
     build_lines,
     latest,
@@ -54,8 +53,10 @@ from ..trace.synth_defaults import (
     synth_defaults,
     synthetic_inputs,
 )
+from .advice import Advice, Alternative, RuntimeAnswer, Speed
 from .build import build_policy
 from .formats import EXPORT_FORMATS, get_format, render
+from .llamacpp import cache_lines
 from .policy import Policy
 
 #: The runtimes ``cope advise`` answers for, in the order it prints them.
@@ -64,143 +65,6 @@ RUNTIMES: tuple[str, ...] = tuple(f.name for f in EXPORT_FORMATS if f.advised)
 RESERVE_BYTES = FIT_MARGIN
 RESERVE_SOURCE = ("llama.cpp's --fit margin (-fitt 1 GiB, common/common.h l. 486 of b11434), "
                   "kept free for every runtime")
-
-
-@dataclass(frozen=True)
-class Speed:
-    """A predicted decode speed: microseconds per token and its 95 % interval (None: none)."""
-
-    tpot_us: float
-    tpot_ci_us: tuple[float, float] | None = None
-
-    @property
-    def tokens_per_s(self) -> float:
-        return tokens_per_s(self.tpot_us)
-
-    @property
-    def tokens_per_s_interval(self) -> tuple[float, float] | None:
-        ci = self.tpot_ci_us
-        return None if ci is None else (tokens_per_s(ci[1]), tokens_per_s(ci[0]))
-
-
-@dataclass(frozen=True)
-class Alternative:
-    """A command beside the recommended one: what it is (``label``), the command, its predicted
-    speed and why it is not the first line (``note``)."""
-
-    label: str
-    command: str
-    speed: Speed | None
-    note: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        sp = self.speed
-        return {"label": self.label, "command": self.command, "note": self.note,
-                "tokens_per_s": None if sp is None else sp.tokens_per_s,
-                "tokens_per_s_interval": None if sp is None else sp.tokens_per_s_interval}
-
-
-@dataclass(frozen=True)
-class RuntimeAnswer:
-    """One runtime's answer: the command to paste, what it runs, its speed, and its default.
-
-    ``command`` is the recommended command, the first line a user copies (None when the runtime
-    cannot run here; ``notes`` says why); ``speed`` None when what it runs is not predicted;
-    ``default`` None when the default's speed is unknown or it does not load (``default_what``
-    says which); ``alternatives`` the commands offered beside it (llama.cpp: the faster
-    configuration when its gain is not sure enough, the plain ``--n-cpu-moe`` placement beside a
-    MoE-cache configuration)."""
-
-    runtime: str
-    command: str | None
-    runs: str | None
-    speed: Speed | None
-    default_what: str
-    default: Speed | None
-    notes: tuple[str, ...] = ()
-    files: tuple[tuple[str, bytes], ...] = ()
-    alternatives: tuple[Alternative, ...] = ()
-    build: str | None = None    # llama.cpp: which build the answer is for, in words
-
-    @property
-    def gain_over_default(self) -> float | None:
-        """How many times faster than the default (None when either is not predicted)."""
-        if self.speed is None or self.default is None:
-            return None
-        return self.default.tpot_us / self.speed.tpot_us
-
-    def to_dict(self) -> dict[str, Any]:
-        sp, df = self.speed, self.default
-        return {"runtime": self.runtime, "command": self.command,
-                "recommended": self.command,
-                "alternatives": [x.to_dict() for x in self.alternatives], "runs": self.runs,
-                "tokens_per_s": None if sp is None else sp.tokens_per_s,
-                "tokens_per_s_interval": None if sp is None else sp.tokens_per_s_interval,
-                "ms_per_token": None if sp is None else sp.tpot_us / 1e3,
-                "default": self.default_what,
-                "default_tokens_per_s": None if df is None else df.tokens_per_s,
-                "gain_over_default": self.gain_over_default, "notes": list(self.notes),
-                "files": [p for p, _ in self.files], "build": self.build}
-
-
-@dataclass(frozen=True)
-class Advice:
-    """Everything ``cope advise`` prints: the inputs as resolved and one answer per runtime."""
-
-    model: ModelGeometry
-    machine: Machine
-    vram_gib: float | None          # the budget (None: CPU-only)
-    vram_source: str
-    experts_per_layer: int | None
-    context: int
-    routing: str
-    answers: tuple[RuntimeAnswer, ...]
-    winner: tuple[str, Speed] | None   # the Policy Matrix's, None without a GPU
-    policy: Policy | None
-    baseline: Speed | None = None      # llama.cpp's default, None when not predicted
-    weights_source: str = "as given"   # how the weights were chosen (a catalog name's default)
-    build: Build | None = None         # the llama.cpp build assumed
-
-    @property
-    def threads(self) -> int:
-        return self.machine.threads
-
-    @property
-    def costs(self) -> str:
-        """Where the prices come from, in one line."""
-        if self.machine.cpu_only:
-            return ("ANALYTIC, every weight and operation on the CPU (cope_core/estimate/"
-                    "cpu_only.py; what-if from published numbers, not measured)")
-        return "ANALYTIC profile of these parts (what-if from published numbers, not measured)"
-
-    def inputs(self) -> dict[str, Any]:
-        """The inputs as resolved, for JSON."""
-        return {"model": self.model.name, "weights": self.model.format_name,
-                "weights_source": self.weights_source,
-                "machine": self.machine.to_dict(), "vram_gib": self.vram_gib,
-                "vram_source": self.vram_source, "experts_per_layer": self.experts_per_layer,
-                "n_experts": self.model.n_experts, "threads": self.threads,
-                "context": self.context, "routing": self.routing,
-                "costs": self.costs,
-                "llamacpp_build": None if self.build is None else self.build.to_dict()}
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON ``cope advise --json`` prints: each runtime's answer with the inputs as
-        resolved (``K``, threads, context, VRAM), the inputs in full, and the Policy Matrix's
-        winner."""
-        each = {"experts_per_layer": self.experts_per_layer, "threads": self.threads,
-                "context": self.context, "vram_gib": self.vram_gib}
-        win = None
-        if self.winner is not None:
-            name, sp = self.winner
-            base = self.baseline
-            win = {"candidate": name, "tokens_per_s": sp.tokens_per_s,
-                   "tokens_per_s_interval": sp.tokens_per_s_interval,
-                   "gain_over_llamacpp_default": None if base is None
-                   else base.tpot_us / sp.tpot_us}
-        return {"inputs": self.inputs(),
-                "runtimes": [{**a.to_dict(), **each} for a in self.answers],
-                "policy_matrix_winner": win}
 
 
 def default_budget(machine: Machine) -> tuple[float, str]:
@@ -214,7 +78,8 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
            vram_gib: float | None = None, context: int = DEFAULT_CONTEXT,
            trace: Trace | None = None, calibration: Trace | None = None, seed: int = 0,
            with_files: bool = False, model_file: str | os.PathLike | None = None,
-           weights_source: str = "as given", build: Build | None = None) -> Advice:
+           weights_source: str = "as given", build: Build | None = None,
+           request: Request | None = None) -> Advice:
     """Answer ``cope advise`` (module docstring).
 
     Parameters
@@ -244,6 +109,9 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     build : Build, optional
         The llama.cpp build the answer is for (``--llamacpp``; default the newest known): its
         search runs over the flags and cache that build has, its default is that build's.
+    request : Request, optional
+        A prompt and answer: llama.cpp's answer is ranked by its time (``-ub`` searched beside
+        the placement, :mod:`cope_core.llamacpp.request`), and the context grows to hold it.
     """
     build = build if build is not None else latest()
     unknown = [r for r in runtimes if r not in RUNTIMES]
@@ -254,6 +122,8 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     if isinstance(context, bool) or not isinstance(context, int) or context < 1:
         raise CopeInputError(f"expected a positive whole number of tokens, got {context!r}",
                              field="--ctx")
+    if request is not None:
+        context = max(context, request.tokens)      # the KV cache holds prompt and answer
     if trace is None:
         trace, calibration = synthetic_inputs(model, seed=seed)
         routing = (f"SYNTHETIC, made in memory as the shipped examples' ({TRACE_PROMPTS} prompts "
@@ -271,7 +141,7 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
             raise CopeInputError("the machine has no GPU: a VRAM budget does not apply",
                                  field="--vram-gib")
         return replace(_cpu_only(model, machine, order, context, trace, routing),
-                       weights_source=weights_source, build=build)
+                       weights_source=weights_source, build=build, request=request)
     assert machine.spec is not None
     if vram_gib is None:
         vram_gib, source = default_budget(machine)
@@ -286,7 +156,8 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     # K and llama.cpp's record (its -c, KV cache and compute buffer) at the asked context
     policy = build_policy(trace, profile, calibration, vram_gib=vram_gib, context=context,
                           cpu_threads=machine.threads, llamacpp="llama.cpp" in order,
-                          llama=llama_settings(model_file, n_ctx=context, build=build))
+                          llama=llama_settings(model_file, n_ctx=context, build=build),
+                          request=request)
     K = policy.experts_per_layer
     # a build before b6325 runs every weight on the CPU by default: priced as a machine without
     cpu_default = None      # a GPU is (the profile holds no CPU attention to price it with)
@@ -297,7 +168,8 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     answers = tuple(_answer(policy, r, with_files, context, build, cpu_default) for r in order)
     winner = (policy.candidate, _speed(policy, policy.candidate))
     return Advice(model, machine, float(vram_gib), source, K, context, routing, answers, winner,
-                  policy, llamacpp_default(policy, cpu_default)[1], weights_source, build)
+                  policy, llamacpp_default(policy, cpu_default)[1], weights_source, build,
+                  request)
 
 
 def _speed(policy: Policy, candidate: str) -> Speed:
@@ -322,25 +194,30 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int,
                      "it there)")
     speed = None if runs is None else _speed(policy, runs)
     rec = policy.llamacpp_cache
+    request, explain = None, tuple[str, ...]()
     command = r.lead
     alternatives: list[Alternative] = []
     if runtime == "llama.cpp" and rec is not None and policy.chosen_by == "best":
         # the llama.cpp text leads with the answer llama.cpp itself can run
         answer = llamacpp_answer(rec, policy.model, policy.cpu_threads, build)
         first = answer.recommended
-        command, runs = first.command(), first.runs
+        command, runs, request = first.command(), first.runs, first.request
         speed = None if first.tpot_us is None else Speed(first.tpot_us, first.tpot_ci_us)
         notes += answer.notes
         alternatives += [Alternative(o.label, o.command(),
                                      None if o.tpot_us is None else Speed(o.tpot_us, o.tpot_ci_us),
-                                     o.note) for o in answer.alternatives]
+                                     o.note, o.request) for o in answer.alternatives]
+        explain = tuple(line.lstrip("# ").rstrip() for line in
+                        cache_lines(rec, policy.model, policy.cpu_threads, answer,
+                                    explain=True)[:-1])
     what, default = runtime_default(policy, runtime, cpu_default)
     if runs is None:
         notes.append(f"{get_format(runtime).label}'s setting is outside the Policy Matrix: not "
                      "predicted")
     said = next(iter(build_lines(rec, build)), None) if runtime == "llama.cpp" else None
+    default_request = None if rec is None or rec.request is None else rec.request.of("default")
     return RuntimeAnswer(runtime, command, runs, speed, what, default, tuple(notes), r.files,
-                         tuple(alternatives), said)
+                         tuple(alternatives), said, request, default_request, explain)
 
 
 def runtime_default(policy: Policy, runtime: str, cpu_default: Speed | None = None

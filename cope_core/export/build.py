@@ -11,7 +11,7 @@ from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from ..estimate.ranking import fastest_first
 from ..files import describe_input
 from ..geometry import DEFAULT_CONTEXT, DEFAULT_WORKSPACE_BYTES, GIB
-from ..llamacpp import LlamaSettings, llamacpp_record
+from ..llamacpp import LlamaSettings, Request, llamacpp_record
 from ..matrix import get_candidate
 from ..platforms import PlatformSpec
 from ..profile.data import Profile
@@ -31,7 +31,7 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
                  fill_by_id: bool = False, spec: PlatformSpec | None = None,
                  created: str | None = None, verified: dict | None = None,
                  llamacpp: bool = True, llama: LlamaSettings | None = None,
-                 context: int = DEFAULT_CONTEXT) -> Policy:
+                 context: int = DEFAULT_CONTEXT, request: Request | None = None) -> Policy:
     """Predict every candidate at one cache size and record the chosen one as a policy.
 
     Parameters
@@ -71,6 +71,9 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
     context : int
         Tokens of KV cache the memory model holds beside the experts: ``K`` follows from
         ``vram_gib`` at this context, and llama.cpp runs with ``-c`` = it unless ``llama`` says.
+    request : Request, optional
+        A prompt and answer llama.cpp's record prices at each ``-ub`` beside the placement (an
+        analytic profile's peaks price the prompt; :mod:`cope_core.llamacpp.request`).
 
     Returns
     -------
@@ -132,7 +135,8 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
                                 vram_gib=vram_gib, matrix_winner=matrix_winner,
                                 cpu_threads=attrs["cpu_threads"], gpu_share=attrs["gpu_share"],
                                 counts=counts,
-                                llama=llama if llama is not None else LlamaSettings(n_ctx=context))
+                                llama=llama if llama is not None else LlamaSettings(n_ctx=context),
+                                request=request)
     order = fill_order(calibration if calibration is not None else trace, by_id=fill_by_id)
     resident = tuple(tuple(int(e) for e in row[:K]) for row in order)
     vram = {"budget_gib": None if vram_gib is None else float(vram_gib),

@@ -27,11 +27,16 @@ from __future__ import annotations
 from ..estimate.speed import tokens_per_s
 from ..geometry import ModelGeometry
 from ..llamacpp import (
+    FASTEST_DECODE,
     FIT_NAME,
+    REQUEST_RISK,
+    RISK,
+    SLOWER,
     CacheRecord,
     CacheVersion,
     LlamaAnswer,
     LlamaFlags,
+    RequestSetting,
     baseline_of,
     build_lines,
     cache_note_lines,
@@ -67,17 +72,43 @@ def lead_line(policy: Policy) -> str | None:
     return default_line(policy.llamacpp_cache)
 
 
+def request_line(r: RequestSetting) -> str:
+    """A request's figures in one line."""
+    return (f"request ({r.prompt_tokens:,}-token prompt, {r.gen_tokens:,}-token answer): first "
+            f"token in {r.ttft_s:.1f} s ({r.prompt_tokens_per_s:,.0f} prompt tokens/s), then "
+            f"{r.decode_tokens_per_s:.1f} tokens/s decoding at {r.prompt_tokens:,}-"
+            f"{r.prompt_tokens + r.gen_tokens:,} tokens of context; {r.request_s:.1f} s in all")
+
+
+def _short_lines(answer: LlamaAnswer) -> list[str]:
+    """What a user acts on: how the default compares, the command with its request, and the
+    command offered beside it."""
+    base = answer.baseline
+    lines = [] if base is None else ["# " + base.lines()[0] + "."]
+    first = answer.recommended
+    if first.request is not None:
+        lines.append("# " + request_line(first.request))
+    lines.append(first.command())
+    for o in answer.alternatives:
+        if o.label in (RISK, SLOWER, FASTEST_DECODE, REQUEST_RISK) or answer.for_request:
+            lines += [f"# {o.label}" + (f" ({o.note})" if o.note else "") + ":",
+                      "# " + o.command()]
+    return lines + ["# (--explain: the search, fit's placement, the cache's sizes)", "#"]
+
+
 def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int,
-                answer: LlamaAnswer | None = None) -> list[str]:
+                answer: LlamaAnswer | None = None, *, explain: bool = True) -> list[str]:
     """The lines that lead the llama.cpp export (and close ``cope predict``): the fastest
     configuration llama.cpp can run at this VRAM, its build, prediction and margins, from a
     ``llamacpp_cache`` record (none without one), led by llama.cpp's default (``--fit``) and
     what the configuration gains over it, rendered from its answer
     (:func:`cope_core.llamacpp.llamacpp_answer`; ``answer``: that answer when the caller has
-    it)."""
+    it); ``explain`` False: only what a user acts on (:func:`_short_lines`)."""
     if not rec:
         return []
     answer = answer if answer is not None else llamacpp_answer(rec, g, cpu_threads)
+    if not explain:
+        return _short_lines(answer)
     base, build = answer.baseline, answer.build
     lead = ["# " + line for line in build_lines(rec)[:1]]
     lead += [] if base is None else ["# " + line for line in base.lines()]
@@ -112,8 +143,12 @@ def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int,
         label = "this configuration" if v is rec.versus[0] else v.name
         lines.append(f"# predicted {label}: {v.tpot_us / 1e3:.3f} ms/token{ci} · "
                      f"{tokens_per_s(v.tpot_us):.1f} tokens/s{tail}")
+    lines += [] if (r := answer.recommended.request) is None else ["# " + request_line(r)]
     lines.append(answer.recommended.command())
-    if answer.keeps_default:
+    for o in answer.alternatives:
+        if o.label in (FASTEST_DECODE, REQUEST_RISK) or (answer.for_request and o.request):
+            lines += [f"# {o.label} ({o.note}):", "# " + o.command()]
+    if answer.keeps_default and not answer.for_request:
         # not sure enough (or slower): the first command is the default's, the other a comment
         assert base is not None
         lines += [f"# {answer.alternatives[0].label} ({base.gain()}):",

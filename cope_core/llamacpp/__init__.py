@@ -20,7 +20,14 @@ one module per concept (docs/design.md#the-code). The rest of the code imports t
 """
 from __future__ import annotations
 
-from .answer import LlamaAnswer, llamacpp_answer
+from .answer import (
+    FASTEST_DECODE,
+    REQUEST_RISK,
+    RISK,
+    SLOWER,
+    LlamaAnswer,
+    llamacpp_answer,
+)
 from .baseline import baseline_of, share_text
 from .bench_eval import BenchEvaluation, match_bench_rows, score_bench_rows
 from .bench_file import read_llama_bench
@@ -53,13 +60,20 @@ from .moe_cache import (
     replay_cache,
 )
 from .prompt import PromptRun, prompt_time, selection_rates
+from .request import (
+    DEFAULT_GEN_TOKENS,
+    DEFAULT_PROMPT_TOKENS,
+    Request,
+    RequestSetting,
+)
 from .server_log import check_cache_log, read_cache_log
 from .settings import LlamaSettings, llama_settings, n_cpu_moe_memory
 from .vram import read_llama_model
 
 __all__ = [
-    "LATEST_BUILD", "LlamaAnswer",
+    "LATEST_BUILD", "LlamaAnswer", "FASTEST_DECODE", "REQUEST_RISK", "RISK", "SLOWER",
     "PromptRun", "prompt_time", "selection_rates",
+    "Request", "RequestSetting", "DEFAULT_GEN_TOKENS", "DEFAULT_PROMPT_TOKENS",
     "BUILD_EVIDENCE", "build_rows",
     "CACHE_LABEL", "CLASS_LRU_CANDIDATE", "FIT_MARGIN", "FIT_NAME", "READINGS",
     "TUNER_SHARES", "BenchEvaluation", "BenchSettings", "Build", "CacheConfig", "CacheRecord",

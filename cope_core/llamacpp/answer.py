@@ -7,11 +7,20 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..geometry import ModelGeometry
+from ..matrix import LAYER_PARTITION
 from .baseline import FitBaseline, baseline_of
 from .builds import Build
 from .cache_record import BestConfig, CacheRecord
 from .command import LlamaFlags
 from .fit import FIT_NAME
+from .request import (
+    DECODE_BEST,
+    DEFAULT,
+    PROMPT_RATIO_ERROR,
+    RequestRecord,
+    RequestSetting,
+)
+from .vram import N_BATCH, N_UBATCH
 
 #: how the faster configuration is offered beside a recommended default
 RISK = "if you accept the risk"
@@ -19,6 +28,12 @@ RISK = "if you accept the risk"
 SLOWER = "the best explicit placement, predicted slower than the default"
 #: how the plain placement is offered beside a MoE-cache configuration
 PLAIN = "plain placement (no MoE cache; runs on every build with --n-cpu-moe)"
+#: how llama.cpp's default is named when it is offered
+DEFAULT_LABEL = "llama.cpp's default"
+#: how the request's fastest setting is offered when not sure enough to lead
+REQUEST_RISK = "faster for this request, if you accept the risk"
+#: how the decode-first answer is offered beside a request's setting that leads
+FASTEST_DECODE = "fastest decode"
 
 
 @dataclass(frozen=True)
@@ -33,6 +48,7 @@ class Offer:
     tpot_us: float | None
     tpot_ci_us: tuple[float, float] | None = None
     note: str = ""
+    request: RequestSetting | None = None
 
     def command(self, model: str = "MODEL.gguf") -> str:
         return self.flags.command(model)
@@ -64,6 +80,9 @@ class LlamaAnswer:
         The llama.cpp build the answer is for (its flags, cache and default).
     newer : Offer or None
         What a newer build would run, faster (None: nothing, or the newest assumed).
+    request : RequestRecord or None
+        The request priced at each ``-ub`` (None: not asked). When its fastest setting is
+        another than the decode answer's and surely faster, it leads (:attr:`for_request`).
     """
 
     recommended: Offer
@@ -75,10 +94,16 @@ class LlamaAnswer:
     best_config: BestConfig
     build: Build
     newer: Offer | None = None
+    request: RequestRecord | None = None
 
     @property
     def keeps_default(self) -> bool:
         return self.recommended.runs == FIT_NAME
+
+    @property
+    def for_request(self) -> bool:
+        """Whether the recommended command is the request's fastest setting, not decode's."""
+        return self.recommended.label == FOR_REQUEST
 
 
 def llamacpp_answer(rec: CacheRecord, g: ModelGeometry, cpu_threads: int,
@@ -101,7 +126,7 @@ def llamacpp_answer(rec: CacheRecord, g: ModelGeometry, cpu_threads: int,
         note = base.gain() + ("" if needs is None else "; " + needs)
         alternatives.append(replace(best, label=RISK if base.best_is_faster else SLOWER,
                                     note=note))
-        recommended = Offer("llama.cpp's default", LlamaFlags.default(base.default.n_ctx),
+        recommended = Offer(DEFAULT_LABEL, LlamaFlags.default(base.default.n_ctx),
                             FIT_NAME, base.tpot_us, base.tpot_ci_us)
         needs_note = None                       # said of the alternative that needs it
     else:
@@ -119,5 +144,63 @@ def llamacpp_answer(rec: CacheRecord, g: ModelGeometry, cpu_threads: int,
                                                    f"{build.label} runs")
         alternatives.append(newer)
     notes = tuple(x for x in (needs_note, verdict) if x)
+    if rec.request is not None:
+        default = None if base is None or base.tpot_us is None else Offer(
+            DEFAULT_LABEL, LlamaFlags.default(base.default.n_ctx), FIT_NAME, base.tpot_us,
+            base.tpot_ci_us)
+        extra = [o for o in alternatives if o.label not in (RISK, SLOWER)]
+        recommended, alternatives, notes = _for_request(rec.request, best, default, extra,
+                                                        needs, n_blocks, cpu_threads, notes)
     return LlamaAnswer(recommended, best, tuple(alternatives), base, needs, notes, b, build,
-                       newer)
+                       newer, rec.request)
+
+
+#: the label of a request's fastest setting when it leads
+FOR_REQUEST = "the fastest setting for this request"
+
+
+def _for_request(req: RequestRecord, best: Offer, default: Offer | None, others: list[Offer],
+                 needs: str | None, n_blocks: int, threads: int, said_before: tuple[str, ...]
+                 ) -> tuple[Offer, list[Offer], tuple[str, ...]]:
+    """The recommendation rule applied to the request's time: its fastest setting leads when it
+    is the default or surely faster than it (:meth:`RequestRecord.surely_faster`), else the
+    default leads and the fastest is offered at its risk; the decode-best configuration is
+    offered beside whichever leads. ``said_before``: the decode answer's notes, kept when the
+    request changes nothing."""
+    r, d = req.best, req.of(DEFAULT)
+    if d is not None and r.request_s >= d.request_s:
+        r = d                                   # a tie: the default needs no flags
+
+    def versus(a: RequestSetting, b: RequestSetting) -> str:
+        return (f"request {a.request_s:.1f} s against {b.request_s:.1f} s, decode "
+                f"{a.decode_tokens_per_s:.1f} against {b.decode_tokens_per_s:.1f} tokens/s")
+    dec = replace(best, request=req.of(DECODE_BEST))
+    base = None if default is None else replace(default, request=d)
+    if r.label == DECODE_BEST:
+        fastest = dec
+    elif r.label == DEFAULT and base is not None:
+        fastest = base
+    else:
+        flags = replace(LlamaFlags.placed(n_blocks, threads, r.n_cpu_moe),
+                        n_ubatch=None if r.n_ubatch == N_UBATCH else r.n_ubatch,
+                        n_batch=None if r.n_batch == N_BATCH else r.n_batch)
+        fastest = Offer(FOR_REQUEST, flags, LAYER_PARTITION, r.tpot_us, None, "", r)
+    bound = (f"the prompt model's ±{PROMPT_RATIO_ERROR:.0%} between settings and decode's "
+             "interval")
+    if base is None or d is None or fastest is base or req.surely_faster(r, d):
+        lead, rest = fastest, []
+        said = "" if base is None or d is None or fastest is base else \
+            f"faster for this request than the default ({versus(r, d)}) at every bound of {bound}"
+    else:
+        lead = base
+        said = (f"the default is kept for this request: the fastest setting ({versus(r, d)}) "
+                f"is not faster at every bound of {bound}")
+        rest = [replace(fastest, label=REQUEST_RISK, note=versus(r, d))]
+    assert dec.request is not None and lead.request is not None
+    if dec is not lead and dec is not fastest \
+            and dec.request.depth_tpot_us < lead.request.depth_tpot_us:
+        rest.append(replace(dec, label=FASTEST_DECODE,
+                            note=versus(dec.request, lead.request)
+                            + ("" if needs is None else "; " + needs)))
+    notes = tuple(x for x in (said, needs if lead is dec else None) if x)
+    return lead, rest + others, notes or said_before

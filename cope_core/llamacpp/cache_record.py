@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,7 @@ from ..estimate.uncertainty import DEFAULT_DRAWS
 from ..geometry import GIB, ModelGeometry
 from ..matrix import LAYER_PARTITION, Residency
 from ..placement import k_budget_bytes
+from ..platforms import PlatformSpec
 from ..profile.data import Profile
 from ..replay.engine import ReplayCounts
 from ..trace.data import Trace
@@ -27,11 +28,14 @@ from .cache_search import (
     CacheSearch,
     Contender,
     compare,
+    placement_tpot,
     search_cache,
 )
 from .command import LlamaFlags
 from .fit import FIT_NAME, FitDefault, fit_default
 from .moe_cache import CacheVersion
+from .prompt import selection_rates
+from .request import Request, RequestRecord, search_request
 from .settings import LlamaSettings
 
 #: what ``best[].candidate`` may name: the placement alone, or one eviction rule's cache
@@ -125,7 +129,9 @@ class CacheRecord:
     inferred rules (:mod:`~cope_core.llamacpp.cache_readings`; empty without one, or in a
     record written before them). ``build``: the llama.cpp build the search was restricted to
     (its flags, cache and default; "" in a record written before builds, which assumed the
-    newest); ``newer``: what a newer build would add (None: nothing, or the newest assumed)."""
+    newest); ``newer``: what a newer build would add (None: nothing, or the newest assumed);
+    ``request``: a request priced at each ``-ub`` (:mod:`~cope_core.llamacpp.request`; None: not
+    asked, or no peaks to price a prompt with)."""
 
     expert_budget_gib: float
     configurations: int
@@ -136,6 +142,7 @@ class CacheRecord:
     rule_readings: tuple[ReadingTpot, ...] = ()
     build: str = ""
     newer: Newer | None = None
+    request: RequestRecord | None = None
 
     @property
     def assumed(self) -> Build:
@@ -166,6 +173,8 @@ class CacheRecord:
                "build", self.build, "a build such as b12191")
         _check(self.newer is None or isinstance(self.newer, Newer), "newer", self.newer,
                "null or what a newer build adds")
+        _check(self.request is None or isinstance(self.request, RequestRecord), "request",
+               self.request, "null or a request priced")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object (keys and order as cope.policy/1 has always written them)."""
@@ -180,7 +189,8 @@ class CacheRecord:
                 **({"rule_readings": [dict(r.__dict__) for r in self.rule_readings]}
                    if self.rule_readings else {}),
                 **({"build": self.build} if self.build else {}),
-                **({} if self.newer is None else {"newer": dict(self.newer.__dict__)})}
+                **({} if self.newer is None else {"newer": dict(self.newer.__dict__)}),
+                **({} if self.request is None else {"request": self.request.to_dict()})}
 
     @classmethod
     def from_dict(cls, d: Any, source: str | None = None) -> CacheRecord | None:
@@ -192,7 +202,7 @@ class CacheRecord:
             if not d:
                 return None
             # absent from older records
-            optional = ("default_fit", "rule_readings", "build", "newer")
+            optional = ("default_fit", "rule_readings", "build", "newer", "request")
             _exactly(d, [f.name for f in fields(cls) if f.name not in optional or f.name in d],
                      "")
             best, versus = d["best"], d["versus"]
@@ -207,10 +217,11 @@ class CacheRecord:
             _check(isinstance(readings, list), "rule_readings", readings, "a list")
             rr = tuple(_item(ReadingTpot, row, f"rule_readings[{i}]")
                        for i, row in enumerate(readings))
-            newer = d.get("newer")
+            newer, req = d.get("newer"), d.get("request")
             return cls(d["expert_budget_gib"], d["configurations"], d["cache_start"], rows, vs,
                        _fit_of(d.get("default_fit")), rr, d.get("build", ""),
-                       None if newer is None else _item(Newer, newer, "newer"))
+                       None if newer is None else _item(Newer, newer, "newer"),
+                       None if req is None else RequestRecord.from_dict(req))
         except CopeInputError as exc:
             field = where + ("." + exc.field if exc.field else "")
             raise CopeInputError(exc.detail, source=source, field=field) from None
@@ -309,7 +320,8 @@ def llamacpp_record(trace: Trace, profile: Profile, calibration: Trace | None, *
                     draws: int = DEFAULT_DRAWS, seed: int = 0,
                     raw_samples: Mapping[str, Sequence[float]] | None = None,
                     counts: Mapping[Residency, ReplayCounts] | None = None,
-                    llama: LlamaSettings | None = None) -> CacheRecord | None:
+                    llama: LlamaSettings | None = None,
+                    request: Request | None = None) -> CacheRecord | None:
     """Search llama.cpp's space at the budget for routed experts (:func:`expert_budget`), compare
     its best with
     ``layer_partition`` at ``experts_per_layer`` and ``matrix_winner`` under the same profile
@@ -331,6 +343,9 @@ def llamacpp_record(trace: Trace, profile: Profile, calibration: Trace | None, *
         The model file, context, cache types and fit margin llama.cpp runs with (default: the
         geometry's table, 4096 tokens, f16, 1 GiB). With a VRAM budget, llama.cpp's default
         (``--fit`` at the same budget, :func:`default_fit_of`) is compared too.
+    request : Request, optional
+        A request to price at each ``-ub`` (:func:`~cope_core.llamacpp.request.search_request`),
+        with a VRAM budget and an analytic profile (its peaks price the prompt).
     """
     budget_bytes = expert_budget(trace.model, experts_per_layer, vram_gib, llama)
     if budget_bytes < 0:
@@ -347,5 +362,39 @@ def llamacpp_record(trace: Trace, profile: Profile, calibration: Trace | None, *
                      experts_per_layer=experts_per_layer, draws=draws, seed=seed,
                      raw_samples=raw_samples, counts=counts,
                      baseline=(FIT_NAME, fit.host_layers) if fit and fit.priced else None)
-    return record_of(found, versus, fit, class_lru_readings(found, trace, profile),
-                     build.label, newer)
+    rec = record_of(found, versus, fit, class_lru_readings(found, trace, profile),
+                    build.label, newer)
+    spec = (profile.platform or {}).get("spec")
+    if request is None or vram_gib is None or not isinstance(spec, dict):
+        return rec
+    return replace(rec, request=_request(rec, trace, profile, PlatformSpec.from_dict(spec),
+                                         request, vram_gib, llama or LlamaSettings(),
+                                         cpu_threads, gpu_share))
+
+
+def _rel(v: Versus) -> float:
+    """A prediction's relative half-interval (0 without one)."""
+    ci = v.tpot_ci_us
+    return 0.0 if ci is None or v.tpot_us <= 0 else (ci[1] - ci[0]) / 2 / v.tpot_us
+
+
+def _request(rec: CacheRecord, trace: Trace, profile: Profile, spec: PlatformSpec,
+             request: Request, vram_gib: float, llama: LlamaSettings, cpu_threads: int,
+             gpu_share: float) -> RequestRecord:
+    """The record's decode-best and default priced for ``request``, beside each ``-ub``."""
+    g = trace.model
+
+    def tpot_at(host: float, context: float) -> float:
+        return float(placement_tpot(profile, g, [host], context, cpu_threads=cpu_threads,
+                                    gpu_share=gpu_share)[0])
+    b, v = rec.best[0], rec.versus[0]
+    fit = next((x for x in rec.versus if x.name == FIT_NAME), None)
+    default = None
+    if fit is not None and rec.default_fit is not None and rec.default_fit.priced:
+        default = (rec.default_fit.host_layers, fit.tpot_us, _rel(fit))
+    return search_request(g, spec, request, vram_gib=vram_gib, llama=llama,
+                          build=llama.runs_on, tpot_at=tpot_at,
+                          context0=float(trace.context.mean()), threads=cpu_threads,
+                          decode_best=(b.n_cpu_moe, b.cache_mib, b.cpu_layers, v.tpot_us,
+                                       _rel(v)),
+                          default=default, rates=selection_rates(trace.routed, g.n_experts))

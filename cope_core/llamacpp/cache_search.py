@@ -112,7 +112,7 @@ def _placed(costs: CacheCosts, n_gpu: np.ndarray, n_host: np.ndarray) -> np.ndar
     return n_gpu * costs.gpu_layer[..., None] + n_host * costs.cpu_layer[..., None]
 
 
-def placement_tpot(profile: Profile, model: ModelGeometry, n_cpu: Sequence[int],
+def placement_tpot(profile: Profile, model: ModelGeometry, n_cpu: Sequence[float],
                    context: float, *, cpu_threads: int | None = None,
                    gpu_share: float | None = None) -> np.ndarray:
     """TPOT in microseconds of llama.cpp's plain ``--n-cpu-moe`` placements (no cache): the
@@ -124,8 +124,9 @@ def placement_tpot(profile: Profile, model: ModelGeometry, n_cpu: Sequence[int],
     profile : Profile
     model : ModelGeometry
         The geometry priced (e.g. the quantised file run).
-    n_cpu : sequence of int
-        MoE layers on the CPU, each in ``[0, n_layers]``.
+    n_cpu : sequence of float
+        MoE layers on the CPU, each in ``[0, n_layers]`` (fit's placement may leave a fraction
+        of a layer's experts there).
     context : float
         Tokens in the context while decoding (the shared work's attention).
     """
