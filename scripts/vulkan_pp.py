@@ -1,0 +1,203 @@
+"""The prompt model against llama.cpp's own prompt processing on this machine's software Vulkan
+device (Mesa lavapipe): which bytes cross per physical batch as ``--n-cpu-moe``, ``-ub`` and
+``--no-op-offload`` change (docs/design.md#prompt-processing, docs/results.md).
+
+    python scripts/vulkan_pp.py --run      # measure (minutes; an idle machine), then --write
+    python scripts/vulkan_pp.py [--write | --check]
+
+``--run`` writes a random-weight qwen3moe GGUF (tests/llama_tools.py ``write_tiny_moe``'s
+defaults: 4 blocks of 8 F16 experts, top-2, 103 MiB), probes this machine (host memory read and
+copy bandwidth, the CPU as ``--cpu this`` composes it) and runs the Vulkan build's llama-bench
+(scripts/runtimes_vulkan.sh) on it: ``-p 2048 -n 0 -ngl 99 -ncmoe 0,2,4 -ub 32,128,512,2048
+-nopo 0,1 -t 2``. Everything measured goes to benchmarks/results/vulkan-pp.json.
+
+The table prices every row with :func:`cope_core.llamacpp.match_bench_rows` (what ``cope evaluate
+--llama-bench`` runs) on a machine whose parts are this one's: the CPU as probed, the device's
+memory = host memory (probed), its "link" = a host memcpy (probed; lavapipe's device memory is
+host memory, so op offload's upload is a copy). A software device has no published FLOP rate: the
+one number taken from the runs is the device's FLOP rate, from the ``-ncmoe 0 -ub 512`` row
+(every weight on the device, no copy); every other row is a prediction. ``--write`` puts the
+table into docs/results.md between its vulkan-pp markers; ``--check`` exits 1 when it is not
+current (tests/test_llamacpp_prompt.py).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from doc_blocks import update_blocks  # beside this script, on sys.path when it runs
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "benchmarks" / "results" / "vulkan-pp.json"
+START, END = "<!-- vulkan-pp:start -->", "<!-- vulkan-pp:end -->"
+BENCH_ARGS = ["-p", "2048", "-n", "0", "-r", "2", "-t", "2", "-ngl", "99", "-ncmoe", "0,2,4",
+              "-ub", "32,128,512,2048", "-nopo", "0,1", "-o", "json"]
+#: the row the device's FLOP rate is taken from: every weight on the device
+CALIBRATION = {"n_cpu_moe": 0, "n_ubatch": 512, "no_op_offload": False}
+
+
+def write_model(path: Path) -> Path:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from llama_tools import write_tiny_moe
+    return write_tiny_moe(path)
+
+
+def vulkan_dir() -> Path:
+    cache = os.environ.get("COPE_RUNTIMES_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cope-explorer")
+    return Path(cache) / "llama.cpp-b11434-vulkan"
+
+
+def copy_bandwidth(nbytes: int = 256 << 20, samples: int = 7) -> float:
+    """Host memcpy bandwidth (bytes copied per second): the fastest of a few copies."""
+    import torch
+    src = torch.ones(nbytes // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(samples + 1):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t0)
+    return nbytes / best
+
+
+def run() -> None:
+    from cope_core.machine import compose_machine
+    vk = vulkan_dir()
+    bench = vk / "bin" / "llama-bench"
+    if not bench.exists():
+        raise SystemExit(f"vulkan_pp: {bench} is missing: bash scripts/runtimes_vulkan.sh")
+    m = compose_machine(gpu=None, cpu="this", memory="this", probe_seconds=3.0)
+    copy_bw = copy_bandwidth()
+    with tempfile.TemporaryDirectory() as tmp:
+        model = write_model(Path(tmp) / "moe.gguf")
+        env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="0", LD_LIBRARY_PATH=str(vk / "bin"))
+        t0 = time.time()
+        out = subprocess.run([str(bench), "-m", str(model), *BENCH_ARGS], env=env, check=True,
+                             capture_output=True, text=True).stdout
+        rows = json.loads(out)
+    for r in rows:   # the temporary folder's name: a stable one
+        r["model_filename"] = "/tmp/moe.gguf"
+    record = {"what": "scripts/vulkan_pp.py --run", "when": time.strftime("%Y-%m-%d"),
+              "host": platform.processor() or platform.machine(),
+              "llama_bench": ["llama-bench", "-m", "moe.gguf", *BENCH_ARGS],
+              "bench_seconds": round(time.time() - t0, 1),
+              "copy_bandwidth": copy_bw, "cpu": dataclasses.asdict(m.cpu),
+              "memory": dataclasses.asdict(m.memory), "threads": m.threads, "rows": rows}
+    tmp_path = DATA.with_suffix(".json.partial")
+    tmp_path.write_text(json.dumps(record, indent=1) + "\n")
+    tmp_path.replace(DATA)
+    print(f"wrote {DATA} ({len(rows)} rows, {record['bench_seconds']} s of llama-bench)")
+
+
+def _spec(record: dict, gpu_flops: float):
+    """This machine with the software device as its GPU."""
+    from cope_core.machine import compose_machine
+    from cope_core.parts.records import CpuPart, MemoryPart
+    cpu = CpuPart(**{k: tuple(v) if isinstance(v, list) else v
+                     for k, v in record["cpu"].items()})
+    mem = MemoryPart(**record["memory"])
+    m = compose_machine(gpu="rtx3090", cpu=cpu, memory=mem, threads=record["threads"])
+    assert m.spec is not None
+    return dataclasses.replace(
+        m.spec, name="lavapipe on this machine", gpu_name="lavapipe", gpu_flops=gpu_flops,
+        gpu_bandwidth=mem.bandwidth, gpu_efficiency=1.0, link_name="host memcpy",
+        link_bandwidth=record["copy_bandwidth"])
+
+
+def _key(r) -> tuple:
+    return (r.n_cpu, r.row.n_ubatch, r.row.no_op_offload)
+
+
+def priced(record: dict) -> list:
+    """Each row's match (:class:`cope_core.llamacpp.BenchMatch`), the device's FLOP rate taken
+    from the calibration row."""
+    from cope_core.llamacpp import match_bench_rows, read_llama_bench, read_llama_model
+    from cope_core.models import resolve_model
+    from cope_core.profile.analytic import analytic_profile
+    with tempfile.TemporaryDirectory() as tmp:
+        model = write_model(Path(tmp) / "moe.gguf")
+        bench = Path(tmp) / "bench.json"
+        bench.write_text(json.dumps(record["rows"]))
+        rows = read_llama_bench(bench)
+        lm = read_llama_model(model)
+        g = resolve_model(str(model))
+        flops = 1e12
+        for _ in range(3):       # the rate at which the calibration row takes what it took
+            spec = _spec(record, flops)
+            prof = analytic_profile(g, spec, cpu_threads=[record["threads"]])
+            got = match_bench_rows(rows, lm, g, prof, spec=spec)
+            cal = [x for x in got if _key(x) == tuple(CALIBRATION.values())]
+            assert len(cal) == 1 and cal[0].predicted_ts
+            flops *= cal[0].row.avg_ts / cal[0].predicted_ts
+    return got
+
+
+def table() -> str:
+    record = json.loads(DATA.read_text())
+    got = priced(record)
+    base = {(x.row.n_ubatch, x.row.no_op_offload): x for x in got if x.n_cpu == 0}
+    lines = ["| --n-cpu-moe | -ub | op offload | measured t/s | predicted t/s | error | "
+             "ratio to -ncmoe 0, measured | predicted | ratio error |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    errs, rerrs = [], []
+    for x in sorted(got, key=lambda x: (x.row.no_op_offload, x.row.n_ubatch, x.n_cpu)):
+        meas, pred = x.row.avg_ts, x.predicted_ts
+        err = 100 * (pred / meas - 1)
+        b = base[(x.row.n_ubatch, x.row.no_op_offload)]
+        rm, rp = meas / b.row.avg_ts, pred / b.predicted_ts
+        rerr = 100 * (rp / rm - 1)
+        cal = _key(x) == tuple(CALIBRATION.values())
+        if not cal:
+            errs.append(abs(err))
+        if x.n_cpu:
+            rerrs.append(abs(rerr))
+        lines.append(f"| {x.n_cpu} | {x.row.n_ubatch} | "
+                     f"{'off' if x.row.no_op_offload else 'on'} | {meas:.1f} | {pred:.1f} | "
+                     + ("(calibration)" if cal else f"{err:+.1f} %") + f" | {rm:.2f} | "
+                     f"{rp:.2f} | " + (f"{rerr:+.1f} %" if x.n_cpu else "") + " |")
+    mean, rmean = sum(errs) / len(errs), sum(rerrs) / len(rerrs)
+    lines += ["", f"Mean absolute error {mean:.1f} % over {len(errs)} rows (the calibration row "
+              f"left out); ratio error {rmean:.1f} % over {len(rerrs)} ratios to the same "
+              "-ub's -ncmoe 0 row.",
+              "", f"Measured {record['when']} with `{' '.join(record['llama_bench'])}` "
+              f"(llama.cpp b11434, Vulkan build, `GGML_VK_VISIBLE_DEVICES=0`; "
+              f"{record['bench_seconds']:.0f} s); host memcpy {record['copy_bandwidth'] / 1e9:.1f} "
+              f"GB/s, host memory {record['memory']['bandwidth'] / 1e9:.1f} GB/s; the "
+              "device's FLOP rate from the -ncmoe 0 -ub 512 row."]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--run", action="store_true", help="measure, then write the JSON")
+    g.add_argument("--write", action="store_true", help="rewrite docs/results.md's table")
+    g.add_argument("--check", action="store_true", help="exit 1 if it is not current")
+    args = ap.parse_args()
+    if args.run:
+        run()
+        return 0
+    text = table()
+    if not args.write and not args.check:
+        print(text)
+        return 0
+    stale = update_blocks(START, END, [(ROOT / "docs" / "results.md", text)], write=args.write)
+    if stale and args.check:
+        print(f"vulkan_pp: {', '.join(stale)} is not current: run scripts/vulkan_pp.py --write",
+              file=sys.stderr)
+        return 1
+    print("current" if not stale else f"rewrote {', '.join(stale)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
