@@ -8,14 +8,15 @@ device (Mesa lavapipe): which bytes cross per physical batch as ``--n-cpu-moe``,
 ``--run`` writes a random-weight qwen3moe GGUF (tests/llama_tools.py ``write_tiny_moe``'s
 defaults: 4 blocks of 8 F16 experts, top-2, 103 MiB), probes this machine (host memory read and
 copy bandwidth, the CPU as ``--cpu this`` composes it) and runs the Vulkan build's llama-bench
-(scripts/runtimes_vulkan.sh) on it: ``-p 2048 -n 0 -ngl 99 -ncmoe 0,2,4 -ub 32,256,2048
--nopo 0,1 -t 2 -r 1``. Everything measured goes to benchmarks/results/vulkan-pp.json.
+(scripts/runtimes_vulkan.sh) on it: ``-p 512 -n 0 -ngl 99 -ncmoe 0,2,4 -ub 32,128,512
+-nopo 0,1 -t 2 -r 1`` (the software device runs a 2048-token prompt at 32-token batches for
+minutes per test, so the prompt is 512 tokens and the largest batch the whole prompt). Everything measured goes to benchmarks/results/vulkan-pp.json.
 
 The table prices every row with :func:`cope_core.llamacpp.match_bench_rows` (what ``cope evaluate
 --llama-bench`` runs) on a machine whose parts are this one's: the CPU as probed, the device's
 memory = host memory (probed), its "link" = a host memcpy (probed; lavapipe's device memory is
 host memory, so op offload's upload is a copy). A software device has no published FLOP rate: the
-one number taken from the runs is the device's FLOP rate, from the ``-ncmoe 0 -ub 256`` row
+one number taken from the runs is the device's FLOP rate, from the ``-ncmoe 0 -ub 128`` row
 (every weight on the device, no copy); every other row is a prediction. ``--write`` puts the
 table into docs/results.md between its vulkan-pp markers; ``--check`` exits 1 when it is not
 current (tests/test_llamacpp_prompt.py).
@@ -38,10 +39,10 @@ from doc_blocks import update_blocks  # beside this script, on sys.path when it 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "results" / "vulkan-pp.json"
 START, END = "<!-- vulkan-pp:start -->", "<!-- vulkan-pp:end -->"
-BENCH_ARGS = ["-p", "2048", "-n", "0", "-r", "1", "-t", "2", "-ngl", "99", "-ncmoe", "0,2,4",
-              "-ub", "32,256,2048", "-nopo", "0,1", "-o", "jsonl"]
+BENCH_ARGS = ["-p", "512", "-n", "0", "-r", "1", "-t", "2", "-ngl", "99", "-ncmoe", "0,2,4",
+              "-ub", "32,128,512", "-nopo", "0,1", "-o", "jsonl"]
 #: the row the device's FLOP rate is taken from: every weight on the device
-CALIBRATION = {"n_cpu_moe": 0, "n_ubatch": 256, "no_op_offload": False}
+CALIBRATION = {"n_cpu_moe": 0, "n_ubatch": 128, "no_op_offload": False}
 
 
 def write_model(path: Path) -> Path:
@@ -177,7 +178,7 @@ def table() -> str:
               f"(llama.cpp b11434, Vulkan build, `GGML_VK_VISIBLE_DEVICES=0`; "
               f"{record['bench_seconds']:.0f} s); host memcpy {record['copy_bandwidth'] / 1e9:.1f} "
               f"GB/s, host memory {record['memory']['bandwidth'] / 1e9:.1f} GB/s; the "
-              "device's FLOP rate from the -ncmoe 0 -ub 256 row."]
+              "device's FLOP rate from the -ncmoe 0 -ub 128 row."]
     return "\n".join(lines)
 
 
