@@ -4,7 +4,7 @@ takes (one tab per record of `cope_core.export.EXPORT_FORMATS`), by the same fun
 import streamlit as st
 
 from cope_core.app import dataset as dsm
-from cope_core.app import export_view, results, session, whatif, your_machine
+from cope_core.app import export_view, policies, results, session, whatif, your_machine
 from cope_core.errors import CopeInputError, UnsupportedByRuntime
 from cope_core.export import EXPORT_FORMATS, render
 from cope_core.matrix import CANDIDATE_IDS
@@ -29,7 +29,8 @@ with c4:
                                 "--strict`).")
 with session.user_errors():
     df = results.predict_at(ds, k, op, "cope", CANDIDATE_IDS)
-    policy = results.policy_for(ds, gib, op, cand, your_machine.llamacpp_build())
+    policy = policies.policy_for(ds, gib, op, cand, your_machine.llamacpp_build(),
+                                     your_machine.request())
 chosen = policy.candidate
 row = df[df["candidate"] == chosen].iloc[0]
 st.markdown(f"**{chosen}** at K = {k} ({gib:g} GiB): predicted {whatif.speed(row.tpot_us)} "

@@ -3,7 +3,7 @@ against the budget across every K with the winner's regions and break-even budge
 import streamlit as st
 
 from cope_core.app import dataset as dsm
-from cope_core.app import figures, llamacpp_view, results, session, whatif
+from cope_core.app import figures, llamacpp_view, results, session, whatif, your_machine
 from cope_core.llamacpp import CACHE_LABEL
 from cope_core.matrix import EXECUTIONS, RESIDENCIES
 
@@ -43,10 +43,32 @@ title = f"TPOT per candidate at K = {k} · {est} · {dsm.provenance(ds)}"
 st.plotly_chart(results.figure("bars", key + (k, title),
                                lambda: figures.tpot_bars(df, title=title)), key="bars_chart")
 
-st.subheader("TPOT against the VRAM budget")
+st.subheader("Against the VRAM budget")
+c7, _ = st.columns([3, 4])
+with c7:
+    measure = session.bound("yaxis", st.radio, default="tpot",
+                            valid=lambda v: v in ("tpot", "request"), label="y axis",
+                            options=["tpot", "request"], horizontal=True,
+                            format_func=lambda v: {"tpot": "TPOT (ms per token)",
+                                                   "request": "request time (s)"}[v],
+                            help="Request time: the sidebar's prompt and answer, the time to the "
+                                 "first token (the prompt as llama.cpp runs it with the layer "
+                                 "partition of K's bytes, the default -ub) plus the answer at "
+                                 "each candidate's TPOT.")
+req = your_machine.request()
+ttft = None if measure != "request" or req is None else results.ttft_curve(
+    ds, req, op[0], your_machine.llamacpp_build())
+if measure == "request" and ttft is None:
+    st.caption("Request time needs a prompt (the sidebar's is 0) and a machine's peaks: a "
+               "measured profile holds decode costs only. Choose your machine in the sidebar "
+               "to price one. TPOT is shown.")
 title = f"Every K = 0 … {g.n_experts} · {est} · {dsm.provenance(ds)}"
-base = results.figure("budget", key + (title,), lambda: figures.budget_spec(
-    view.frame, g, view.regions, title=title, uncertain=view.unsure))
+if ttft is not None and req is not None:
+    title += f" · {req.describe()}"
+shown = None if ttft is None or req is None else (ttft, req.gen_tokens)
+drawn = key + (title, None if shown is None else (req, your_machine.llamacpp_build()))
+base = results.figure("budget", drawn, lambda: figures.budget_spec(
+    view.frame, g, view.regions, title=title, uncertain=view.unsure, request=shown))
 st.plotly_chart(figures.mark_budget(base, gib, k), key="sweep_chart")
 if view.unsure:
     st.caption("Unsure budgets (red strip): " + "; ".join(

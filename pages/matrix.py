@@ -3,7 +3,16 @@ a timeline of its execution strategy for a chosen hit count."""
 import streamlit as st
 
 from cope_core.app import dataset as dsm
-from cope_core.app import figures, llamacpp_view, results, session, whatif, your_machine
+from cope_core.app import (
+    figures,
+    figures_timeline,
+    llamacpp_view,
+    policies,
+    results,
+    session,
+    whatif,
+    your_machine,
+)
 from cope_core.app.timeline import execution_timeline, layer_partition_timelines
 from cope_core.export.llamacpp import default_line
 from cope_core.llamacpp import CACHE_LABEL
@@ -37,7 +46,8 @@ if est != "cope":
                "estimator.")
 else:
     with session.user_errors():
-        rec = results.llamacpp_at(ds, gib, op, your_machine.llamacpp_build())
+        rec = policies.llamacpp_at(ds, gib, op, your_machine.llamacpp_build(),
+                                   your_machine.request())
     if lead := default_line(rec):
         st.markdown(lead)                  # every llama.cpp answer leads with the default
     st.markdown(llamacpp_view.verdict(rec, ds.trace.model))
@@ -86,7 +96,7 @@ else:
     lines = [execution_timeline(opp, cand.execution, hits)]
 if cmp != "none" and (cand.is_layer_partition or cmp != cand.execution.value):
     lines.append(execution_timeline(opp, cmp, hits))
-st.plotly_chart(figures.timeline_figure(lines, title=(
+st.plotly_chart(figures_timeline.timeline_figure(lines, title=(
     f"h = {hits} hits, m = {top_k - hits} misses · atomic costs at {op[0]} threads · "
     f"{dsm.profile_label(ds.profile).split(' (')[0]}")), key="timeline_chart")
 for tl in lines:

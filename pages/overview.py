@@ -5,8 +5,9 @@ import pandas as pd
 import streamlit as st
 
 from cope_core.app import dataset as dsm
-from cope_core.app import figures, results, session, whatif
+from cope_core.app import figures, policies, results, session, whatif, your_machine
 from cope_core.app.settings import op_label
+from cope_core.export.llamacpp import first_request
 from cope_core.matrix import CANDIDATE_IDS, LAYER_PARTITION
 
 
@@ -50,7 +51,7 @@ df = results.sweep_at(view, k)
 w = whatif.winner_of(df)
 lp = df[df["candidate"] == LAYER_PARTITION].iloc[0]
 
-c1, c2, c3, c4, c5 = st.columns([3, 2, 2, 2, 2])
+c1, c2, c3, c4 = st.columns([3, 2, 2, 2])
 c1.metric("Predicted winner", w.named, help=w.sentence())
 c2.metric("TPOT", f"{w.tpot_us / 1e3:.3f} ms",
           help="95 % interval with the model's measured error "
@@ -61,8 +62,30 @@ c3.metric("Win probability",
 margin = "—" if w.margin_pct is None else (
     "tie" if w.margin_pct == 0 else f"+{w.margin_pct:.1f} %")
 c4.metric("Runner-up", margin, help=f"runner-up: {w.runner_up}")
-c5.metric("Speed", f"{whatif.tokens_per_s(w.tpot_us):.1f} tokens/s",
-          help="decode tokens per second: 1000 / TPOT in ms")
+# the units in the labels: a value of a few characters is never cut off in a narrow column
+c5, c6, c7, _ = st.columns([3, 2, 2, 2])
+c5.metric("Speed (tokens/s)", f"{whatif.tokens_per_s(w.tpot_us):.1f}",
+          help="decode tokens per second of the winner: 1000 / TPOT in ms")
+req = your_machine.request()
+first = None
+if req is not None and est == "cope" and ds.profile.analytic:
+    with session.user_errors():
+        first = first_request(policies.llamacpp_at(ds, gib, op, your_machine.llamacpp_build(),
+                                                   req), g, op[0])
+why = ("Priced for llama.cpp's answer (the Export page's command) from the analytic profile's "
+       "peaks" if first is not None else
+       "Not priced: " + ("the request's prompt is 0 (decode alone)" if req is None else
+                         "choose the cope estimator" if est != "cope" else
+                         "a measured profile holds decode costs only; the prompt is priced "
+                         "from a machine's peaks (choose your machine in the sidebar)"))
+c6.metric("First token (s), llama.cpp", "—" if first is None else f"{first.ttft_s:.1f}",
+          help=why + ("" if first is None else
+                      f": {first.prompt_tokens:,}-token prompt at "
+                      f"{first.prompt_tokens_per_s:,.0f} tokens/s, -ub {first.n_ubatch}"))
+c7.metric("Request (s), llama.cpp", "—" if first is None else f"{first.request_s:.1f}",
+          help=why + ("" if first is None else
+                      f": first token, then {first.gen_tokens:,} tokens at "
+                      f"{first.decode_tokens_per_s:.1f} tokens/s"))
 # icon="": none. Without it Streamlit looks for a leading emoji in any non-ASCII text and loads
 # its emoji table for that (about 0.3 s of a server's first page)
 (st.success if w.sure else st.warning)(w.sentence() + ".", icon="")

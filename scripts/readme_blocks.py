@@ -53,9 +53,11 @@ SURE = ("cope predict --trace data/examples/deepseek-v2-lite-4l-trace.parquet",
         "--calibration data/examples/deepseek-v2-lite-4l-calibration.parquet",
         "--profile data/examples/deepseek-v2-lite-4l-cpu-emulated-profile.parquet "
         "-K 32 --threads 1")
-# docs/cli.md's cope advise example: the issue's machine with a 12 GB card, so K < E
+# docs/cli.md's cope advise example: the issue's machine with a 12 GB card, so K < E, and a
+# long prompt (a RAG or coding-agent request), so -ub matters
 ADVISE = ("cope advise --model data/models/qwen3-30b-a3b-Q4_K_M.header.gguf",
-          "--gpu rtx3060-12gb --cpu ryzen-7-5700x --memory ddr4-3200x2 --pcie 4x16")
+          "--gpu rtx3060-12gb --cpu ryzen-7-5700x --memory ddr4-3200x2 --pcie 4x16",
+          "--prompt-tokens 16384 --gen-tokens 512")
 
 
 def quickstart_args() -> list[str]:
@@ -133,6 +135,14 @@ def matrix() -> str:
     return "\n" + "\n".join(lines) + "\n"
 
 
+def advise_llamacpp() -> str:
+    """The llama.cpp answer of the ``advise`` example: its lines up to the next runtime."""
+    lines = cope(shlex.split(" ".join(ADVISE))[1:]).splitlines()
+    at = lines.index("llama.cpp")
+    end = next(i for i in range(at + 1, len(lines)) if not lines[i].startswith("  "))
+    return fenced("\n".join(lines[at:end]), "")
+
+
 def python_min() -> str:
     spec = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
     m = re.fullmatch(r">=\s*(\d+\.\d+)", spec.strip())
@@ -157,6 +167,7 @@ PARTS: dict[str, Callable[[], str]] = {
     "answer": answer, "answer-winner": answer_winner, "sure": sure, "matrix": matrix,
     "advise": lambda: shown_run(ADVISE),
     "advise-command": lambda: fenced(" \\\n    ".join(ADVISE), "bash"),
+    "advise-llamacpp": advise_llamacpp,
     "candidates": lambda: str(len(CANDIDATE_IDS)), "python": python_min, "vram-gib": vram_gib,
     "port": port,
     "runtimes": lambda: ", ".join(f.label for f in EXPORT_FORMATS if f.name != "json"),

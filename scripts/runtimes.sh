@@ -36,7 +36,7 @@
 # saying which runtime is missing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-source scripts/runtimes_env.sh ""      # CACHE, LOGS, PY, JOBS (no argument: the default cache)
+source scripts/runtimes_env.sh ""      # CACHE, LOGS, PY, CHECK_PY, JOBS (no argument: the default cache)
 PIP=(--quiet --disable-pip-version-check --no-input)
 MISSING=()     # the runtimes that could not be set up
 missing() {    # name, what went wrong, log
@@ -188,7 +188,7 @@ for whl in sys.argv[2:4]:
 fi
 # --- FreeToken and fastllm: argument parsers in folders put on PYTHONPATH by the tests ---------
 parser_ready() {  # folder, module whose import proves it
-  PYTHONPATH="$1" timeout 300 "$PY" -c "import $2" >/dev/null 2>&1
+  PYTHONPATH="$1" timeout 300 "$CHECK_PY" -c "import $2" >/dev/null 2>&1
 }
 setup_parser() {  # name, folder, module, packages...
   local name="$1" dir="$2" module="$3"

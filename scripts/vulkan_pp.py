@@ -10,14 +10,15 @@ defaults: 4 blocks of 8 F16 experts, top-2, 103 MiB), probes this machine (host 
 copy bandwidth, the CPU as ``--cpu this`` composes it) and runs the Vulkan build's llama-bench
 (scripts/runtimes_vulkan.sh) on it: ``-p 512 -n 0 -ngl 99 -ncmoe 0,2,4 -ub 32,128,512
 -nopo 0,1 -t 2 -r 1`` (the software device runs a 2048-token prompt at 32-token batches for
-minutes per test, so the prompt is 512 tokens and the largest batch the whole prompt). Everything measured goes to benchmarks/results/vulkan-pp.json.
+minutes per test, so the prompt is 512 tokens and the largest batch the whole prompt).
+Everything measured goes to benchmarks/results/vulkan-pp.json.
 
 The table prices every row with :func:`cope_core.llamacpp.match_bench_rows` (what ``cope evaluate
 --llama-bench`` runs) on a machine whose parts are this one's: the CPU as probed, the device's
 memory = host memory (probed), its "link" = a host memcpy (probed; lavapipe's device memory is
-host memory, so op offload's upload is a copy). A software device has no published FLOP rate: the
-one number taken from the runs is the device's FLOP rate, from the ``-ncmoe 0 -ub 128`` row
-(every weight on the device, no copy); every other row is a prediction. ``--write`` puts the
+host memory, so op offload's upload is a copy). A software device has no published FLOP rate or
+launch cost: those two numbers are taken from the runs, the ``-ncmoe 0`` rows at ``-ub`` 128 and
+512 (every weight on the device, no copy); every other row is a prediction. ``--write`` puts the
 table into docs/results.md between its vulkan-pp markers; ``--check`` exits 1 when it is not
 current (tests/test_llamacpp_prompt.py).
 """
@@ -34,15 +35,18 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from doc_blocks import update_blocks  # beside this script, on sys.path when it runs
+from scipy.optimize import least_squares
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "results" / "vulkan-pp.json"
 START, END = "<!-- vulkan-pp:start -->", "<!-- vulkan-pp:end -->"
 BENCH_ARGS = ["-p", "512", "-n", "0", "-r", "1", "-t", "2", "-ngl", "99", "-ncmoe", "0,2,4",
               "-ub", "32,128,512", "-nopo", "0,1", "-o", "jsonl"]
-#: the row the device's FLOP rate is taken from: every weight on the device
-CALIBRATION = {"n_cpu_moe": 0, "n_ubatch": 128, "no_op_offload": False}
+#: the rows the device's FLOP rate and launch cost are taken from: every weight on the device,
+#: op offload on, -ub 128 and 512 (host layers, -ub, op offload)
+CALIBRATION = ((0, 128, False), (0, 512, False))
 
 
 def write_model(path: Path) -> Path:
@@ -104,7 +108,7 @@ def run() -> None:
     print(f"wrote {DATA} ({len(rows)} rows, {record['bench_seconds']} s of llama-bench)")
 
 
-def _spec(record: dict, gpu_flops: float):
+def _spec(record: dict, gpu_flops: float, launch_us: float):
     """This machine with the software device as its GPU."""
     from cope_core.machine import compose_machine
     from cope_core.parts.records import CpuPart, MemoryPart
@@ -115,17 +119,17 @@ def _spec(record: dict, gpu_flops: float):
     assert m.spec is not None
     return dataclasses.replace(
         m.spec, name="lavapipe on this machine", gpu_name="lavapipe", gpu_flops=gpu_flops,
-        gpu_bandwidth=mem.bandwidth, gpu_efficiency=1.0, link_name="host memcpy",
-        link_bandwidth=record["copy_bandwidth"])
+        gpu_bandwidth=mem.bandwidth, gpu_efficiency=1.0, gpu_launch_us=launch_us,
+        link_name="host memcpy", link_bandwidth=record["copy_bandwidth"])
 
 
 def _key(r) -> tuple:
     return (r.n_cpu, r.row.n_ubatch, r.row.no_op_offload)
 
 
-def priced(record: dict) -> list:
-    """Each row's match (:class:`cope_core.llamacpp.BenchMatch`), the device's FLOP rate taken
-    from the calibration row."""
+def priced(record: dict) -> tuple[list, float, float]:
+    """Each row's match (:class:`cope_core.llamacpp.BenchMatch`), and the device's FLOP rate and
+    launch cost taken from the two calibration rows (solved exactly by scipy)."""
     from cope_core.llamacpp import match_bench_rows, read_llama_bench, read_llama_model
     from cope_core.models import resolve_model
     from cope_core.profile.analytic import analytic_profile
@@ -136,20 +140,27 @@ def priced(record: dict) -> list:
         rows = read_llama_bench(bench)
         lm = read_llama_model(model)
         g = resolve_model(str(model))
-        flops = 1e12
-        for _ in range(3):       # the rate at which the calibration row takes what it took
-            spec = _spec(record, flops)
-            prof = analytic_profile(g, spec, cpu_threads=[record["threads"]])
-            got = match_bench_rows(rows, lm, g, prof, spec=spec)
-            cal = [x for x in got if _key(x) == tuple(CALIBRATION.values())]
-            assert len(cal) == 1 and cal[0].predicted_ts
-            flops *= cal[0].row.avg_ts / cal[0].predicted_ts
-    return got
+
+    def seconds(flops: float, launch_us: float) -> tuple[list, dict]:
+        spec = _spec(record, flops, launch_us)
+        prof = analytic_profile(g, spec, cpu_threads=[record["threads"]])
+        got = match_bench_rows(rows, lm, g, prof, spec=spec)
+        return got, {_key(x): x.row.n_prompt / x.predicted_ts for x in got}
+    measured = {_key(x): x.row.n_prompt / x.row.avg_ts for x in seconds(1e12, 1.0)[0]}
+
+    def misfit(v: np.ndarray) -> list[float]:     # log rate (FLOP/s) and log launch cost (µs)
+        _, t = seconds(float(np.exp(v[0])), float(np.exp(v[1])))
+        return [np.log(t[k] / measured[k]) for k in CALIBRATION]
+    fit = least_squares(misfit, x0=[np.log(1e9), np.log(100.0)])
+    flops, launch_us = (float(np.exp(x)) for x in fit.x)
+    assert max(abs(r) for r in fit.fun) < 1e-6, fit.fun      # two rows, two numbers: exact
+    got, _ = seconds(flops, launch_us)
+    return got, flops, launch_us
 
 
 def table() -> str:
     record = json.loads(DATA.read_text())
-    got = priced(record)
+    got, flops, launch_us = priced(record)
     base = {(x.row.n_ubatch, x.row.no_op_offload): x for x in got if x.n_cpu == 0}
     lines = ["| --n-cpu-moe | -ub | op offload | measured t/s | predicted t/s | error | "
              "ratio to -ncmoe 0, measured | predicted | ratio error |",
@@ -161,7 +172,7 @@ def table() -> str:
         b = base[(x.row.n_ubatch, x.row.no_op_offload)]
         rm, rp = meas / b.row.avg_ts, pred / b.predicted_ts
         rerr = 100 * (rp / rm - 1)
-        cal = _key(x) == tuple(CALIBRATION.values())
+        cal = _key(x) in CALIBRATION
         if not cal:
             errs.append(abs(err))
         if x.n_cpu:
@@ -171,14 +182,16 @@ def table() -> str:
                      + ("(calibration)" if cal else f"{err:+.1f} %") + f" | {rm:.2f} | "
                      f"{rp:.2f} | " + (f"{rerr:+.1f} %" if x.n_cpu else "") + " |")
     mean, rmean = sum(errs) / len(errs), sum(rerrs) / len(rerrs)
-    lines += ["", f"Mean absolute error {mean:.1f} % over {len(errs)} rows (the calibration row "
-              f"left out); ratio error {rmean:.1f} % over {len(rerrs)} ratios to the same "
+    lines += ["", f"Mean absolute error {mean:.1f} % over {len(errs)} rows (the two calibration "
+              f"rows left out); ratio error {rmean:.1f} % over {len(rerrs)} ratios to the same "
               "-ub's -ncmoe 0 row.",
               "", f"Measured {record['when']} with `{' '.join(record['llama_bench'])}` "
               f"(llama.cpp b11434, Vulkan build, `GGML_VK_VISIBLE_DEVICES=0`; "
               f"{record['bench_seconds']:.0f} s); host memcpy {record['copy_bandwidth'] / 1e9:.1f} "
               f"GB/s, host memory {record['memory']['bandwidth'] / 1e9:.1f} GB/s; the "
-              "device's FLOP rate from the -ncmoe 0 -ub 128 row."]
+              f"device's FLOP rate ({flops / 1e9:.2f} GFLOP/s) and fixed cost per kernel and "
+              f"batch ({launch_us / 1e3:.1f} ms, the spec's launch cost) from the -ncmoe 0 rows "
+              "at -ub 128 and 512."]
     return "\n".join(lines)
 
 

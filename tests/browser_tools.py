@@ -51,12 +51,12 @@ def serve() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def browser_page(height: int = 1900) -> Iterator:
+def browser_page(height: int = 1900, width: int = 1400) -> Iterator:
     """One chromium page (its own Streamlit session per URL load)."""
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": height})
+        pg = browser.new_page(viewport={"width": width, "height": height})
         pg.set_default_timeout(90_000)
         try:
             yield pg

@@ -12,7 +12,15 @@ import pytest
 from tiny import tiny_geometry, tiny_measurements, tiny_profile, tiny_trace
 
 from cope_core import parquet_io, predict
-from cope_core.app import dataset, figures, figures_inputs, inputs, settings, whatif
+from cope_core.app import (
+    dataset,
+    figures,
+    figures_inputs,
+    figures_timeline,
+    inputs,
+    settings,
+    whatif,
+)
 from cope_core.app.timeline import execution_timeline, layer_partition_timelines
 from cope_core.errors import CopeInputError
 from cope_core.estimate.costs import atomic_costs, estimators_for
@@ -398,7 +406,7 @@ def test_policy_figures_carry_the_predictions():
 def test_input_figures():
     tl = [execution_timeline(tiny_profile().resolve(), e, 1) for e in ("ready_first",
                                                                        "wait_then_gpu")]
-    fig = figures.timeline_figure(tl)
+    fig = figures_timeline.timeline_figure(tl)
     bars = [t for t in fig.data if t.type == "bar"]
     assert sum(len(t.x) for t in bars) == sum(1 for x in tl for s in x.segments
                                               if s.duration_us > 0)

@@ -21,8 +21,9 @@ from cope_core.app.apptest import open_app_test
 from cope_core.app.timeline import execution_timeline
 from cope_core.errors import CopeInputError
 from cope_core.export import EXPORT_FORMATS, FORMATS, build_policy, policy_json, render
-from cope_core.export.llamacpp import default_line
+from cope_core.export.llamacpp import lead_line
 from cope_core.geometry import get_model
+from cope_core.llamacpp import LlamaSettings, Request
 from cope_core.matrix import CANDIDATE_IDS
 from cope_core.parquet_io import Measurements
 from cope_core.trace.data import fill_order
@@ -237,8 +238,10 @@ def test_matrix_page_shows_llamacpps_own_cache_as_the_library_searches_it(qwen):
     at = open_app("matrix", vram="20")
     k = whatif.k_for_budget(tr.model, 20.0)
     w = whatif.winner_of(expected(tr, cal, prof, k)).candidate
+    req = Request()                     # the sidebar's default request: -c holds it
     rec = llamacpp_record(tr, prof, cal, experts_per_layer=k, vram_gib=20.0, matrix_winner=w,
-                          cpu_threads=32, gpu_share=100.0)
+                          cpu_threads=32, gpu_share=100.0, llama=LlamaSettings(n_ctx=req.tokens),
+                          request=req)
     assert rec is not None and any(h.value == CACHE_LABEL for h in at.subheader)
     table = at.dataframe[0].value
     assert list(table["TPOT ms"]) == [round(b.tpot_us / 1e3, 3) for b in rec.best]
@@ -581,10 +584,13 @@ def downloads(monkeypatch) -> dict[str, bytes]:
 
 
 def _policy(tr, cal, prof, gib, candidate):
-    """The Export page's policy: at the page's VRAM budget (K follows), as the Policy Matrix's."""
+    """The Export page's policy: at the page's VRAM budget (K follows), as the Policy Matrix's,
+    with the sidebar's default request (llama.cpp's -c holds it)."""
+    req = Request()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return build_policy(tr, prof, cal, vram_gib=gib, cpu_threads=32, candidate=candidate)
+        return build_policy(tr, prof, cal, vram_gib=gib, cpu_threads=32, candidate=candidate,
+                            llama=LlamaSettings(n_ctx=req.tokens), request=req)
 
 
 def _shown(at) -> dict[str, str]:
@@ -642,10 +648,10 @@ def test_export_page_renders_every_runtime_format(qwen, downloads):
         assert path == stem + f.side_file.suffix == f.side_options(stem)[f.side_file.option]
         assert downloads[path] == data and path in shown[f.name]
     assert f"EXL3_MOE_CPU_SPLIT_STATS={stem}.json " in shown["exllamav3"]
-    # what a record leads with and its caption, in its tab: llama.cpp's default against its
-    # best configuration (as the Policy Matrix says it), COPE's own record's caption
+    # what a record leads with and its caption, in its tab: how sure llama.cpp's command is for
+    # the request and its time to first token (the library's lead_line), COPE's own caption
     lead = EXPORT_FORMATS_BY_NAME["llama.cpp"].lead(pol)
-    assert lead and lead == default_line(pol.llamacpp_cache)
+    assert lead and lead == lead_line(pol) and "first token in" in lead
     llama_tab = tabs[EXPORT_FORMATS_BY_NAME["llama.cpp"].label]
     assert [m.value for m in llama_tab.markdown] == [lead]
     assert all(not f.lead for f in EXPORT_FORMATS if f.name != "llama.cpp")

@@ -27,7 +27,7 @@ from streamlit.web.cache_storage_manager_config import create_default_cache_stor
 cache_data_api._data_caches.get_storage_manager = create_default_cache_storage_manager
 from tiny import tiny_profile, tiny_trace
 from cope_core import parquet_io
-from cope_core.app import persisted, results, whatif
+from cope_core.app import persisted, policies, results, whatif
 from cope_core.app.dataset import assemble
 from cope_core.matrix import CANDIDATE_IDS
 
@@ -47,7 +47,7 @@ view = results.sweep_view(ds, profile.operating_points()[0], "cope", CANDIDATE_I
 trace = persisted.read_shipped("trace", trace_file, "stamp",
                                lambda p: reads.append(1) or parquet_io.read_trace(p))
 gib = whatif.budget_range(ds.trace.model)[1]          # every expert fits: llama.cpp's search too
-policy = results.policy_for(ds, gib, profile.operating_points()[0], "best")
+policy = policies.policy_for(ds, gib, profile.operating_points()[0], "best")
 with open(out, "wb") as fh:
     pickle.dump((view.frame, view.warnings, trace, json.dumps(policy.to_dict())), fh)
 print(json.dumps({"swept": len(swept), "read": len(reads), "built": len(built)}))

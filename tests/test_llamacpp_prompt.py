@@ -53,9 +53,10 @@ def test_every_expert_crosses_the_link_before_b6220_the_used_ones_since():
     old = prompt_time(G, SPEC, 10, run, Build(6219, "t"))
     new = prompt_time(G, SPEC, 10, run, Build(6220, "t"))
     link = SPEC.link_bandwidth * BULK_LINK_EFFICIENCY
-    assert old.copy_s == pytest.approx(2 * 10 * G.n_experts * G.expert_bytes / link)
+    latency = 2 * 10 * SPEC.link_latency_us * 1e-6          # each batch, each host layer
+    assert old.copy_s == pytest.approx(2 * 10 * G.n_experts * G.expert_bytes / link + latency)
     used = distinct_experts(512, G.n_experts, G.top_k)
-    assert new.copy_s == pytest.approx(2 * 10 * used * G.expert_bytes / link)
+    assert new.copy_s == pytest.approx(2 * 10 * used * G.expert_bytes / link + latency)
     assert new.copy_s < old.copy_s and old.cpu_s == new.cpu_s == 0.0
 
 
@@ -66,6 +67,24 @@ def test_no_host_layer_no_copy_and_the_cpu_path_without_op_offload():
     assert off.copy_s == 0.0 and off.cpu_s > 0 and not off.offloaded
     small = prompt_time(G, SPEC, 24, PromptRun(2048, n_ubatch=16, threads=16))
     assert small.copy_s == 0.0 and small.cpu_s > 0
+
+
+def test_each_batch_launches_every_blocks_kernels_once():
+    """The fixed cost per batch, by hand: the spec's launches at zero FLOP and byte cost."""
+    import dataclasses
+    free = dataclasses.replace(SPEC, gpu_flops=1e30, gpu_bandwidth=1e30)
+    launches = (G.dense_layers + G.n_layers) * SPEC.gpu_kernels_per_block \
+        + G.n_layers * SPEC.gpu_kernels_per_expert_group
+    for ub, batches in ((512, 4), (2048, 1)):
+        t = prompt_time(G, free, 0, PromptRun(2048, n_ubatch=ub))
+        assert t.gpu_s == pytest.approx(batches * launches * SPEC.gpu_launch_us * 1e-6,
+                                        rel=1e-6)
+    # the CPU path: a synchronisation and a hand-off per host layer and batch, beside its work
+    cpu = prompt_time(G, free, 3, PromptRun(64, n_ubatch=16, threads=8))
+    work = prompt_time(G, dataclasses.replace(free, gpu_sync_us=0.0, cpu_dispatch_us=0.0), 3,
+                       PromptRun(64, n_ubatch=16, threads=8))
+    assert cpu.cpu_s - work.cpu_s == pytest.approx(
+        4 * 3 * (SPEC.gpu_sync_us + SPEC.cpu_dispatch_us) * 1e-6)
 
 
 def test_a_larger_batch_amortises_the_copy_and_depth_costs_attention():
@@ -79,9 +98,11 @@ def test_a_larger_batch_amortises_the_copy_and_depth_costs_attention():
         prompt_time(G, SPEC, G.n_layers + 1, PromptRun(512))
 
 
-def test_the_published_table_is_current():
-    """docs/results.md's table is what scripts/published_pp.py prices now."""
+@pytest.mark.parametrize("script", ["published_pp.py", "vulkan_pp.py"])
+def test_the_generated_tables_are_current(script):
+    """docs/results.md's prompt tables (published sweeps; the software Vulkan device's measured
+    rows) and the request's error file are what the scripts price now."""
     root = Path(__file__).resolve().parents[1]
-    r = subprocess.run([sys.executable, str(root / "scripts" / "published_pp.py"), "--check"],
+    r = subprocess.run([sys.executable, str(root / "scripts" / script), "--check"],
                        capture_output=True, text=True, cwd=root)
     assert r.returncode == 0, r.stderr

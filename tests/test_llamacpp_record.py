@@ -14,7 +14,7 @@ from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.estimate.ranking import fastest_first
 from cope_core.export import Policy, build_policy
-from cope_core.llamacpp import CacheVersion
+from cope_core.llamacpp import CacheVersion, LlamaSettings, Request
 from cope_core.llamacpp.cache_record import (
     RECORD_CANDIDATES,
     CacheRecord,
@@ -128,13 +128,17 @@ def test_cli_export_and_app_agree_to_the_digit(small, capsys, budget):
     vram = float(value) if flag == "--vram-gib" else None
     k = trace.model.experts_per_layer_for_vram(vram * 2**30) if vram is not None else K
     kw = {"vram_gib": vram} if vram is not None else {"experts_per_layer": K}
+    # the request cope predict prices by default (a 4,096 + 512 chat turn): -c holds it
+    req = Request()
+    llama = LlamaSettings(n_ctx=req.tokens)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pol = build_policy(trace, profile, cal, cpu_threads=2, gpu_share=100.0, **kw)
-    # the app's call (cope_core/app/results.py llamacpp_at), with the Policy Matrix's winner
+        pol = build_policy(trace, profile, cal, cpu_threads=2, gpu_share=100.0, llama=llama,
+                           request=req, **kw)
+    # the app's call (cope_core/app/policies.py llamacpp_at), with the Policy Matrix's winner
     app = llamacpp_record(trace, profile, cal, experts_per_layer=k, vram_gib=vram,
                           matrix_winner=fastest_first(pol.predictions_us["cope"])[0],
-                          cpu_threads=2, gpu_share=100.0)
+                          cpu_threads=2, gpu_share=100.0, llama=llama, request=req)
     assert pol.llamacpp_cache == app
     cli = _cli_cache(capsys, flag, value)
     assert [(r["candidate"], r["n_cpu_moe"], r["cache_mib"], r["tpot_us"]) for r in cli] == \

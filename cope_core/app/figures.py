@@ -3,7 +3,7 @@ heatmap and execution timelines. Each is a pure function of frames returning a p
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -11,7 +11,6 @@ import plotly.graph_objects as go
 
 from ..geometry import ModelGeometry
 from ..matrix import CANDIDATE_IDS, EXECUTIONS, RESIDENCIES, candidate_id
-from .timeline import CPU, D2H, H2D, LANES, Timeline
 from .whatif import Region, plain, sweep_budgets
 
 #: Colour by execution, line dash and marker by residency, so that 13 lines stay readable.
@@ -38,10 +37,14 @@ def _ms(us) -> np.ndarray:
     return np.asarray(us, dtype=float) / 1e3
 
 
-def _interval(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
-    """Each row's 95 % TPOT interval in ms (low, high), or None when the frame has no draws."""
+def _interval(df: pd.DataFrame, y: Callable[[pd.DataFrame, str], np.ndarray] | None = None
+              ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each row's 95 % TPOT interval in ms (low, high), or None when the frame has no draws;
+    ``y(rows, column)``: the plotted value of a TPOT column instead (e.g. a request's time)."""
     if "tpot_lo_us" not in df or not np.isfinite(df["tpot_lo_us"].to_numpy(float)).all():
         return None
+    if y is not None:
+        return y(df, "tpot_lo_us"), y(df, "tpot_hi_us")
     return _ms(df["tpot_lo_us"]), _ms(df["tpot_hi_us"])
 
 
@@ -54,10 +57,11 @@ def _wins(df: pd.DataFrame) -> list[str]:
     return out
 
 
-def _band(x: np.ndarray, rows: pd.DataFrame, name: str) -> list[dict]:
+def _band(x: np.ndarray, rows: pd.DataFrame, name: str,
+          y: Callable[[pd.DataFrame, str], np.ndarray] | None = None) -> list[dict]:
     """The 95 % band of ``rows`` (the winner at each K) along ``x`` as two traces, when they
     have draws (none else)."""
-    iv = _interval(rows)
+    iv = _interval(rows, y)
     if iv is None:
         return []
     lo, hi = iv
@@ -153,24 +157,37 @@ def budget_base(sweep: pd.DataFrame, g: ModelGeometry, regions: Sequence[Region]
 
 def budget_spec(sweep: pd.DataFrame, g: ModelGeometry, regions: Sequence[Region],
                 title: str = "", log_y: bool = False,
-                uncertain: Sequence[tuple[float, float, int, int]] = ()) -> dict:
+                uncertain: Sequence[tuple[float, float, int, int]] = (),
+                request: tuple[np.ndarray, int] | None = None) -> dict:
     """:func:`budget_base` as the plain dict plotly's validation would make of it, built without
-    validating each trace (tens of ms per operating point): ``data`` and ``layout``."""
+    validating each trace (tens of ms per operating point): ``data`` and ``layout``. ``request``
+    ``(ttft_s, G)``: plot each candidate's request time instead of its TPOT, ``ttft_s[K]`` (the
+    time to the first token at each K) plus ``G`` tokens at its TPOT."""
     sweep = plain(sweep)
     x_all = sweep_budgets(sweep, g)
+    y: Callable[[pd.DataFrame, str], np.ndarray] | None = None
+    unit, axis = "ms/token", "TPOT (ms per token)"
+    if request is not None:
+        ttft, gen = request
+
+        def y(rows: pd.DataFrame, col: str) -> np.ndarray:
+            return (ttft[rows["experts_per_layer"].to_numpy(int)]
+                    + gen * rows[col].to_numpy(float) / 1e6)
+        unit, axis = "s", f"request time (s): first token + {gen:,} tokens"
     data: list[dict] = []
     win = sweep[sweep["winner"]].sort_values("experts_per_layer")
-    band = _band(x_all[sweep.index.get_indexer(win.index)], win, "winner's 95 % band")
+    band = _band(x_all[sweep.index.get_indexer(win.index)], win, "winner's 95 % band", y)
     data += band
     for cand, sub in sweep.groupby("candidate", sort=False):
         pos = sweep.index.get_indexer(sub.index.to_numpy())
         colour, dash, _ = candidate_style(cand)
         data.append(dict(
-            type="scatter", x=x_all[pos], y=_ms(sub["tpot_us"]), mode="lines", name=cand,
+            type="scatter", x=x_all[pos], y=_ms(sub["tpot_us"]) if y is None
+            else y(sub, "tpot_us"), mode="lines", name=cand,
             line=dict(color=colour, dash=dash, width=2.2 if "/" in cand else 2.6),
             customdata=sub["experts_per_layer"].to_numpy(),
             hovertemplate=cand + "<br>%{x:.2f} GiB (K = %{customdata})<br>"
-                                 "%{y:.3f} ms/token<extra></extra>"))
+                                 "%{y:.3f} " + unit + "<extra></extra>"))
     x_lo, x_hi = float(x_all.min()), float(x_all.max())
     shapes, notes = [], []
     for r in regions:
@@ -197,7 +214,7 @@ def budget_spec(sweep: pd.DataFrame, g: ModelGeometry, regions: Sequence[Region]
     return {"data": data, "layout": dict(
         shapes=shapes, annotations=notes, meta={"x_range": [x_lo, x_hi]},
         title=dict(text=title), xaxis=dict(title=dict(text="VRAM budget (GiB)")),
-        yaxis=dict(title=dict(text="TPOT (ms per token)"), type="log" if log_y else "linear"),
+        yaxis=dict(title=dict(text=axis), type="log" if log_y else "linear"),
         height=480, margin=dict(l=75, b=70, t=60, r=_legend_width(
             [*sweep["candidate"].unique(), *(b["name"] for b in band[1:])])))}
 
@@ -313,61 +330,6 @@ def matrix_heatmap(df: pd.DataFrame | None, table: dict, title: str = "") -> go.
     return fig
 
 
-_KIND_COLOURS = {"CPU compute": "#c0504d", "GPU compute": "#4f81bd", "copy": "#9bbb59",
-                 "sync / merge": "#7f7f7f"}
-
-
-def _kind(seg) -> str:
-    if seg.lane == CPU:
-        return "CPU compute"
-    if seg.lane in (H2D, D2H):
-        return "copy"
-    if seg.label.startswith(("sync", "merge")):
-        return "sync / merge"
-    return "GPU compute"
-
-
-def timeline_figure(timelines: Sequence[Timeline], title: str = "") -> go.Figure:
-    """Gantt chart of one or more strategies: a row per (strategy, lane), bars at their start
-    and end; a dashed line marks the profile's measured whole-layer cost of each strategy."""
-    rows = [f"{tl.name} · {lane}" for tl in timelines for lane in LANES]
-    bars: dict[str, dict[str, list]] = {k: {"x": [], "base": [], "y": [], "text": []}
-                                        for k in _KIND_COLOURS}
-    for tl in timelines:
-        for s in tl.segments:
-            if s.duration_us <= 0:
-                continue
-            b = bars[_kind(s)]
-            b["x"].append(s.duration_us)
-            b["base"].append(s.start_us)
-            b["y"].append(f"{tl.name} · {s.lane}")
-            b["text"].append(s.label)
-    fig = go.Figure()
-    for kind, b in bars.items():
-        fig.add_trace(go.Bar(x=b["x"], base=b["base"], y=b["y"], text=b["text"],
-                             orientation="h", name=kind, marker_color=_KIND_COLOURS[kind],
-                             textposition="inside", insidetextanchor="middle",
-                             hovertemplate="%{text}<br>%{base:.2f} → %{x:.2f} µs long"
-                                           "<extra></extra>"))
-    for tl in timelines:
-        ends = [f"{tl.name} · {LANES[0]}", f"{tl.name} · {LANES[-1]}"]
-        fig.add_trace(go.Scatter(x=[tl.total_us] * 2, y=ends, mode="lines",
-                                 line=dict(color="#111", width=2),
-                                 name=f"{tl.name}: composed end {tl.total_us:.1f} µs",
-                                 hoverinfo="name"))
-        if tl.measured_us is not None:
-            fig.add_trace(go.Scatter(x=[tl.measured_us] * 2, y=ends, mode="lines",
-                                     line=dict(color="#d62728", width=2, dash="dash"),
-                                     name=f"{tl.name}: profiled schedule {tl.measured_us:.1f} µs",
-                                     hoverinfo="name"))
-    fig.update_yaxes(categoryorder="array", categoryarray=rows[::-1])
-    fig.update_layout(barmode="overlay", title=title, xaxis_title="µs from the start of the layer",
-                      height=140 + 32 * len(rows), margin=dict(l=10, r=10, t=60, b=40),
-                      legend=dict(orientation="h", y=-0.25))
-    return fig
-
-
-#: Line colours of the platforms on the Compare page (up to four).
 PLATFORM_COLOURS = ("#1b4f72", "#b03a2e", "#1e8449", "#7d3c98")
 
 

@@ -21,20 +21,20 @@ from ..estimate.evaluate import Evaluation, evaluate
 from ..estimate.predict import OptimisticPredictionWarning, price, replay_counts
 from ..estimate.quality import measurement_checks
 from ..estimate.uncertainty import DEFAULT_DRAWS
-from ..export import Policy, build_policy
 from ..geometry import GIB, ModelGeometry
 from ..llamacpp import (
-    LATEST_BUILD,
-    CacheRecord,
     CacheVersion,
-    LlamaSettings,
+    Request,
     cache_mib_for_bytes,
     cliff_mib,
     parse_build,
     search_cache,
+    selection_rates,
+    ttft_by_experts,
 )
 from ..matrix import Residency, residencies_of
 from ..placement import gpu_expert_bytes
+from ..platforms import PlatformSpec
 from ..profile.data import Profile
 from ..replay.engine import ReplayCounts
 from ..trace.stats import TraceStats, trace_stats
@@ -310,46 +310,6 @@ def analytic_what_if(model: dict, gpu: str) -> Profile:
     return analytic_profile(ModelGeometry.from_dict(model), platform_spec(gpu))
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def _policy_cached(key: str, gib: float, op: tuple[int, float], candidate: str,
-                   llamacpp: str, _ds: Dataset) -> Policy:
-    # the sidebar's context reaches the memory model and llama.cpp's -c (whatif.vram_at_context)
-    vram, ctx = whatif.vram_at_context(_ds.trace.model, gib, _ds.profile.platform)
-
-    def build() -> Policy:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")   # the fill warning is already shown on every page
-            return build_policy(_ds.trace, _ds.profile, _ds.calibration, vram_gib=vram,
-                                context=ctx, cpu_threads=int(op[0]), gpu_share=float(op[1]),
-                                candidate=candidate,
-                                llama=LlamaSettings(n_ctx=ctx, build=parse_build(llamacpp)))
-    # a shipped example's policy outlives the server (its llama.cpp search is the slowest step
-    # of a first Policy Matrix or Export): never one of an upload or a chosen machine
-    return persisted.kept("policy", _ds, (gib, op, candidate, llamacpp), build)
-
-
-def policy_for(ds: Dataset, gib: float, op: tuple[int, float], candidate: str,
-               llamacpp: str = LATEST_BUILD) -> Policy:
-    """The export package's policy of ``candidate`` (an id or ``"best"``) at the VRAM budget
-    ``gib`` (K follows, as on every page) and the operating point ``op``, its llama.cpp answer
-    for the build ``llamacpp`` (``--llamacpp``'s spellings), cached per dataset, budget,
-    operating point, candidate and build; with ``"best"`` its llama.cpp record is
-    :func:`llamacpp_at`'s."""
-    return _policy_cached(ds.key, float(gib), (int(op[0]), float(op[1])), candidate, llamacpp,
-                          ds)
-
-
-def llamacpp_at(ds: Dataset, gib: float, op: tuple[int, float], llamacpp: str = LATEST_BUILD
-                ) -> CacheRecord:
-    """llama.cpp's own MoE cache searched at the budget: the record of the policy
-    :func:`policy_for` exports there (:func:`cope_core.export.build_policy` calls
-    :func:`cope_core.llamacpp.cache_record.llamacpp_record`, as ``cope predict`` and ``cope
-    export`` do), so the Policy Matrix and the Export page show one search, computed once."""
-    rec = policy_for(ds, gib, op, "best", llamacpp).llamacpp_cache
-    assert rec is not None      # None is only a budget below K = 0's, which K refuses first
-    return rec
-
-
 @st.cache_data(show_spinner=False, max_entries=32)
 def _cache_sizes_cached(key: str, gib: float, op: tuple[int, float], n_cpu: int,
                         _ds: Dataset) -> pd.DataFrame:
@@ -368,6 +328,26 @@ def cache_sizes(ds: Dataset, gib: float, op: tuple[int, float], n_cpu: int) -> p
     """The cache at 12 sizes up to the largest that fits beside ``n_cpu`` host layers, under
     both rules and every CPU share, and the placement alone (cached)."""
     return _cache_sizes_cached(ds.key, float(gib), (int(op[0]), float(op[1])), int(n_cpu), ds)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _ttft_cached(key: str, tokens: tuple[int, int], threads: int, llamacpp: str,
+                 _ds: Dataset) -> np.ndarray:
+    g = _ds.trace.model
+    spec = PlatformSpec.from_dict(_ds.profile.platform["spec"])
+    return ttft_by_experts(g, spec, Request(*tokens), range(g.n_experts + 1), threads=threads,
+                           build=parse_build(llamacpp),
+                           rates=selection_rates(_ds.trace.routed, g.n_experts))
+
+
+def ttft_curve(ds: Dataset, request: Request, threads: int, llamacpp: str) -> np.ndarray | None:
+    """Seconds to the first token of ``request`` at every K = 0 … E (the index), the prompt as
+    llama.cpp runs it (:func:`cope_core.llamacpp.ttft_by_experts`); None for a measured profile
+    (the prompt is priced from a machine's peaks, which only an analytic profile carries)."""
+    if not ds.profile.analytic or not isinstance((ds.profile.platform or {}).get("spec"), dict):
+        return None
+    return _ttft_cached(ds.key, (request.prompt_tokens, request.gen_tokens), int(threads),
+                        llamacpp, ds)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -93,6 +93,9 @@ CODECS: dict[str, Codec] = {
     "quant": _TEXT,
     "ctx": _INT,               # Your machine: context length in tokens (the KV cache)
     "llamacpp": _TEXT,         # the llama.cpp build the answers are for ("latest" or bNNNN)
+    "ptok": _INT,              # Your request: prompt tokens (0: rank llama.cpp by decode alone)
+    "gtok": _INT,              # Your request: answer tokens
+    "yaxis": _choice(("tpot", "request")),   # Landscape: the budget chart's y axis
 }
 
 

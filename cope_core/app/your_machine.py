@@ -21,7 +21,7 @@ from .. import parts
 from ..errors import CopeInputError
 from ..files import write_atomic
 from ..geometry import CATALOG, DEFAULT_CONTEXT, ModelGeometry
-from ..llamacpp import LATEST_BUILD
+from ..llamacpp import DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, LATEST_BUILD, Request
 from ..platforms import DEFAULT_CPU, platform_spec
 from ..profile.analytic import analytic_for_model, analytic_profile
 from ..profile.data import Profile
@@ -67,6 +67,7 @@ def sidebar() -> None:
                      "these parts make (published numbers, `cope parts`), not the example's "
                      "profile. \"no GPU\": every weight and operation on the CPU.")
     _build_choice()
+    _request_choice()
     if gpu == mc.EXAMPLE:
         _part_upload()
         _new_machine()
@@ -106,6 +107,34 @@ def _build_choice() -> None:
           label="llama.cpp build", options=builds, format_func=mc.build_label,
           help="The llama.cpp you run (`llama-server --version`; `cope advise --llamacpp`): "
                "its llama.cpp answers use only the flags, MoE cache and default that build has.")
+
+
+def _request_choice() -> None:
+    st.sidebar.subheader("Your request")
+    c1, c2 = st.sidebar.columns(2)
+    with c1:
+        bound("ptok", st.number_input, default=DEFAULT_PROMPT_TOKENS,
+              valid=lambda v: isinstance(v, int) and 0 <= v <= MAX_CONTEXT, coerce=int,
+              label="Prompt (tokens)", min_value=0, max_value=MAX_CONTEXT, step=1024,
+              help="A chat turn, a coding agent's context, a RAG prompt: llama.cpp's answer is "
+                   "ranked by the time to the first token plus the answer's decode, with -ub "
+                   "searched beside --n-cpu-moe (`cope advise --prompt-tokens`). 0: decode "
+                   "alone.")
+    with c2:
+        bound("gtok", st.number_input, default=DEFAULT_GEN_TOKENS,
+              valid=lambda v: isinstance(v, int) and 1 <= v <= MAX_CONTEXT, coerce=int,
+              label="Answer (tokens)", min_value=1, max_value=MAX_CONTEXT, step=128,
+              help="Tokens decoded after the prompt (`--gen-tokens`).")
+
+
+def request() -> Request | None:
+    """The request chosen in the sidebar (a 4,096 + 512 chat turn unless one was; None: the
+    prompt set to 0, decode alone)."""
+    prompt = resolve("ptok", DEFAULT_PROMPT_TOKENS,
+                     lambda v: isinstance(v, int) and 0 <= v <= MAX_CONTEXT, int)
+    gen = resolve("gtok", DEFAULT_GEN_TOKENS,
+                  lambda v: isinstance(v, int) and 1 <= v <= MAX_CONTEXT, int)
+    return None if prompt == 0 else Request(prompt, gen)
 
 
 def llamacpp_build() -> str:

@@ -13,7 +13,7 @@ from ..export.advise import RUNTIMES, Advice, RuntimeAnswer, Speed
 from ..export.llamacpp import request_line
 from ..files import check_writable, print_json, write_atomic
 from ..geometry import GIB
-from ..llamacpp import FIT_MARGIN
+from ..llamacpp import FASTEST_DECODE, FIT_MARGIN, REQUEST_RISK, RISK, SLOWER
 from ..machine import THIS
 from ..models import published_preset
 from .args import (
@@ -126,7 +126,15 @@ def _gain(x: float | None) -> str:
     return "" if x is None else f"; x{x:.2f} over the default"
 
 
+#: the offers printed beside the command by default (the plain placement and the newer build's
+#: are --explain's); none of them is the command itself
+ACTED_ON = (RISK, SLOWER, FASTEST_DECODE, REQUEST_RISK)
+
+
 def _runtime_lines(a: RuntimeAnswer, explain: bool = False) -> list[str]:
+    """One runtime's answer: the command, its build, request and speed, the default's, the
+    commands offered beside it and how sure; ``explain`` adds what the answer rests on (the
+    nearest policy a runtime runs, every offer, llama.cpp's search in words)."""
     lines = [a.runtime]
     if a.command is None:
         return lines + [f"  {n}" for n in a.notes]
@@ -134,7 +142,7 @@ def _runtime_lines(a: RuntimeAnswer, explain: bool = False) -> list[str]:
     lines += [f"  {a.command}"] + ([f"  {a.build}"] if a.build else [])
     if a.request is not None:
         lines.append(f"  {request_line(a.request)}")
-    if a.speed is not None:
+    if a.speed is not None and (a.request is None or explain):
         lines.append(f"  predicted {tps(a.speed)}, runs {a.runs}")
     default = f"{a.default_what}" + ("" if a.default is None else
                                      f": {a.default.tokens_per_s:.1f} tokens/s")
@@ -144,10 +152,12 @@ def _runtime_lines(a: RuntimeAnswer, explain: bool = False) -> list[str]:
                                              f"; x{dr.request_s / r.request_s:.2f} faster request")
     lines.append(f"  default: {default}{gain}")
     for alt in a.alternatives:
+        if not explain and alt.label not in ACTED_ON and a.runtime == "llama.cpp":
+            continue
         speed = "" if alt.speed is None else f": {tps(alt.speed)}"
         note = f" ({alt.note})" if alt.note else ""
         lines.append(f"  {alt.label}: {alt.command}{speed}{note}")
-    lines += [f"  note: {n}" for n in a.notes]
+    lines += [f"  note: {n}" for n in (a.detail if explain else ()) + a.notes]
     if explain and a.explain:
         lines += ["  in detail (--explain):"] + [f"    {x}" for x in a.explain]
     return lines
@@ -178,6 +188,11 @@ def text_lines(out: Advice, detected: bool = False, explain: bool = False) -> li
               f"costs: {out.costs}; intervals 95 % with the model's measured error", ""]
     for a in out.answers:
         lines += _runtime_lines(a, explain)
+        if a.runtime == "llama.cpp" and out.helps:
+            lines.append(f"  what would help most (the command's decode, "
+                         f"{out.helps[0].base_tokens_per_s:.1f} tokens/s, with one part "
+                         "changed):")
+            lines += [f"    {u.text()}" for u in out.helps]
     if out.winner is not None:
         name, sp = out.winner
         gain = "" if out.baseline is None else \

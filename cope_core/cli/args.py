@@ -5,6 +5,7 @@ import argparse
 import inspect
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from ..errors import CopeInputError
@@ -313,6 +314,15 @@ def request_from_args(args: argparse.Namespace) -> Request | None:
     """The request :func:`add_request_options` names (None: ``--prompt-tokens 0``, decode
     alone)."""
     return None if args.prompt_tokens == 0 else Request(args.prompt_tokens, args.gen_tokens)
+
+
+def request_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """llama.cpp's settings and the request (``--prompt-tokens``, ``--gen-tokens``) for its
+    record: the context grows to hold the request's tokens."""
+    llama, request = llama_settings_from_args(args), request_from_args(args)
+    if request is not None and llama.n_ctx < request.tokens:
+        llama = replace(llama, n_ctx=request.tokens)
+    return {"llama": llama, "request": request}
 
 
 def add_llamacpp_options(s: argparse.ArgumentParser | argparse._ArgumentGroup,

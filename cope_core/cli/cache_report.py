@@ -21,7 +21,11 @@ from ..llamacpp import (
 from ..matrix import LAYER_PARTITION
 from ..profile.data import Profile
 from ..trace.data import Trace
-from .args import add_llamacpp_options, llama_settings_from_args
+from .args import (
+    add_llamacpp_options,
+    add_request_options,
+    request_settings,
+)
 
 
 def add_options(s: argparse.ArgumentParser) -> None:
@@ -32,6 +36,10 @@ def add_options(s: argparse.ArgumentParser) -> None:
                    help="llama.cpp's cache: empty at server start and kept across prompts "
                         "(server, upstream's behaviour) or emptied at every prompt (prompt)")
     add_llamacpp_options(s)
+    add_request_options(s)
+    s.add_argument("--explain", action="store_true",
+                   help="print llama.cpp's search in words (fit's placement, every contender, "
+                        "the cache's sizes and readings), not only what to run")
 
 
 
@@ -50,15 +58,20 @@ def cache_search(args: argparse.Namespace, trace: Trace, profile: Profile,
                            cpu_threads=df.attrs["cpu_threads"], gpu_share=df.attrs["gpu_share"],
                            persist=args.moe_cache_start == "server", draws=args.draws,
                            seed=args.seed, raw_samples=raw_samples,
-                           llama=llama_settings_from_args(args))
+                           **request_settings(args))
 
 
-def text_lines(rec: CacheRecord | None, trace: Trace, cpu_threads: int) -> list[str]:
+
+def text_lines(rec: CacheRecord | None, trace: Trace, cpu_threads: int,
+               explain: bool = False) -> list[str]:
+    """The llama.cpp section of ``cope predict``: what to run, or with ``explain`` the search in
+    words."""
     if not rec:
         return []
     return ["", f"{CACHE_LABEL} (llama.cpp b11480+), at {rec.expert_budget_gib:.2f} GiB for routed "
                 "experts:"] + [line.lstrip("# ") if line.startswith("#") else line
-                               for line in cache_lines(rec, trace.model, cpu_threads)[:-1]]
+                               for line in cache_lines(rec, trace.model, cpu_threads,
+                                                       explain=explain)[:-1]]
 
 
 def json_rows(rec: CacheRecord | None, trace: Trace, K: int, cpu_threads: int

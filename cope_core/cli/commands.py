@@ -249,7 +249,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(format_table(df))
     else:
         print(format_sweep(df))
-    print("\n".join(cache_report.text_lines(rec, trace, threads)))
+    print("\n".join(cache_report.text_lines(rec, trace, threads, args.explain)))
     return 0
 
 

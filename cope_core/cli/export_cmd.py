@@ -37,8 +37,9 @@ from .args import (
     add_llamacpp_options,
     add_machine_options,
     add_model_options,
-    llama_settings_from_args,
+    add_request_options,
     priced_as_model,
+    request_settings,
 )
 
 #: Options that describe how to build a policy; --from-policy takes none of them.
@@ -86,6 +87,7 @@ def register(subparsers) -> None:
                    help="exllamav3: the model's bits per weight (config.json "
                         "quantization_config.bits), to size its experts in VRAM and RAM")
     add_llamacpp_options(s)
+    add_request_options(s)
     s.add_argument("--force", action="store_true", help="overwrite existing files")
     s.add_argument("--strict", action="store_true",
                    help="fail (exit 2) when the runtime cannot run exactly the chosen candidate")
@@ -173,8 +175,7 @@ def _policy(args: argparse.Namespace):
     return build_policy(trace, profile, cal, experts_per_layer=args.k, vram_gib=args.vram_gib,
                         cpu_threads=args.threads, gpu_share=args.gpu_share,
                         candidate=args.candidate,
-                        fill_by_id=args.fill_by_id, spec=spec,
-                        llama=llama_settings_from_args(args))
+                        fill_by_id=args.fill_by_id, spec=spec, **request_settings(args))
 
 
 def cmd_export(args: argparse.Namespace) -> int:

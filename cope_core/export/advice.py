@@ -12,6 +12,7 @@ from ..geometry import ModelGeometry
 from ..llamacpp import Build, Request, RequestSetting
 from ..machine import Machine
 from .policy import Policy
+from .upgrades import Upgrade
 
 
 def request_fields(r: RequestSetting | None) -> dict[str, Any]:
@@ -81,6 +82,9 @@ class RuntimeAnswer:
     request: RequestSetting | None = None   # the request priced for the command (llama.cpp)
     default_request: RequestSetting | None = None   # and for the default
     explain: tuple[str, ...] = ()   # the lines --explain adds (llama.cpp: its record in words)
+    host_layers: float | None = None    # llama.cpp: MoE layers' experts the command leaves on
+                                        # the host (None: another runtime)
+    detail: tuple[str, ...] = ()    # notes --explain adds: the nearest policy the runtime runs
 
     @property
     def gain_over_default(self) -> float | None:
@@ -99,7 +103,7 @@ class RuntimeAnswer:
                 "ms_per_token": None if sp is None else sp.tpot_us / 1e3,
                 "default": self.default_what,
                 "default_tokens_per_s": None if df is None else df.tokens_per_s,
-                "gain_over_default": self.gain_over_default, "notes": list(self.notes),
+                "gain_over_default": self.gain_over_default, "notes": [*self.detail, *self.notes],
                 "files": [p for p, _ in self.files], "build": self.build,
                 **request_fields(self.request),
                 "default_request_s": None if self.default_request is None
@@ -124,6 +128,7 @@ class Advice:
     weights_source: str = "as given"   # how the weights were chosen (a catalog name's default)
     build: Build | None = None         # the llama.cpp build assumed
     request: Request | None = None     # the prompt and answer llama.cpp's answer is ranked by
+    helps: tuple[Upgrade, ...] = ()    # llama.cpp's command with one part changed, fastest first
 
     @property
     def threads(self) -> int:
@@ -165,4 +170,6 @@ class Advice:
                    else base.tpot_us / sp.tpot_us}
         return {"inputs": self.inputs(),
                 "runtimes": [{**a.to_dict(), **each} for a in self.answers],
-                "policy_matrix_winner": win}
+                "policy_matrix_winner": win,
+                "what_would_help": [{"change": u.label, "tokens_per_s": u.tokens_per_s,
+                                     "gain_pct": u.gain_pct} for u in self.helps]}

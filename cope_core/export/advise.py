@@ -33,8 +33,10 @@ from ..estimate.cpu_only import cpu_only_price
 from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
 from ..llamacpp import (
     FIT_MARGIN,
+    FIT_NAME,
     Build,
     LlamaFlags,
+    Offer,
     Request,
     baseline_of,
     build_lines,
@@ -58,6 +60,7 @@ from .build import build_policy
 from .formats import EXPORT_FORMATS, get_format, render
 from .llamacpp import cache_lines
 from .policy import Policy
+from .upgrades import upgrades
 
 #: The runtimes ``cope advise`` answers for, in the order it prints them.
 RUNTIMES: tuple[str, ...] = tuple(f.name for f in EXPORT_FORMATS if f.advised)
@@ -166,10 +169,14 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
                                float(trace.context.mean()))
         cpu_default = Speed(price.tpot_us, price.tpot_ci_us)
     answers = tuple(_answer(policy, r, with_files, context, build, cpu_default) for r in order)
+    la = next((a for a in answers if a.runtime == "llama.cpp" and a.host_layers), None)
+    helps = () if la is None or la.host_layers is None else upgrades(
+        model, machine, la.host_layers,
+        request.depth if request is not None else float(trace.context.mean()))
     winner = (policy.candidate, _speed(policy, policy.candidate))
     return Advice(model, machine, float(vram_gib), source, K, context, routing, answers, winner,
                   policy, llamacpp_default(policy, cpu_default)[1], weights_source, build,
-                  request)
+                  request, helps)
 
 
 def _speed(policy: Policy, candidate: str) -> Speed:
@@ -184,7 +191,8 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int,
     default's speed when that build runs every weight on the CPU)."""
     r = render(policy, runtime, with_files=with_files)
     runs = policy.candidate if r.exact else r.deployed
-    notes = [] if r.exact else [r.summary]
+    notes: list[str] = []
+    detail = () if r.exact else (r.summary,)      # what the runtime runs instead: --explain's
     if flag := get_format(runtime).context_flag:
         notes.append(f"add {flag} {context}: the VRAM budget holds {context} tokens of KV "
                      "cache")
@@ -194,7 +202,7 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int,
                      "it there)")
     speed = None if runs is None else _speed(policy, runs)
     rec = policy.llamacpp_cache
-    request, explain = None, tuple[str, ...]()
+    request, explain, host_layers = None, tuple[str, ...](), None
     command = r.lead
     alternatives: list[Alternative] = []
     if runtime == "llama.cpp" and rec is not None and policy.chosen_by == "best":
@@ -202,6 +210,7 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int,
         answer = llamacpp_answer(rec, policy.model, policy.cpu_threads, build)
         first = answer.recommended
         command, runs, request = first.command(), first.runs, first.request
+        host_layers = _host_layers(policy, first)
         speed = None if first.tpot_us is None else Speed(first.tpot_us, first.tpot_ci_us)
         notes += answer.notes
         alternatives += [Alternative(o.label, o.command(),
@@ -217,7 +226,22 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int,
     said = next(iter(build_lines(rec, build)), None) if runtime == "llama.cpp" else None
     default_request = None if rec is None or rec.request is None else rec.request.of("default")
     return RuntimeAnswer(runtime, command, runs, speed, what, default, tuple(notes), r.files,
-                         tuple(alternatives), said, request, default_request, explain)
+                         tuple(alternatives), said, request, default_request, explain,
+                         host_layers, detail)
+
+
+def _host_layers(policy: Policy, offer: Offer) -> float:
+    """MoE layers' worth of routed experts an offer leaves in host memory: its request's
+    setting's, fit's placement's for the default, else its ``--n-cpu-moe`` blocks less the
+    dense prefix (a MoE-cache configuration counted with its whole host layers)."""
+    rec = policy.llamacpp_cache
+    if offer.request is not None:
+        return offer.request.host_layers
+    if offer.runs == FIT_NAME and rec is not None and rec.default_fit is not None:
+        return rec.default_fit.host_layers
+    blocks = offer.flags.n_cpu_moe if offer.flags.n_cpu_moe is not None else \
+        len(offer.flags.cpu_blocks or ())
+    return float(max(blocks - policy.model.dense_layers, 0))
 
 
 def runtime_default(policy: Policy, runtime: str, cpu_default: Speed | None = None

@@ -66,10 +66,28 @@ def default_line(rec: CacheRecord | None) -> str | None:
     return None if base is None else base.lines()[0] + "."
 
 
+def first_request(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int
+                  ) -> RequestSetting | None:
+    """The request's figures of the command llama.cpp's answer leads with (None: no request
+    priced)."""
+    if rec is None or rec.request is None:
+        return None
+    return llamacpp_answer(rec, g, cpu_threads).recommended.request
+
+
 def lead_line(policy: Policy) -> str | None:
     """The sentence the llama.cpp export leads with, above its command (``ExportFormat.lead``):
-    :func:`default_line` of the policy's record."""
-    return default_line(policy.llamacpp_cache)
+    with a request priced, how sure the command is for it and its time to first token, decode
+    and request time; else :func:`default_line` of the policy's record."""
+    rec = policy.llamacpp_cache
+    if rec is None or rec.request is None or policy.chosen_by != "best":
+        return default_line(rec)
+    answer = llamacpp_answer(rec, policy.model, policy.cpu_threads)
+    first = answer.recommended.request
+    said = answer.notes[-1][:1].upper() + answer.notes[-1][1:] + "." if answer.notes else ""
+    return (said + " " if said else "") + ("" if first is None else
+                                           request_line(first)[:1].upper()
+                                           + request_line(first)[1:] + ".")
 
 
 def request_line(r: RequestSetting) -> str:
@@ -81,16 +99,18 @@ def request_line(r: RequestSetting) -> str:
 
 
 def _short_lines(answer: LlamaAnswer) -> list[str]:
-    """What a user acts on: how the default compares, the command with its request, and the
-    command offered beside it."""
-    base = answer.baseline
-    lines = [] if base is None else ["# " + base.lines()[0] + "."]
-    first = answer.recommended
+    """What a user acts on: how sure the first command is (against the default, for the request
+    when one is priced), the command with its request, and the command offered beside it."""
+    base, first = answer.baseline, answer.recommended
+    if answer.request is not None and answer.notes:
+        lines = ["# " + answer.notes[-1] + "."]
+    else:
+        lines = [] if base is None else ["# " + base.lines()[0] + "."]
     if first.request is not None:
         lines.append("# " + request_line(first.request))
     lines.append(first.command())
     for o in answer.alternatives:
-        if o.label in (RISK, SLOWER, FASTEST_DECODE, REQUEST_RISK) or answer.for_request:
+        if o.label in (RISK, SLOWER, FASTEST_DECODE, REQUEST_RISK):
             lines += [f"# {o.label}" + (f" ({o.note})" if o.note else "") + ":",
                       "# " + o.command()]
     return lines + ["# (--explain: the search, fit's placement, the cache's sizes)", "#"]
@@ -145,10 +165,11 @@ def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int,
                      f"{tokens_per_s(v.tpot_us):.1f} tokens/s{tail}")
     lines += [] if (r := answer.recommended.request) is None else ["# " + request_line(r)]
     lines.append(answer.recommended.command())
-    for o in answer.alternatives:
-        if o.label in (FASTEST_DECODE, REQUEST_RISK) or (answer.for_request and o.request):
-            lines += [f"# {o.label} ({o.note}):", "# " + o.command()]
-    if answer.keeps_default and not answer.for_request:
+    if answer.request is not None:      # the request's rule chose: what it offers beside it
+        lines += [x for o in answer.alternatives if o.label in (FASTEST_DECODE, REQUEST_RISK)
+                  for x in (f"# {o.label} ({o.note}):", "# " + o.command())]
+        lines += ["# " + answer.notes[-1]] if answer.notes else []
+    elif answer.keeps_default:
         # not sure enough (or slower): the first command is the default's, the other a comment
         assert base is not None
         lines += [f"# {answer.alternatives[0].label} ({base.gain()}):",

@@ -26,6 +26,7 @@ from .answer import (
     RISK,
     SLOWER,
     LlamaAnswer,
+    Offer,
     llamacpp_answer,
 )
 from .baseline import baseline_of, share_text
@@ -65,15 +66,16 @@ from .request import (
     DEFAULT_PROMPT_TOKENS,
     Request,
     RequestSetting,
+    ttft_by_experts,
 )
 from .server_log import check_cache_log, read_cache_log
 from .settings import LlamaSettings, llama_settings, n_cpu_moe_memory
 from .vram import read_llama_model
 
 __all__ = [
-    "LATEST_BUILD", "LlamaAnswer", "FASTEST_DECODE", "REQUEST_RISK", "RISK", "SLOWER",
+    "LATEST_BUILD", "LlamaAnswer", "Offer", "FASTEST_DECODE", "REQUEST_RISK", "RISK", "SLOWER",
     "PromptRun", "prompt_time", "selection_rates",
-    "Request", "RequestSetting", "DEFAULT_GEN_TOKENS", "DEFAULT_PROMPT_TOKENS",
+    "Request", "RequestSetting", "ttft_by_experts", "DEFAULT_GEN_TOKENS", "DEFAULT_PROMPT_TOKENS",
     "BUILD_EVIDENCE", "build_rows",
     "CACHE_LABEL", "CLASS_LRU_CANDIDATE", "FIT_MARGIN", "FIT_NAME", "READINGS",
     "TUNER_SHARES", "BenchEvaluation", "BenchSettings", "Build", "CacheConfig", "CacheRecord",

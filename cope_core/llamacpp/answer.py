@@ -73,7 +73,8 @@ class LlamaAnswer:
     needs : str or None
         The build the best configuration needs, when it uses the MoE cache.
     notes : tuple of str
-        The answer's notes, in words: what the recommendation needs and how sure it is.
+        The answer's notes, in words: what the recommendation needs, then how sure it is
+        (the last; for the request's time when a request is priced).
     best_config : BestConfig
         The record's row of the best configuration.
     build : Build
@@ -150,7 +151,8 @@ def llamacpp_answer(rec: CacheRecord, g: ModelGeometry, cpu_threads: int,
             base.tpot_ci_us)
         extra = [o for o in alternatives if o.label not in (RISK, SLOWER)]
         recommended, alternatives, notes = _for_request(rec.request, best, default, extra,
-                                                        needs, n_blocks, cpu_threads, notes)
+                                                        needs, n_blocks, cpu_threads, notes,
+                                                        build)
     return LlamaAnswer(recommended, best, tuple(alternatives), base, needs, notes, b, build,
                        newer, rec.request)
 
@@ -160,14 +162,16 @@ FOR_REQUEST = "the fastest setting for this request"
 
 
 def _for_request(req: RequestRecord, best: Offer, default: Offer | None, others: list[Offer],
-                 needs: str | None, n_blocks: int, threads: int, said_before: tuple[str, ...]
-                 ) -> tuple[Offer, list[Offer], tuple[str, ...]]:
+                 needs: str | None, n_blocks: int, threads: int, said_before: tuple[str, ...],
+                 build: Build) -> tuple[Offer, list[Offer], tuple[str, ...]]:
     """The recommendation rule applied to the request's time: its fastest setting leads when it
     is the default or surely faster than it (:meth:`RequestRecord.surely_faster`), else the
     default leads and the fastest is offered at its risk; the decode-best configuration is
     offered beside whichever leads. ``said_before``: the decode answer's notes, kept when the
-    request changes nothing."""
-    r, d = req.best, req.of(DEFAULT)
+    request changes nothing; ``build`` spells the request's command."""
+    d = None if default is None else req.of(DEFAULT)
+    r = min((s for s in req.settings if d is not None or s.label != DEFAULT),
+            key=lambda s: s.request_s)
     if d is not None and r.request_s >= d.request_s:
         r = d                                   # a tie: the default needs no flags
 
@@ -181,9 +185,9 @@ def _for_request(req: RequestRecord, best: Offer, default: Offer | None, others:
     elif r.label == DEFAULT and base is not None:
         fastest = base
     else:
-        flags = replace(LlamaFlags.placed(n_blocks, threads, r.n_cpu_moe),
-                        n_ubatch=None if r.n_ubatch == N_UBATCH else r.n_ubatch,
-                        n_batch=None if r.n_batch == N_BATCH else r.n_batch)
+        flags = build.spell(replace(LlamaFlags.placed(n_blocks, threads, r.n_cpu_moe),
+                                    n_ubatch=None if r.n_ubatch == N_UBATCH else r.n_ubatch,
+                                    n_batch=None if r.n_batch == N_BATCH else r.n_batch))
         fastest = Offer(FOR_REQUEST, flags, LAYER_PARTITION, r.tpot_us, None, "", r)
     bound = (f"the prompt model's ±{PROMPT_RATIO_ERROR:.0%} between settings and decode's "
              "interval")
@@ -202,5 +206,6 @@ def _for_request(req: RequestRecord, best: Offer, default: Offer | None, others:
         rest.append(replace(dec, label=FASTEST_DECODE,
                             note=versus(dec.request, lead.request)
                             + ("" if needs is None else "; " + needs)))
-    notes = tuple(x for x in (said, needs if lead is dec else None) if x)
+    # the verdict last, as the decode answer's notes have it (what a lead sentence quotes)
+    notes = tuple(x for x in (needs if lead is dec else None, said) if x)
     return lead, rest + others, notes or said_before

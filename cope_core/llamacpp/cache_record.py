@@ -365,8 +365,8 @@ def llamacpp_record(trace: Trace, profile: Profile, calibration: Trace | None, *
     rec = record_of(found, versus, fit, class_lru_readings(found, trace, profile),
                     build.label, newer)
     spec = (profile.platform or {}).get("spec")
-    if request is None or vram_gib is None or not isinstance(spec, dict):
-        return rec
+    if request is None or vram_gib is None or not profile.analytic or not isinstance(spec, dict):
+        return rec                          # a measured profile holds no peaks for a prompt
     return replace(rec, request=_request(rec, trace, profile, PlatformSpec.from_dict(spec),
                                          request, vram_gib, llama or LlamaSettings(),
                                          cpu_threads, gpu_share))

@@ -15,8 +15,12 @@ the GPU's FLOP rate and its weights read once over the GPU's memory bandwidth, b
 efficiency; a copy is its bytes over the link's bandwidth at :data:`BULK_LINK_EFFICIENCY`; the
 CPU's expert work is the larger of its FLOPs over the threads' FLOP rate and the distinct experts'
 bytes over the memory bandwidth. Attention over the context so far is ``4 x tokens x (context +
-tokens/2) x heads x head_dim`` FLOPs per block (causal QK^T and PV). Copy and compute are serial:
-the scheduler copies a split's inputs, then runs it.
+tokens/2) x heads x head_dim`` FLOPs per block (causal QK^T and PV). Each batch also pays fixed
+costs: every block's kernels launched once (``gpu_kernels_per_block`` and the MoE layers'
+``gpu_kernels_per_expert_group`` launches of ``gpu_launch_us``), and per host layer a copy's
+latency (``link_latency_us``) or, on the CPU path, a synchronisation and a hand-off
+(``gpu_sync_us + cpu_dispatch_us``), the spec's constants decode is priced with. Copy and compute
+are serial: the scheduler copies a split's inputs, then runs it.
 """
 from __future__ import annotations
 
@@ -179,7 +183,12 @@ def prompt_time(g: ModelGeometry, spec: PlatformSpec, host_layers: int, run: Pro
     gpu_s = copy_s = cpu_s = 0.0
     offloaded = False
     host, on_gpu = range(0, host_layers), range(host_layers, g.n_layers)
+    # every batch launches each block's kernels once (its shared work, the GPU layers' experts)
+    # and crosses each host layer's split boundary: fixed costs a small batch does not amortise
+    launches = (g.dense_layers + g.n_layers) * spec.gpu_kernels_per_block \
+        + g.n_layers * spec.gpu_kernels_per_expert_group
     for tokens, context in run.chunks():
+        gpu_s += launches * spec.gpu_launch_us * 1e-6
         attn = _attention_flops(g, tokens, context)
         # every block's shared work on the GPU: weights read once, FLOPs for every token
         shared = (g.dense_layers * (2 * tokens * g.dense_block_params + attn)
@@ -197,10 +206,13 @@ def prompt_time(g: ModelGeometry, spec: PlatformSpec, host_layers: int, run: Pro
         if offloads(run, tokens, b):
             offloaded = True
             moved = used if b.has("op_offload_used_experts") else host_layers * g.n_experts
-            copy_s += moved * g.expert_bytes / link_bw
+            copy_s += moved * g.expert_bytes / link_bw \
+                + host_layers * spec.link_latency_us * 1e-6
             gpu_s += max(host_layers * expert_work / gpu_rate, moved * g.expert_bytes / gpu_bw)
         else:
-            cpu_s += max(host_layers * expert_work / cpu_rate, used * g.expert_bytes / cpu_bw)
+            # a split into the CPU and back per host layer: a synchronisation and a hand-off
+            cpu_s += max(host_layers * expert_work / cpu_rate, used * g.expert_bytes / cpu_bw) \
+                + host_layers * (spec.gpu_sync_us + spec.cpu_dispatch_us) * 1e-6
     return PromptTime(gpu_s, copy_s, cpu_s, run.n_prompt, offloaded)
 
 

@@ -12,15 +12,18 @@ published sweeps (docs/results.md), and decode by its own interval; a setting is
 """
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from importlib import resources
 from typing import Any
 
 import numpy as np
 
 from ..errors import CopeInputError
 from ..geometry import ModelGeometry
+from ..placement import layer_plan
 from ..platforms import PlatformSpec
 from .builds import Build
 from .prompt import PromptRun, prompt_time
@@ -33,9 +36,11 @@ DEFAULT_GEN_TOKENS = 512
 #: the ``-ub`` values searched (llama.cpp's default 512 among them), each up to the prompt's size
 UBATCHES = (256, 512, 1024, 2048, 4096, 8192)
 #: the prompt model's mean ratio error between settings of one machine on published ``-ub`` and
-#: ``--n-cpu-moe`` sweeps (docs/results.md, "Prompt processing against published sweeps"): the
-#: margin a setting's time to first token is given either way
-PROMPT_RATIO_ERROR = 0.29
+#: ``--n-cpu-moe`` sweeps (docs/results.md, "Prompt processing against published sweeps"; written
+#: by scripts/published_pp.py --write): the margin a setting's time to first token is given
+PROMPT_ERROR = json.loads((resources.files(__package__) / "data" / "prompt-error.json")
+                          .read_text())
+PROMPT_RATIO_ERROR = float(PROMPT_ERROR["ratio_error"])
 #: labels of a record's settings
 DECODE_BEST, DEFAULT, SEARCHED = "decode-best", "default", "searched"
 
@@ -264,3 +269,16 @@ def search_request(g: ModelGeometry, spec: PlatformSpec, request: Request, *, vr
     searched.sort(key=lambda x: x.request_s)
     return RequestRecord(request, tuple(out + searched))
 
+
+
+def ttft_by_experts(g: ModelGeometry, spec: PlatformSpec, request: Request,
+                    ks: Sequence[int], *, threads: int, build: Build | None = None,
+                    rates: np.ndarray | None = None) -> np.ndarray:
+    """Seconds to the first token at each ``K`` (experts per layer on the GPU), the prompt run as
+    llama.cpp runs it at the default ``-ub`` with the layer partition of K's bytes
+    (:func:`cope_core.placement.layer_plan`): every candidate of the Policy Matrix at K holds
+    those bytes of experts on the GPU, and op offload copies what a batch routes to from the
+    rest whichever experts they are."""
+    run = PromptRun(request.prompt_tokens, 0, threads=threads)
+    return np.array([prompt_time(g, spec, layer_plan(g, int(k)).n_cpu, run, build, rates).seconds
+                     for k in ks])

@@ -1,0 +1,76 @@
+"""What would help most: the same llama.cpp placement priced on the machine with one part
+changed at a time (faster memory, twice the channels, more cores), for ``cope advise``'s
+"what would help most" lines. Each is the analytic model of the changed parts
+(:func:`cope_core.platforms.spec_from_parts`, :func:`cope_core.profile.analytic.analytic_profile`)
+at the same host MoE layers and context, so the answer moves only with the part."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..estimate.speed import tokens_per_s
+from ..geometry import ModelGeometry
+from ..llamacpp import placement_tpot
+from ..machine import Machine
+from ..parts import CpuPart, MemoryPart
+from ..platforms import spec_from_parts
+from ..profile.analytic import analytic_profile
+
+#: how much faster "faster memory" is: a step of 20 % in MT/s (e.g. DDR5-5200 to 6240, about
+#: one speed grade of an XMP/EXPO kit)
+FASTER_MEMORY = 1.2
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """One part changed: what (``label``) and the predicted decode speed with it, beside the
+    machine's own (tokens/s)."""
+
+    label: str
+    tokens_per_s: float
+    base_tokens_per_s: float
+
+    @property
+    def gain_pct(self) -> float:
+        return 100 * (self.tokens_per_s / self.base_tokens_per_s - 1)
+
+    def text(self) -> str:
+        return f"{self.label}: {self.tokens_per_s:.1f} tokens/s ({self.gain_pct:+.0f} %)"
+
+
+def _speed(g: ModelGeometry, m: Machine, cpu: CpuPart, memory: MemoryPart, threads: int,
+           host_layers: float, context: float) -> float:
+    assert m.gpu is not None and m.link is not None
+    spec = spec_from_parts(m.gpu, m.link, cpu, memory)
+    profile = analytic_profile(g, spec, cpu_threads=[threads])
+    return tokens_per_s(float(placement_tpot(profile, g, [host_layers], context,
+                                             cpu_threads=threads)[0]))
+
+
+def upgrades(g: ModelGeometry, machine: Machine, host_layers: float, context: float
+             ) -> tuple[Upgrade, ...]:
+    """Decode speed of llama.cpp's placement with ``host_layers`` MoE layers' experts in host
+    memory at ``context``, with faster memory (:data:`FASTER_MEMORY`), twice the memory
+    channels, and more cores (every core when fewer threads run, else a CPU with twice the
+    cores), fastest first; empty without a GPU or with nothing in host memory."""
+    if machine.gpu is None or machine.link is None or host_layers <= 0:
+        return ()
+    cpu, mem, threads = machine.cpu, machine.memory, machine.threads
+    base = _speed(g, machine, cpu, mem, threads, host_layers, context)
+    mts = int(round(mem.mts * FASTER_MEMORY))
+    faster = replace(mem, name=f"{mem.kind}-{mts}x{mem.channels}", mts=mts,
+                     bandwidth=mem.bandwidth * FASTER_MEMORY)
+    wider = replace(mem, name=f"{mem.kind}-{mem.mts}x{2 * mem.channels}",
+                    channels=2 * mem.channels, bandwidth=mem.bandwidth * 2)
+    out = [Upgrade(f"faster memory ({faster.name}, +{FASTER_MEMORY - 1:.0%} MT/s)",
+                   _speed(g, machine, cpu, faster, threads, host_layers, context), base),
+           Upgrade(f"twice the channels ({wider.name})",
+                   _speed(g, machine, cpu, wider, threads, host_layers, context), base)]
+    if threads < cpu.cores:
+        out.append(Upgrade(f"every core ({cpu.cores} threads, -t {cpu.cores})",
+                           _speed(g, machine, cpu, mem, cpu.cores, host_layers, context), base))
+    else:
+        bigger = replace(cpu, cores=2 * cpu.cores)
+        out.append(Upgrade(f"twice the cores ({2 * cpu.cores} threads)",
+                           _speed(g, machine, bigger, mem, 2 * threads, host_layers, context),
+                           base))
+    return tuple(sorted(out, key=lambda u: -u.tokens_per_s))
