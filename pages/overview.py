@@ -72,20 +72,8 @@ if req is not None and est == "cope" and ds.profile.analytic:
     with session.user_errors():
         first = first_request(policies.llamacpp_at(ds, gib, op, your_machine.llamacpp_build(),
                                                    req), g, op[0])
-why = ("Priced for llama.cpp's answer (the Export page's command) from the analytic profile's "
-       "peaks" if first is not None else
-       "Not priced: " + ("the request's prompt is 0 (decode alone)" if req is None else
-                         "choose the cope estimator" if est != "cope" else
-                         "a measured profile holds decode costs only; the prompt is priced "
-                         "from a machine's peaks (choose your machine in the sidebar)"))
-c6.metric("First token (s), llama.cpp", "—" if first is None else f"{first.ttft_s:.1f}",
-          help=why + ("" if first is None else
-                      f": {first.prompt_tokens:,}-token prompt at "
-                      f"{first.prompt_tokens_per_s:,.0f} tokens/s, -ub {first.n_ubatch}"))
-c7.metric("Request (s), llama.cpp", "—" if first is None else f"{first.request_s:.1f}",
-          help=why + ("" if first is None else
-                      f": first token, then {first.gen_tokens:,} tokens at "
-                      f"{first.decode_tokens_per_s:.1f} tokens/s"))
+for col, (label, value, why) in zip((c6, c7), whatif.request_metrics(first, req, est)):
+    col.metric(label, value, help=why)
 # icon="": none. Without it Streamlit looks for a leading emoji in any non-ASCII text and loads
 # its emoji table for that (about 0.3 s of a server's first page)
 (st.success if w.sure else st.warning)(w.sentence() + ".", icon="")

@@ -73,3 +73,16 @@ def test_lead_and_first_request_agree():
     lead = lead_line(pol)
     assert lead is not None and f"first token in {first.ttft_s:.1f} s" in lead
     assert f"{first.request_s:.1f} s in all" in lead
+
+
+def test_the_overviews_request_metrics_say_why_when_not_priced():
+    from cope_core.app.whatif import request_metrics
+    none = request_metrics(None, None, "cope")
+    assert [v for _, v, _ in none] == ["—", "—"] and "prompt is 0" in none[0][2]
+    assert "cope estimator" in request_metrics(None, Request(), "hrm")[0][2]
+    assert "measured profile" in request_metrics(None, Request(), "cope")[1][2]
+    from cope_core.llamacpp import RequestSetting
+    s = RequestSetting("searched", 3, 3.0, 0, 1024, 2048, 1000, 100, 2.0, 10_000.0, 10_000.0,
+                       0.1)
+    (l1, v1, h1), (l2, v2, h2) = request_metrics(s, Request(1000, 100), "cope")
+    assert (v1, v2) == ("2.0", "3.0") and "-ub 1024" in h1 and "100.0 tokens/s" in h2

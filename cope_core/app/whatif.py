@@ -15,6 +15,7 @@ import pandas as pd
 from ..estimate.ranking import Verdict, frame_runner_up
 from ..estimate.speed import speed, tokens_per_s  # noqa: F401  (the app's pages read them here)
 from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
+from ..llamacpp import Request, RequestSetting
 from ..matrix import CANDIDATES, LAYER_PARTITION
 from ..platforms import GPUS
 
@@ -331,3 +332,26 @@ def hit_rates(sweep: pd.DataFrame) -> pd.DataFrame:
     out = first[["experts_per_layer", "residency", "hit_rate"]].copy()
     out.loc[out["residency"] == LAYER_PARTITION, "residency"] = "layer_partition (GPU layers)"
     return out.reset_index(drop=True)
+
+
+def request_metrics(first: RequestSetting | None, request: Request | None, estimator: str
+                    ) -> list[tuple[str, str, str]]:
+    """The Overview's time to first token and request time of llama.cpp's command, each as
+    ``(label, value, help)``: ``first`` its request's figures (None: not priced, and the help
+    says why: no prompt, another estimator, or a measured profile without a machine's peaks)."""
+    labels = ("First token (s), llama.cpp", "Request (s), llama.cpp")
+    if first is None:
+        why = "Not priced: " + (
+            "the request's prompt is 0 (decode alone)" if request is None else
+            "choose the cope estimator" if estimator != "cope" else
+            "a measured profile holds decode costs only; the prompt is priced from a machine's "
+            "peaks (choose your machine in the sidebar)")
+        return [(label, "—", why) for label in labels]
+    said = "Priced for llama.cpp's answer (the Export page's command) from the machine's peaks"
+    return [(labels[0], f"{first.ttft_s:.1f}",
+             f"{said}: {first.prompt_tokens:,}-token prompt at {first.prompt_tokens_per_s:,.0f} "
+             f"tokens/s, -ub {first.n_ubatch}"),
+            (labels[1], f"{first.request_s:.1f}",
+             f"{said}: the first token, then {first.gen_tokens:,} tokens at "
+             f"{first.decode_tokens_per_s:.1f} tokens/s")]
+
