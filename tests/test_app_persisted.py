@@ -37,8 +37,8 @@ if mode == "changed":                       # another version of the library
 swept, reads, built = [], [], []
 _swept = results._swept
 results._swept = lambda *a: swept.append(1) or _swept(*a)
-_build = results.build_policy
-results.build_policy = lambda *a, **k: built.append(1) or _build(*a, **k)
+_build = policies.build_policy
+policies.build_policy = lambda *a, **k: built.append(1) or _build(*a, **k)
 origin = {"trace": "upload t.parquet" if mode == "upload" else "example t.parquet",
           "profile": "example p.parquet"}
 profile = tiny_profile()

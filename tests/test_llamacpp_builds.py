@@ -156,6 +156,8 @@ def test_this_asks_the_llama_cpp_the_tests_build(monkeypatch):
 
 # --- cope advise for a build ---------------------------------------------------------------------
 def _advise(capsys, *extra: str) -> tuple[str, dict]:
+    """cope advise ranked by decode alone (the decode answer of a build)."""
+    extra = ("--prompt-tokens", "0", *extra)
     assert main(["advise", *README_MACHINE, *extra]) == 0
     text = capsys.readouterr().out
     assert main(["advise", *README_MACHINE, *extra, "--json"]) == 0

@@ -180,8 +180,10 @@ def test_predict_and_export_lead_with_the_default(capsys, model, stem, gpu, budg
     for gib in budgets:
         fd = fit_default(m, int(gib * GIB) + FIT_MARGIN, n_ctx=4096)
         seen.add(fd.args)
-        common = [*_files(stem, gpu), "--model", model, "--vram-gib", str(gib)]
-        text = _run(capsys, "predict", *common)
+        # decode alone (a request moves -c), the search in words (--explain)
+        common = [*_files(stem, gpu), "--model", model, "--vram-gib", str(gib),
+                  "--prompt-tokens", "0"]
+        text = _run(capsys, "predict", *common, "--explain")
         out = _run(capsys, "export", *common, "--format", "llama.cpp")
         fit_ts, best_ts, gain = _check_answer(text, fd.args)
         assert _check_answer(out, fd.args) == (fit_ts, best_ts, gain)

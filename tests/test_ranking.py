@@ -128,7 +128,7 @@ def test_readme_example_names_a_different_policy_as_runner_up(capsys, monkeypatc
     out = capsys.readouterr().out
     assert "winner: fixed/parallel" in out
     readme = (ROOT / "README.md").read_text()
-    shown = readme[readme.index("It ends its table with the answer"):]
+    shown = readme[readme.index("then what llama.cpp itself can run best"):]
     shown = shown[shown.index("```\n") + 4:]
     shown = shown[:shown.index("```")]
     assert shown and shown in out, "README's worked answer is not what the command prints"

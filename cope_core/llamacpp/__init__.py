@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from .answer import (
     FASTEST_DECODE,
+    NEWER,
     REQUEST_RISK,
     RISK,
     SLOWER,
@@ -73,7 +74,8 @@ from .settings import LlamaSettings, llama_settings, n_cpu_moe_memory
 from .vram import read_llama_model
 
 __all__ = [
-    "LATEST_BUILD", "LlamaAnswer", "Offer", "FASTEST_DECODE", "REQUEST_RISK", "RISK", "SLOWER",
+    "LATEST_BUILD", "LlamaAnswer", "Offer", "NEWER", "FASTEST_DECODE", "REQUEST_RISK", "RISK",
+    "SLOWER",
     "PromptRun", "prompt_time", "selection_rates",
     "Request", "RequestSetting", "ttft_by_experts", "DEFAULT_GEN_TOKENS", "DEFAULT_PROMPT_TOKENS",
     "BUILD_EVIDENCE", "build_rows",

@@ -28,6 +28,8 @@ RISK = "if you accept the risk"
 SLOWER = "the best explicit placement, predicted slower than the default"
 #: how the plain placement is offered beside a MoE-cache configuration
 PLAIN = "plain placement (no MoE cache; runs on every build with --n-cpu-moe)"
+#: how the offer of a newer build begins ("with llama.cpp b12191 or newer")
+NEWER = "with llama.cpp "
 #: how llama.cpp's default is named when it is offered
 DEFAULT_LABEL = "llama.cpp's default"
 #: how the request's fastest setting is offered when not sure enough to lead
@@ -138,7 +140,7 @@ def llamacpp_answer(rec: CacheRecord, g: ModelGeometry, cpu_threads: int,
                                   plain.candidate, plain.tpot_us))
     newer = None
     if (n := rec.newer) is not None:
-        newer = Offer(f"with llama.cpp {n.build} or newer",
+        newer = Offer(f"{NEWER}{n.build} or newer",
                       LlamaFlags.placed(n_blocks, cpu_threads, n.n_cpu_moe or None,
                                         cache_mib=n.cache_mib, cpu_share=n.cpu_share),
                       n.candidate, n.tpot_us, note=f"{n.gain_pct:+.1f} % over the best "
