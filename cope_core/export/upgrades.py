@@ -61,7 +61,7 @@ def upgrades(g: ModelGeometry, machine: Machine, host_layers: float, context: fl
                      bandwidth=mem.bandwidth * FASTER_MEMORY)
     wider = replace(mem, name=f"{mem.kind}-{mem.mts}x{2 * mem.channels}",
                     channels=2 * mem.channels, bandwidth=mem.bandwidth * 2)
-    out = [Upgrade(f"faster memory ({faster.name}, +{FASTER_MEMORY - 1:.0%} MT/s)",
+    out = [Upgrade(f"faster memory ({faster.name}, +{100 * (FASTER_MEMORY - 1):.0f} % MT/s)",
                    _speed(g, machine, cpu, faster, threads, host_layers, context), base),
            Upgrade(f"twice the channels ({wider.name})",
                    _speed(g, machine, cpu, wider, threads, host_layers, context), base)]

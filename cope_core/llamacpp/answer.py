@@ -191,7 +191,7 @@ def _for_request(req: RequestRecord, best: Offer, default: Offer | None, others:
                                     n_ubatch=None if r.n_ubatch == N_UBATCH else r.n_ubatch,
                                     n_batch=None if r.n_batch == N_BATCH else r.n_batch))
         fastest = Offer(FOR_REQUEST, flags, LAYER_PARTITION, r.tpot_us, None, "", r)
-    bound = (f"the prompt model's ±{PROMPT_RATIO_ERROR:.0%} between settings and decode's "
+    bound = (f"the prompt model's ±{100 * PROMPT_RATIO_ERROR:.0f} % between settings and decode's "
              "interval")
     if base is None or d is None or fastest is base or req.surely_faster(r, d):
         lead, rest = fastest, []
