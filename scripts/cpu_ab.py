@@ -10,12 +10,10 @@ markers; ``--check`` exits 1 when it is not current (tests/test_published_ab.py)
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
-from doc_blocks import update_blocks  # beside this script, on sys.path when it runs
+from doc_blocks import block_main  # beside this script, on sys.path when it runs
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data" / "published" / "cpu-ab-sets.json"
@@ -52,22 +50,7 @@ def table() -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    g = ap.add_mutually_exclusive_group()
-    g.add_argument("--write", action="store_true", help="rewrite docs/results.md's table")
-    g.add_argument("--check", action="store_true", help="exit 1 if it is not current")
-    args = ap.parse_args()
-    text = table()
-    if not args.write and not args.check:
-        print(text)
-        return 0
-    stale = update_blocks(START, END, [(ROOT / "docs" / "results.md", text)], write=args.write)
-    if stale and args.check:
-        print(f"cpu_ab: {', '.join(stale)} is not current: run scripts/cpu_ab.py --write",
-              file=sys.stderr)
-        return 1
-    print("current" if not stale else f"rewrote {', '.join(stale)}")
-    return 0
+    return block_main(__doc__.splitlines()[0], ROOT / "docs" / "results.md", START, END, table)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ docs/design.md between its cpu-scaling markers; ``--check`` exits 1 when it is n
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -26,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from doc_blocks import update_blocks  # beside this script, on sys.path when it runs
+from doc_blocks import block_main  # beside this script, on sys.path when it runs
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "results" / "cpu-scaling.json"
@@ -112,26 +111,8 @@ def table() -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    g = ap.add_mutually_exclusive_group()
-    g.add_argument("--run", action="store_true", help="measure, then write the JSON")
-    g.add_argument("--write", action="store_true", help="rewrite docs/design.md's table")
-    g.add_argument("--check", action="store_true", help="exit 1 if it is not current")
-    args = ap.parse_args()
-    if args.run:
-        run()
-        return 0
-    text = table()
-    if not args.write and not args.check:
-        print(text)
-        return 0
-    stale = update_blocks(START, END, [(ROOT / "docs" / "design.md", text)], write=args.write)
-    if stale and args.check:
-        print(f"cpu_scaling: {', '.join(stale)} is not current: run scripts/cpu_scaling.py "
-              "--write", file=sys.stderr)
-        return 1
-    print("current" if not stale else f"rewrote {', '.join(stale)}")
-    return 0
+    return block_main(__doc__.splitlines()[0], ROOT / "docs" / "design.md", START, END, table,
+                      run=run)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,11 @@ its published-pp markers; ``--check`` exits 1 when it is not current
 """
 from __future__ import annotations
 
-import argparse
+import functools
 import json
-import sys
 from pathlib import Path
 
-from doc_blocks import update_blocks  # beside this script, on sys.path when it runs
+from doc_blocks import block_main  # beside this script, on sys.path when it runs
 
 from cope_core.llamacpp import Build, PromptRun, latest, prompt_time, selection_rates
 from cope_core.machine import compose_machine
@@ -51,6 +50,7 @@ def priced(sweep: dict) -> list[tuple[dict, float]]:
     return out
 
 
+@functools.cache
 def table() -> tuple[str, list[float], list[float]]:
     """The Markdown table and every point's absolute and ratio error (%)."""
     data = json.loads(DATA.read_text())
@@ -105,23 +105,8 @@ def error_file(ratio_errs: list[float], write: bool) -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    g = ap.add_mutually_exclusive_group()
-    g.add_argument("--write", action="store_true", help="rewrite docs/results.md's table")
-    g.add_argument("--check", action="store_true", help="exit 1 if it is not current")
-    args = ap.parse_args()
-    text, _, rerr = table()
-    if not args.write and not args.check:
-        print(text)
-        return 0
-    stale = update_blocks(START, END, [(ROOT / "docs" / "results.md", text)], write=args.write)
-    stale += error_file(rerr, write=args.write)
-    if stale and args.check:
-        print(f"published_pp: {', '.join(stale)} is not current: run scripts/published_pp.py "
-              "--write", file=sys.stderr)
-        return 1
-    print("current" if not stale else f"rewrote {', '.join(stale)}")
-    return 0
+    return block_main(__doc__.splitlines()[0], ROOT / "docs" / "results.md", START, END,
+                      lambda: table()[0], also=lambda write: error_file(table()[2], write))
 
 
 if __name__ == "__main__":

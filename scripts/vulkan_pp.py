@@ -24,7 +24,6 @@ current (tests/test_llamacpp_prompt.py).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -36,7 +35,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from doc_blocks import update_blocks  # beside this script, on sys.path when it runs
+from doc_blocks import block_main  # beside this script, on sys.path when it runs
 from scipy.optimize import least_squares
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -196,26 +195,8 @@ def table() -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    g = ap.add_mutually_exclusive_group()
-    g.add_argument("--run", action="store_true", help="measure, then write the JSON")
-    g.add_argument("--write", action="store_true", help="rewrite docs/results.md's table")
-    g.add_argument("--check", action="store_true", help="exit 1 if it is not current")
-    args = ap.parse_args()
-    if args.run:
-        run()
-        return 0
-    text = table()
-    if not args.write and not args.check:
-        print(text)
-        return 0
-    stale = update_blocks(START, END, [(ROOT / "docs" / "results.md", text)], write=args.write)
-    if stale and args.check:
-        print(f"vulkan_pp: {', '.join(stale)} is not current: run scripts/vulkan_pp.py --write",
-              file=sys.stderr)
-        return 1
-    print("current" if not stale else f"rewrote {', '.join(stale)}")
-    return 0
+    return block_main(__doc__.splitlines()[0], ROOT / "docs" / "results.md", START, END, table,
+                      run=run)
 
 
 if __name__ == "__main__":
