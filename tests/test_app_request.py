@@ -3,9 +3,12 @@ kept in the URL across pages, the Export page's llama.cpp answer is the library'
 request, and the Overview shows its time to the first token from the same answer."""
 from __future__ import annotations
 
-import pytest
-from test_app_pages import open_app  # the AppTest of app.py at a page and query
+from pathlib import Path
 
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from cope_core.app.apptest import open_app_test
 from cope_core.export import EXPORT_FORMATS, build_policy
 from cope_core.export.llamacpp import first_request, lead_line
 from cope_core.llamacpp import LlamaSettings, Request
@@ -14,8 +17,20 @@ from cope_core.models import resolve_model
 from cope_core.profile.analytic import analytic_profile
 from cope_core.trace.synth_defaults import synthetic_inputs
 
+APP = Path(__file__).resolve().parents[1] / "app.py"
 LLAMACPP_TAB = next(f.label for f in EXPORT_FORMATS if f.name == "llama.cpp")
 MINE = dict(example="gpt-oss-120b", quant="MXFP4_MOE", gpu="rtx3090", cpu="ryzen-9-7950x")
+
+
+def open_app(page: str | None = None, **query: str) -> AppTest:
+    """The app at ``page`` (None: the Overview) opened from a link with ``query``."""
+    at = open_app_test(APP, default_timeout=180)
+    at.query_params.update(query)
+    at.run()
+    if page:
+        at.switch_page(f"pages/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
 
 
 @pytest.mark.slow
