@@ -104,6 +104,11 @@ class PlatformSpec:
     cpu_efficiency: float = 0.8         # achieved / peak CPU bandwidth and FLOP/s of a GEMV
     gpu_kernels_per_expert_group: int = 4   # gate, up, activation, down over the routed ids
     gpu_kernels_per_block: int = 16     # one decode block's attention, norms, router, adds
+    # ggml's thread barrier on the host, which every graph node ends with: a fixed part and a
+    # part per thread (each thread's atomic on one cache line); llama.cpp PR #9598 measured
+    # 1.96 µs at 4 threads and 3.04 µs at 8 on an EPYC (docs/design.md#the-cpu-side)
+    cpu_barrier_us: float = 0.88
+    cpu_barrier_us_per_thread: float = 0.27
     # The host's dot-product kernel as probed (``--cpu this``: probe_host_kernel), in bytes/s of
     # 8-bit weights, each divided by ``cpu_efficiency`` as a measured bandwidth is: from memory
     # with all threads and with one, and with one thread from its cache. None: not probed, the
@@ -143,10 +148,23 @@ class PlatformSpec:
                                    gpu_bandwidth=self.gpu_bandwidth * f)
 
     def cpu_flops(self, threads: int) -> float:
-        return self.cpu_flops_per_thread * min(max(threads, 1), self.cpu_cores)
+        return self.cpu_flops_per_thread * self.cpu_busy(threads)
 
     def cpu_bw(self, threads: int) -> float:
-        return min(self.cpu_bandwidth, self.cpu_bandwidth_per_thread * max(threads, 1))
+        return min(self.cpu_bandwidth, self.cpu_bandwidth_per_thread * self.cpu_busy(threads))
+
+    def cpu_busy(self, threads: int) -> int:
+        """The cores ``threads`` threads keep busy: a thread beyond the cores shares one (SMT),
+        whose line-fill buffers and FMA units its sibling already uses, so it adds neither
+        bandwidth nor FLOP/s."""
+        return min(max(threads, 1), self.cpu_cores)
+
+    def cpu_barrier(self, threads: int) -> float:
+        """Microseconds one ggml thread barrier costs ``threads`` threads (none for one: it
+        waits for nobody); every thread counts, a core's SMT sibling too."""
+        if threads <= 1:
+            return 0.0
+        return self.cpu_barrier_us + self.cpu_barrier_us_per_thread * threads
 
     def cpu_kernel_bw(self, threads: int) -> float:
         """Bytes/s the host's dot-product kernels stream weights from memory at ``threads``:
@@ -155,7 +173,7 @@ class PlatformSpec:
         one = self.cpu_kernel_bandwidth_per_thread
         if one is None:
             return self.cpu_bw(threads)
-        n = min(max(threads, 1), self.cpu_cores)
+        n = self.cpu_busy(threads)
         return min(self.cpu_bandwidth, one * n, self.cpu_kernel_bandwidth or one * n)
 
     def cpu_kernel_cached(self, threads: int) -> float:
@@ -163,8 +181,8 @@ class PlatformSpec:
         kernel's, else the per-thread bandwidth (as before the probe)."""
         one = self.cpu_kernel_cached_per_thread
         if one is None:
-            return self.cpu_bandwidth_per_thread * max(threads, 1)
-        return one * min(max(threads, 1), self.cpu_cores)
+            return self.cpu_bandwidth_per_thread * self.cpu_busy(threads)
+        return one * self.cpu_busy(threads)
 
     def to_dict(self) -> dict[str, Any]:
         # an unprobed kernel is left out, so a spec reads and writes as before it existed
@@ -194,18 +212,21 @@ class PlatformSpec:
 #: Spec fields beyond the peak numbers: optional in a JSON spec (defaults as above).
 OVERHEAD_FIELDS = ("gpu_launch_us", "gpu_sync_us", "link_latency_us", "cpu_dispatch_us",
                    "link_efficiency", "gpu_efficiency", "cpu_efficiency",
-                   "gpu_kernels_per_expert_group", "gpu_kernels_per_block")
+                   "gpu_kernels_per_expert_group", "gpu_kernels_per_block", "cpu_barrier_us",
+                   "cpu_barrier_us_per_thread")
 #: The probed kernel's rates: optional, None when not probed.
 KERNEL_FIELDS = ("cpu_kernel_bandwidth", "cpu_kernel_bandwidth_per_thread",
                  "cpu_kernel_cached_per_thread")
-LATENCY_FIELDS = ("gpu_launch_us", "gpu_sync_us", "link_latency_us", "cpu_dispatch_us")
+LATENCY_FIELDS = ("gpu_launch_us", "gpu_sync_us", "link_latency_us", "cpu_dispatch_us",
+                  "cpu_barrier_us", "cpu_barrier_us_per_thread")
 
 
 def roofline_only(spec: PlatformSpec) -> PlatformSpec:
     """``spec`` without overheads and at full efficiency: the pure roofline of the peaks."""
     return dataclasses.replace(spec, gpu_launch_us=0.0, gpu_sync_us=0.0, link_latency_us=0.0,
-                               cpu_dispatch_us=0.0, link_efficiency=1.0, gpu_efficiency=1.0,
-                               cpu_efficiency=1.0)
+                               cpu_dispatch_us=0.0, cpu_barrier_us=0.0,
+                               cpu_barrier_us_per_thread=0.0, link_efficiency=1.0,
+                               gpu_efficiency=1.0, cpu_efficiency=1.0)
 
 
 def spec_from_parts(gpu: parts.GpuPart, link: parts.LinkPart, cpu: parts.CpuPart,

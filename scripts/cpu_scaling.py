@@ -1,17 +1,23 @@
 """How llama.cpp's CPU MoE decode scales on this machine (issue 53, first part): llama-bench's tg
-on the CPU build at every thread count, for two random-weight qwen3moe models that differ only in
-their block count (so in the bytes a token reads), beside a memory probe at the same thread
-counts. Per thread count the two models' times per token give, exactly, the part of a token's
-time that is bytes over an effective bandwidth and the part that is fixed:
-``1 / tps = fixed + bytes / bandwidth``; the effective bandwidth is set beside the probe's.
+on the CPU build at every thread count, for random-weight qwen3moe models that differ in their
+block count and their experts' width, in two weight types, beside a memory probe at the same
+thread counts. Per type and thread count, least squares over the models separates a token's time
+into the part that is bytes over an effective bandwidth and the parts that are fixed, per layer
+(graph nodes, thread barriers) and per token:
 
-    python scripts/cpu_scaling.py --run      # measure (an idle machine; minutes), then --write
+    1 / tps = per_token + blocks * per_layer + bytes / bandwidth
+
+Blocks and width vary apart (bytes per layer change with the width at the same node count), so
+the per-layer cost and the bandwidth are both identified.
+
+    python scripts/cpu_scaling.py --run      # measure (an idle machine; ~15 min), then --write
     python scripts/cpu_scaling.py [--write | --check]
 
-``--run`` writes both GGUFs (tests/llama_tools.py ``write_tiny_moe``: 8 F16 experts of
-1024 x 2048, top-2; 8 and 2 blocks), runs ``llama-bench -p 0 -n 64 -r 5 -t 1..N`` of the CPU
-build (scripts/runtimes.sh) on each, and probes host memory with 1..N threads
-(:func:`cope_core.mechanisms.probe.probe_host_memory`); everything goes to
+``--run`` writes each model in F16 (tests/llama_tools.py ``write_tiny_moe``: 16 experts, top-2,
+hidden 1024; blocks x width in ``MODELS``), quantizes it with the build's llama-quantize to each
+of ``TYPES``, reads the bytes a token reads from the quantized file, runs ``llama-bench -p 0
+-n 64 -r 5 -t 1..N`` of the CPU build (scripts/runtimes.sh), and probes host memory with 1..N
+threads (:func:`cope_core.mechanisms.probe.probe_host_memory`); everything goes to
 benchmarks/results/cpu-scaling.json. ``--write`` puts the derivation's table into
 docs/design.md between its cpu-scaling markers; ``--check`` exits 1 when it is not current.
 """
@@ -25,26 +31,40 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import scipy.linalg
 from doc_blocks import block_main  # beside this script, on sys.path when it runs
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "results" / "cpu-scaling.json"
 START, END = "<!-- cpu-scaling:start -->", "<!-- cpu-scaling:end -->"
-SHAPE = dict(n_experts=8, hidden=1024, inter=2048, heads=16, kv_heads=8, head_dim=64,
-             vocab=512)
-BLOCKS = (8, 2)
+SHAPE = dict(n_experts=16, hidden=1024, heads=16, kv_heads=8, head_dim=64, vocab=512)
+#: (blocks, expert width): every model is well over this machine's 32 MiB last-level cache
+MODELS = ((4, 768), (4, 1536), (12, 768), (12, 1536))
+TYPES = ("Q8_0", "Q4_K_M")
 TOP_K = 2                       # write_tiny_moe's n_used
 
 
-def token_bytes(n_blocks: int) -> int:
-    """Bytes of weights a decode token reads (F16): each block's attention projections, router
-    and top-2 experts; the output head (the embedding is one row, left out)."""
-    s = SHAPE
-    q, kv = s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
-    attn = s["hidden"] * (q + 2 * kv) + q * s["hidden"]
-    experts = TOP_K * 3 * s["hidden"] * s["inter"]
-    router = 2 * s["n_experts"] * s["hidden"]        # F32: two F16 elements' bytes each
-    return 2 * (n_blocks * (attn + experts + router) + s["vocab"] * s["hidden"])
+def token_bytes(path: Path) -> int:
+    """Bytes of weights one decode token reads from a GGUF: every tensor but the embedding (one
+    row of it is read) and the routed experts (``TOP_K`` of ``n_experts``), as stored."""
+    from gguf import GGUFReader
+    total = 0
+    for t in GGUFReader(str(path)).tensors:
+        if t.name == "token_embd.weight":
+            continue
+        share = TOP_K / SHAPE["n_experts"] if "_exps." in t.name else 1.0
+        total += int(t.n_bytes) * share
+    return int(total)
+
+
+def _bin(name: str) -> Path:
+    cache = os.environ.get("COPE_RUNTIMES_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cope-explorer")
+    path = Path(cache) / "llama.cpp-b11434" / "bin" / name
+    if not path.exists():
+        raise SystemExit(f"cpu_scaling: {path} is missing: bash scripts/runtimes.sh")
+    return path
 
 
 def run() -> None:
@@ -52,62 +72,107 @@ def run() -> None:
     from llama_tools import write_tiny_moe
 
     from cope_core.mechanisms.probe import probe_host_memory
-    cache = os.environ.get("COPE_RUNTIMES_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cope-explorer")
-    bench = Path(cache) / "llama.cpp-b11434" / "bin" / "llama-bench"
-    if not bench.exists():
-        raise SystemExit(f"cpu_scaling: {bench} is missing: bash scripts/runtimes.sh")
-    n = os.cpu_count() or 1
-    threads = list(range(1, n + 1))
+    bench, quantize = _bin("llama-bench"), _bin("llama-quantize")
+    env = dict(os.environ, LD_LIBRARY_PATH=str(bench.parent))
+    threads = list(range(1, (os.cpu_count() or 1) + 1))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for blocks in BLOCKS:
-            model = write_tiny_moe(Path(tmp) / f"moe-{blocks}.gguf", n_blocks=blocks, **SHAPE)
-            env = dict(os.environ, LD_LIBRARY_PATH=str(bench.parent))
-            out = subprocess.run([str(bench), "-m", str(model), "-p", "0", "-n", "64", "-r", "5",
-                                  "-t", ",".join(map(str, threads)), "-o", "jsonl"], env=env,
-                                 check=True, capture_output=True, text=True).stdout
-            for line in out.splitlines():
-                r = json.loads(line)
-                rows.append({"blocks": blocks, "threads": r["n_threads"],
-                             "avg_ts": r["avg_ts"], "stddev_ts": r["stddev_ts"],
-                             "samples_ts": r["samples_ts"], "build": r["build_number"]})
+        for blocks, width in MODELS:
+            f16 = write_tiny_moe(Path(tmp) / "f16.gguf", n_blocks=blocks, inter=width, **SHAPE)
+            for qtype in TYPES:
+                model = Path(tmp) / f"{qtype}.gguf"
+                subprocess.run([str(quantize), str(f16), str(model), qtype], env=env,
+                               check=True, capture_output=True)
+                out = subprocess.run(
+                    [str(bench), "-m", str(model), "-p", "0", "-n", "64", "-r", "5", "-t",
+                     ",".join(map(str, threads)), "-o", "jsonl"], env=env, check=True,
+                    capture_output=True, text=True).stdout
+                nbytes = token_bytes(model)
+                for line in out.splitlines():
+                    r = json.loads(line)
+                    rows.append({"type": qtype, "blocks": blocks, "width": width,
+                                 "token_bytes": nbytes, "threads": r["n_threads"],
+                                 "avg_ts": r["avg_ts"], "stddev_ts": r["stddev_ts"],
+                                 "samples_ts": r["samples_ts"], "build": r["build_number"]})
+                model.unlink()
+                print(f"{qtype} {blocks} x {width}: done", flush=True)
     probe = []
     for t in threads:
         hb = probe_host_memory(seconds=3.0, threads=t)
         probe.append({"threads": t, "read_bytes_per_s": hb.all_threads,
                       "one_thread_bytes_per_s": hb.one_thread})
     record = {"what": "scripts/cpu_scaling.py --run", "when": time.strftime("%Y-%m-%d"),
-              "shape": SHAPE, "blocks": list(BLOCKS), "rows": rows, "probe": probe}
+              "shape": SHAPE, "models": [list(m) for m in MODELS], "types": list(TYPES),
+              "cpu": _cpu_name(), "rows": rows, "probe": probe}
     partial = DATA.with_suffix(".json.partial")
     partial.write_text(json.dumps(record, indent=1) + "\n")
     partial.replace(DATA)
     print(f"wrote {DATA}")
 
 
+def _cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def fit(rows: list[dict]) -> dict:
+    """Least squares of every sample's seconds per token on (1, blocks, bytes): the per-token
+    and per-layer fixed costs (s), the bandwidth (bytes/s), the standard errors of the three
+    and the largest relative residual of a model's mean."""
+    x, y = [], []
+    for r in rows:
+        for s in r["samples_ts"]:
+            x.append((1.0, r["blocks"], r["token_bytes"]))
+            y.append(1.0 / s)
+    a, b = np.array(x), np.array(y)
+    coef, _, _, _ = scipy.linalg.lstsq(a, b)
+    resid = b - a @ coef
+    dof = max(len(b) - 3, 1)
+    cov = np.linalg.inv(a.T @ a) * (resid @ resid) / dof
+    se = np.sqrt(np.diag(cov))
+    worst = max(abs(1 / r["avg_ts"] - (coef[0] + coef[1] * r["blocks"]
+                                       + coef[2] * r["token_bytes"])) * r["avg_ts"]
+                for r in rows)
+    return {"per_token": coef[0], "per_layer": coef[1], "bandwidth": 1 / coef[2],
+            "se_token": se[0], "se_layer": se[1], "bandwidth_rel_se": se[2] / coef[2],
+            "worst": worst}
+
+
+def fits(rec: dict) -> dict[tuple[str, int], dict]:
+    """:func:`fit` per (type, threads) of a record."""
+    keys = sorted({(r["type"], r["threads"]) for r in rec["rows"]})
+    return {k: fit([r for r in rec["rows"] if (r["type"], r["threads"]) == k]) for k in keys}
+
+
 def table() -> str:
     rec = json.loads(DATA.read_text())
-    ts = {(r["blocks"], r["threads"]): r["avg_ts"] for r in rec["rows"]}
     probe = {p["threads"]: p["read_bytes_per_s"] for p in rec["probe"]}
-    big, small = rec["blocks"]
-    b_big, b_small = token_bytes(big), token_bytes(small)
-    lines = [f"| threads | tg t/s, {big} blocks ({b_big / 2**20:.0f} MiB/token) | "
-             f"{small} blocks ({b_small / 2**20:.0f} MiB/token) | effective bandwidth (GB/s) "
-             "| fixed per token (ms) | fixed share, 8 blocks | memory probe (GB/s) | "
-             "effective / probe |", "|---|---|---|---|---|---|---|---|"]
-    for t in sorted(probe):
-        if (big, t) not in ts or (small, t) not in ts:
-            continue
-        t_big, t_small = 1 / ts[(big, t)], 1 / ts[(small, t)]
-        bw = (b_big - b_small) / (t_big - t_small)          # the bytes' slope
-        fixed = t_big - b_big / bw
-        lines.append(f"| {t} | {ts[(big, t)]:.1f} | {ts[(small, t)]:.1f} | {bw / 1e9:.1f} | "
-                     f"{1e3 * fixed:.2f} | {100 * fixed / t_big:.0f} % | "
-                     f"{probe[t] / 1e9:.1f} | {bw / probe[t]:.2f} |")
-    return "\n".join(lines + ["", f"Measured {rec['when']} by `python scripts/cpu_scaling.py "
-                              "--run` (llama.cpp b11434's CPU build, `llama-bench -p 0 -n 64 "
-                              "-r 5`); the fixed part and the bandwidth solve `1 / tps = fixed "
-                              "+ bytes / bandwidth` from the two models at each thread count."])
+    lines = ["| type | threads | tg t/s, smallest to largest model | effective bandwidth (GB/s) "
+             "| per layer (µs) | per token (µs) | fixed share, largest model | memory probe "
+             "(GB/s) | effective / probe | worst residual |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for (qtype, t), f in fits(rec).items():
+        rows = sorted((r for r in rec["rows"] if (r["type"], r["threads"]) == (qtype, t)),
+                      key=lambda r: r["token_bytes"])
+        big = rows[-1]
+        fixed = f["per_token"] + big["blocks"] * f["per_layer"]
+        lines.append(
+            f"| {qtype} | {t} | {rows[0]['avg_ts']:.0f} … {big['avg_ts']:.0f} | "
+            f"{f['bandwidth'] / 1e9:.1f} ± {100 * f['bandwidth_rel_se']:.0f} % | "
+            f"{1e6 * f['per_layer']:.0f} ± {1e6 * f['se_layer']:.0f} | "
+            f"{1e6 * f['per_token']:.0f} ± {1e6 * f['se_token']:.0f} | "
+            f"{100 * fixed * big['avg_ts']:.0f} % | {probe[t] / 1e9:.1f} | "
+            f"{f['bandwidth'] / probe[t]:.2f} | {100 * f['worst']:.1f} % |")
+    sizes = sorted({r["token_bytes"] for r in rec["rows"]})
+    return "\n".join(lines + [
+        "", f"Measured {rec['when']} on {rec.get('cpu', 'this machine')} by `python "
+        "scripts/cpu_scaling.py --run` (llama.cpp b11434's CPU build, `llama-bench -p 0 -n 64 "
+        f"-r 5`; {len(rec['models'])} models per type, {sizes[0] / 2**20:.0f} to "
+        f"{sizes[-1] / 2**20:.0f} MiB read per token); each row solves `1 / tps = per_token + "
+        "blocks × per_layer + bytes / bandwidth` by least squares over every sample (± one "
+        "standard error)."])
 
 
 def main() -> int:

@@ -12,6 +12,10 @@ atomic costs (:mod:`cope_core.profile.analytic`) with the GPU's throughput repla
 * each MoE layer's ``top_k`` routed experts: :func:`~cope_core.profile.analytic.cpu_expert` each
   (bytes as stored, at the rate the dot-product kernel streams them from memory or the threads'
   rate for the type, whichever is lower), plus one expert group's operations;
+* each block's thread barriers: ggml ends every graph node with one and every matrix product
+  with a second (:data:`BARRIERS_PER_BLOCK`), each costing the threads' barrier
+  (:meth:`~cope_core.platforms.PlatformSpec.cpu_barrier`: a part per thread), so past the
+  threads that saturate memory more threads make a token slower;
 * the LM head, and reading the token back.
 
 No transfer, no synchronisation between devices and no hand-off to CPU workers is charged. The
@@ -39,6 +43,11 @@ from ..profile.analytic import (
 )
 from .model_error import around_point, model_error
 from .uncertainty import DEFAULT_DRAWS, LEVEL, check_draws
+
+#: ggml thread barriers per block of a decode graph on the CPU: one after every node, one more
+#: inside every matrix product (ggml-cpu.c ``ggml_graph_compute_thread``, ``ggml_compute_forward_
+#: mul_mat``); llama.cpp issue #26200 counted about 2,000 per token of Qwen3-30B-A3B (48 blocks).
+BARRIERS_PER_BLOCK = 42
 
 
 @dataclass(frozen=True)
@@ -76,8 +85,9 @@ def host_tpot(g: ModelGeometry, c: Consts, context: float):
     """One token on the CPU alone (module docstring), microseconds; ``c`` from
     :func:`_on_host` (floats, or arrays of draws)."""
     experts = g.top_k * cpu_expert(g, c) + c.kernels_per_group * c.launch
-    return (g.dense_layers * dense_block(g, c, context)
-            + g.n_layers * (moe_block(g, c, context) + experts) + head(g, c))
+    barriers = BARRIERS_PER_BLOCK * c.barrier
+    return (g.dense_layers * (dense_block(g, c, context) + barriers)
+            + g.n_layers * (moe_block(g, c, context) + experts + barriers) + head(g, c))
 
 
 def spec_tpot(g: ModelGeometry, spec: PlatformSpec, threads: int, context: float) -> float:

@@ -58,6 +58,7 @@ class Consts(NamedTuple):
     sync: np.ndarray | float
     link_latency: np.ndarray | float
     dispatch: np.ndarray | float
+    barrier: np.ndarray | float         # one ggml thread barrier on the host, at the threads
     kernels_per_group: int
     kernels_per_block: int
 
@@ -79,7 +80,8 @@ def consts(spec: PlatformSpec, threads: int, share: float = 100.0) -> Consts:
                   / (cpu_efficiency("Q8_0") if s.cpu_kernel_cached_per_thread else 1.0),
                   launch=s.gpu_launch_us,
                   sync=s.gpu_sync_us, link_latency=s.link_latency_us,
-                  dispatch=s.cpu_dispatch_us, kernels_per_group=s.gpu_kernels_per_expert_group,
+                  dispatch=s.cpu_dispatch_us, barrier=s.cpu_barrier(threads),
+                  kernels_per_group=s.gpu_kernels_per_expert_group,
                   kernels_per_block=s.gpu_kernels_per_block)
 
 
@@ -97,7 +99,8 @@ def drawn_consts(c: Consts, draws: int, rng: np.random.Generator) -> Consts:
                       cpu_mem_bw=c.cpu_mem_bw * cpu, cpu_lane_bw=c.cpu_lane_bw * cpu,
                       cpu_stream_bw=c.cpu_stream_bw * cpu, cpu_dot_bw=c.cpu_dot_bw * cpu,
                       launch=c.launch * f(lat), sync=c.sync * f(lat),
-                      link_latency=c.link_latency * f(lat), dispatch=c.dispatch * f(lat))
+                      link_latency=c.link_latency * f(lat), dispatch=c.dispatch * f(lat),
+                      barrier=c.barrier * f(lat))
 
 
 # --- atomic operations (µs) ---------------------------------------------------------------------
