@@ -175,4 +175,8 @@ def _catalog_facts(kind: str, p: GpuPart | CpuPart) -> list[Fact]:
                  f"{p.base_hz / 1e9:g} GHz base x {p.flop_per_cycle} FLOP/cycle", "derived",
                  f"{p.fma_units} x {p.fma_bits}-bit FMA"),
             Fact(kind, "bandwidth of one core", f"{p.per_core_bandwidth / GB:g} GB/s",
-                 "assumed", p.note or p.name)]
+                 "derived" if "Little's law" in p.note else "assumed", p.note or p.name)] + ([
+            Fact(kind, "E-cores (threads beyond the cores)", f"{p.e_cores} x "
+                 f"{p.e_flops_per_thread / 1e9:g} GFLOP/s, {p.e_core_bandwidth / GB:g} GB/s "
+                 "each", how, p.name)] if p.e_cores and p.e_flops_per_thread
+            and p.e_core_bandwidth else [])

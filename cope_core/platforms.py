@@ -109,6 +109,12 @@ class PlatformSpec:
     # 1.96 µs at 4 threads and 3.04 µs at 8 on an EPYC (docs/design.md#the-cpu-side)
     cpu_barrier_us: float = 0.88
     cpu_barrier_us_per_thread: float = 0.27
+    # A hybrid part's E-cores, which threads beyond the (P-)cores land on: how many, and one
+    # E-core's FLOP/s and streaming bandwidth (0 and None: none, or their rates unknown, so a
+    # thread beyond the cores is an SMT sibling)
+    cpu_e_cores: int = 0
+    cpu_e_flops_per_thread: float | None = None
+    cpu_e_bandwidth_per_thread: float | None = None
     # The host's dot-product kernel as probed (``--cpu this``: probe_host_kernel), in bytes/s of
     # 8-bit weights, each divided by ``cpu_efficiency`` as a measured bandwidth is: from memory
     # with all threads and with one, and with one thread from its cache. None: not probed, the
@@ -120,7 +126,8 @@ class PlatformSpec:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.type == "int" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            least = 0 if f.name == "cpu_e_cores" else 1
+            if f.type == "int" and (isinstance(v, bool) or not isinstance(v, int) or v < least):
                 raise CopeInputError(f"expected a positive whole number, got {v!r}",
                                      field=f"spec.{f.name}")
             if f.type == "float | None" and v is None:
@@ -148,16 +155,30 @@ class PlatformSpec:
                                    gpu_bandwidth=self.gpu_bandwidth * f)
 
     def cpu_flops(self, threads: int) -> float:
-        return self.cpu_flops_per_thread * self.cpu_busy(threads)
+        return self._paced(self.cpu_flops_per_thread, self.cpu_e_flops_per_thread, threads)
 
     def cpu_bw(self, threads: int) -> float:
-        return min(self.cpu_bandwidth, self.cpu_bandwidth_per_thread * self.cpu_busy(threads))
+        return min(self.cpu_bandwidth, self._paced(self.cpu_bandwidth_per_thread,
+                                                   self.cpu_e_bandwidth_per_thread, threads))
+
+    def cpu_placed(self, threads: int) -> tuple[int, int]:
+        """The (P-)cores and E-cores ``threads`` threads run on: the cores first, then a hybrid
+        part's E-cores where their rates are known, then SMT siblings, which share a core's
+        miss buffers and FMA units and so add neither bandwidth nor FLOP/s."""
+        t = max(threads, 1)
+        p = min(t, self.cpu_cores)
+        known = self.cpu_e_flops_per_thread and self.cpu_e_bandwidth_per_thread
+        return p, (min(t - p, self.cpu_e_cores) if known else 0)
 
     def cpu_busy(self, threads: int) -> int:
-        """The cores ``threads`` threads keep busy: a thread beyond the cores shares one (SMT),
-        whose line-fill buffers and FMA units its sibling already uses, so it adds neither
-        bandwidth nor FLOP/s."""
-        return min(max(threads, 1), self.cpu_cores)
+        """The cores ``threads`` threads keep busy (:meth:`cpu_placed`)."""
+        return sum(self.cpu_placed(threads))
+
+    def _paced(self, p_rate: float, e_rate: float | None, threads: int) -> float:
+        """The threads' rate when each gets an equal share of the rows, as ggml splits a MoE
+        matrix product at decode: the slowest core sets every thread's pace."""
+        p, e = self.cpu_placed(threads)
+        return (p + e) * (min(p_rate, e_rate) if e and e_rate else p_rate)
 
     def cpu_barrier(self, threads: int) -> float:
         """Microseconds one ggml thread barrier costs ``threads`` threads (none for one: it
@@ -181,19 +202,22 @@ class PlatformSpec:
         kernel's, else the per-thread bandwidth (as before the probe)."""
         one = self.cpu_kernel_cached_per_thread
         if one is None:
-            return self.cpu_bandwidth_per_thread * self.cpu_busy(threads)
+            return self._paced(self.cpu_bandwidth_per_thread, self.cpu_e_bandwidth_per_thread,
+                               threads)
         return one * self.cpu_busy(threads)
 
     def to_dict(self) -> dict[str, Any]:
-        # an unprobed kernel is left out, so a spec reads and writes as before it existed
+        # an unprobed kernel and absent E-cores are left out, so a spec reads and writes as
+        # before they existed
         return {k: v for k, v in dataclasses.asdict(self).items()
-                if not (k in KERNEL_FIELDS and v is None)}
+                if not (k in KERNEL_FIELDS and v is None)
+                and not (k in HYBRID_FIELDS and not self.cpu_e_cores)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str | None = None) -> PlatformSpec:
         names = [f.name for f in dataclasses.fields(cls)]
         required = [n for n in names if n != "source" and n not in OVERHEAD_FIELDS
-                    and n not in KERNEL_FIELDS]
+                    and n not in KERNEL_FIELDS and n not in HYBRID_FIELDS]
         if not isinstance(data, Mapping):
             raise CopeInputError("expected a JSON object", source=source, field="spec")
         missing = [n for n in required if n not in data]
@@ -214,6 +238,8 @@ OVERHEAD_FIELDS = ("gpu_launch_us", "gpu_sync_us", "link_latency_us", "cpu_dispa
                    "link_efficiency", "gpu_efficiency", "cpu_efficiency",
                    "gpu_kernels_per_expert_group", "gpu_kernels_per_block", "cpu_barrier_us",
                    "cpu_barrier_us_per_thread")
+#: A hybrid part's E-cores: optional, none by default.
+HYBRID_FIELDS = ("cpu_e_cores", "cpu_e_flops_per_thread", "cpu_e_bandwidth_per_thread")
 #: The probed kernel's rates: optional, None when not probed.
 KERNEL_FIELDS = ("cpu_kernel_bandwidth", "cpu_kernel_bandwidth_per_thread",
                  "cpu_kernel_cached_per_thread")
@@ -240,7 +266,16 @@ def spec_from_parts(gpu: parts.GpuPart, link: parts.LinkPart, cpu: parts.CpuPart
         gpu_flops=gpu.flops, gpu_bandwidth=gpu.bandwidth, link_name=link.name,
         link_bandwidth=link.bandwidth, cpu_name=cpu.name, cpu_cores=cpu.cores,
         cpu_flops_per_thread=cpu.flops_per_thread, cpu_bandwidth=mem_bw,
-        cpu_bandwidth_per_thread=core_bw), cpu.kernel)
+        cpu_bandwidth_per_thread=core_bw, **e_cores(cpu)), cpu.kernel)
+
+
+def e_cores(cpu: parts.CpuPart) -> dict[str, Any]:
+    """A hybrid part's E-cores as :class:`PlatformSpec` fields (none where their rates are not
+    known)."""
+    if not (cpu.e_cores and cpu.e_flops_per_thread and cpu.e_core_bandwidth):
+        return {}
+    return {"cpu_e_cores": cpu.e_cores, "cpu_e_flops_per_thread": cpu.e_flops_per_thread,
+            "cpu_e_bandwidth_per_thread": cpu.e_core_bandwidth}
 
 
 def host_bandwidths(cpu: parts.CpuPart, memory: parts.MemoryPart) -> tuple[float, float]:

@@ -87,3 +87,57 @@ def test_catalog_per_core_bandwidths_follow_littles_law_as_their_rows_state():
     assert parts.cpu_part("epyc-7773x").per_core_bandwidth == pytest.approx(18.2e9)
     # the default CPU keeps the value the paper's cells were fitted with
     assert parts.cpu_part("xeon-gold-6430").per_core_bandwidth == 12e9
+
+
+# --- hybrid parts: threads beyond the P-cores land on the E-cores -------------------------------
+HYBRID = dataclasses.replace(SPEC, cpu_cores=6, cpu_flops_per_thread=3.7e9 * 32,
+                             cpu_bandwidth=1e12, cpu_bandwidth_per_thread=20e9, cpu_e_cores=4,
+                             cpu_e_flops_per_thread=2.8e9 * 16, cpu_e_bandwidth_per_thread=15e9)
+
+
+def test_threads_fill_the_p_cores_then_the_e_cores_then_smt_siblings():
+    assert [HYBRID.cpu_placed(t) for t in (1, 6, 8, 10, 16)] == \
+        [(1, 0), (6, 0), (6, 2), (6, 4), (6, 4)]
+    # E-cores whose rates are unknown take no thread: a thread beyond the cores is a sibling
+    assert dataclasses.replace(HYBRID, cpu_e_bandwidth_per_thread=None).cpu_placed(10) == (6, 0)
+
+
+def test_the_slowest_core_paces_every_thread():
+    # ggml gives every thread an equal share of a MoE product's rows at decode
+    assert HYBRID.cpu_flops(6) == pytest.approx(6 * 118.4e9)
+    assert HYBRID.cpu_flops(10) == pytest.approx(10 * 44.8e9)       # slower than 6 P-cores
+    assert HYBRID.cpu_bw(6) == pytest.approx(120e9) and HYBRID.cpu_bw(10) == pytest.approx(150e9)
+    assert HYBRID.cpu_kernel_cached(8) == pytest.approx(8 * 15e9)
+
+
+def test_a_hybrid_spec_round_trips_and_a_plain_one_has_no_e_core_keys():
+    assert PlatformSpec.from_dict(HYBRID.to_dict()) == HYBRID
+    assert not any(k.startswith("cpu_e_") for k in SPEC.to_dict())
+    from cope_core.errors import CopeInputError
+    with pytest.raises(CopeInputError) as e:
+        dataclasses.replace(SPEC, cpu_e_cores=-1)
+    assert e.value.field == "spec.cpu_e_cores"
+
+
+def test_catalog_hybrid_parts_price_their_e_cores():
+    from cope_core.platforms import platform_spec
+    s = platform_spec("rtx4090", cpu="core-i5-12600k")
+    assert (s.cpu_e_cores, s.cpu_e_flops_per_thread, s.cpu_e_bandwidth_per_thread) == \
+        (4, 2.8e9 * 16, 15e9)
+    assert s.cpu_flops(10) < s.cpu_flops(6)
+    assert platform_spec("rtx4090", cpu="core-ultra-9-285k").cpu_e_flops_per_thread == 3.2e9 * 32
+
+
+def test_e_core_columns_come_all_or_none(tmp_path):
+    from cope_core.errors import CopeInputError
+    from cope_core.parts.catalog import read_rows
+    head = ("name,label,vendor,cores,e_cores,base_ghz,boost_ghz,simd,fma_units,fma_bits,memory,"
+            "per_core_gbs,e_base_ghz,e_flop_per_cycle,e_core_gbs,source,note\n")
+    path = tmp_path / "cpus.csv"
+    path.write_text(head + "x,X,intel,6,4,3.7,4.9,avx2,2,256,ddr5-4800x2,20,2.8,,15,s,\n")
+    with pytest.raises(CopeInputError) as e:
+        read_rows("cpu", path)
+    assert e.value.field == "e_cores" and "cpus.csv" in str(e.value)
+    path.write_text(head + "x,X,intel,6,4,3.7,4.9,avx2,2,256,ddr5-4800x2,20,2.8,16,15,s,\n")
+    (row,) = read_rows("cpu", path)
+    assert (row["e_base_ghz"], row["e_flop_per_cycle"], row["e_core_gbs"]) == (2.8, 16, 15.0)

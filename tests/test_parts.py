@@ -141,12 +141,14 @@ def test_unknown_names_suggest_the_nearest(kind, asked, first):
     assert re.search(rf"nearest: {re.escape(first)}[,( ]", text), text
 
 
-def test_hybrid_cpus_run_threads_on_p_cores():
+def test_hybrid_cpus_run_threads_on_p_cores_then_e_cores():
     c = parts.cpu_part("core-i9-14900k")
     assert (c.cores, c.e_cores) == (8, 16)
+    s = platforms.platform_spec("rtx4090", cpu="core-i9-14900k")
     # 8 P-cores x 3.2 GHz x 2 FMA x 8 FP32 lanes x 2
-    assert platforms.platform_spec("rtx4090", cpu="core-i9-14900k").cpu_flops(24) == \
-        8 * 3.2e9 * 32
+    assert s.cpu_flops(8) == 8 * 3.2e9 * 32
+    # then 16 Gracemont cores at 2.4 GHz x 16 FLOP/cycle, every thread at the slowest's pace
+    assert s.cpu_flops(24) == pytest.approx(24 * 2.4e9 * 16)
 
 
 # --- the catalog itself ------------------------------------------------------------------------

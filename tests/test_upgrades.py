@@ -14,10 +14,9 @@ from cope_core.models import resolve_model
 G = resolve_model("gpt-oss-120b", "MXFP4_MOE")
 
 
-def test_nothing_on_the_host_or_no_gpu_nothing_to_say():
+def test_nothing_on_the_host_nothing_to_say():
     m = compose_machine(gpu="rtx3090", cpu="ryzen-7-5700x", memory="ddr4-3200x2")
     assert upgrades(G, m, 0, 4096) == ()
-    assert upgrades(G, compose_machine(gpu=None, cpu="ryzen-7-5700x"), 20, 4096) == ()
 
 
 def test_each_part_moves_the_cpu_heavy_placement_the_right_way():
@@ -51,3 +50,27 @@ def test_advise_prints_what_would_help_and_its_json(capsys):
     assert len(helps) == 3 and all({"change", "tokens_per_s", "gain_pct"} == set(h)
                                    for h in helps)
     assert helps[0]["gain_pct"] == pytest.approx(max(h["gain_pct"] for h in helps))
+
+
+def test_a_hybrid_part_is_also_priced_with_its_e_cores():
+    from cope_core.export import upgrades as up
+    m = compose_machine(gpu="rtx4070", cpu="core-i5-12600k", memory="ddr5-4800x2")
+    by = {u.label.split(" (")[0]: u for u in upgrades(G, m, 30, 4096)}
+    e = by["the E-cores too"]
+    assert "-t 10" in e.label and m.threads == 6
+    assert e.tokens_per_s == pytest.approx(
+        up._speed(G, m, m.cpu, m.memory, 10, 30, 4096), rel=1e-12)
+    # a part without E-cores says nothing of them
+    plain = compose_machine(gpu="rtx4070", cpu="ryzen-7-5700x", memory="ddr4-3200x2")
+    assert not any("E-cores" in u.label for u in upgrades(G, plain, 30, 4096))
+
+
+def test_a_machine_without_a_gpu_is_priced_on_its_cpu_and_more_threads_can_slow_it():
+    from cope_core.estimate.cpu_only import host_spec, spec_tpot
+    m = compose_machine(gpu=None, cpu="epyc-7763", memory="ddr4-3200x8")
+    by = {u.label.split(" (")[0]: u for u in upgrades(G, m, G.n_layers, 4096)}
+    assert set(by) == {"faster memory", "twice the channels", "twice the cores"}
+    base = 1e6 / spec_tpot(G, host_spec(m.cpu, m.memory), m.threads, 4096)
+    assert by["faster memory"].base_tokens_per_s == pytest.approx(base, rel=1e-12)
+    # 64 cores already saturate eight channels: 128 threads only add barrier time
+    assert by["twice the cores"].gain_pct < 0 < by["twice the channels"].gain_pct

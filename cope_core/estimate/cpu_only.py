@@ -31,7 +31,7 @@ import numpy as np
 
 from ..geometry import ModelGeometry
 from ..parts import CpuPart, MemoryPart
-from ..platforms import PlatformSpec, host_bandwidths, with_kernel
+from ..platforms import PlatformSpec, e_cores, host_bandwidths, with_kernel
 from ..profile.analytic import (
     Consts,
     consts,
@@ -70,7 +70,7 @@ def host_spec(cpu: CpuPart, memory: MemoryPart) -> PlatformSpec:
         gpu_flops=cpu.flops_per_thread * cpu.cores, gpu_bandwidth=mem_bw, link_name="none",
         link_bandwidth=mem_bw, cpu_name=cpu.name, cpu_cores=cpu.cores,
         cpu_flops_per_thread=cpu.flops_per_thread, cpu_bandwidth=mem_bw,
-        cpu_bandwidth_per_thread=core_bw), cpu.kernel)
+        cpu_bandwidth_per_thread=core_bw, **e_cores(cpu)), cpu.kernel)
 
 
 def _on_host(c: Consts) -> Consts:

@@ -298,4 +298,5 @@ def _cpu_only(model: ModelGeometry, machine: Machine, order: list[str], context:
             answers.append(RuntimeAnswer(r, None, None, None, "needs a GPU", None,
                                          (f"{get_format(r).label} needs a GPU",)))
     return Advice(model, machine, None, "no GPU", None, context, routing, tuple(answers), None,
-                  None, speed)
+                  None, speed, helps=upgrades(model, machine, model.n_layers,
+                                              float(trace.context.mean())))

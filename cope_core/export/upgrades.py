@@ -1,12 +1,14 @@
 """What would help most: the same llama.cpp placement priced on the machine with one part
-changed at a time (faster memory, twice the channels, more cores), for ``cope advise``'s
-"what would help most" lines. Each is the analytic model of the changed parts
-(:func:`cope_core.platforms.spec_from_parts`, :func:`cope_core.profile.analytic.analytic_profile`)
-at the same host MoE layers and context, so the answer moves only with the part."""
+changed at a time (faster memory, twice the channels, more cores; on a hybrid part, its E-cores
+too), for ``cope advise``'s "what would help most" lines. Each is the analytic model of the
+changed parts (:func:`cope_core.platforms.spec_from_parts`,
+:func:`cope_core.profile.analytic.analytic_profile`) at the same host MoE layers and context, so
+the answer moves only with the part."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..estimate.cpu_only import host_spec, spec_tpot
 from ..estimate.speed import tokens_per_s
 from ..geometry import ModelGeometry
 from ..llamacpp import placement_tpot
@@ -39,7 +41,8 @@ class Upgrade:
 
 def _speed(g: ModelGeometry, m: Machine, cpu: CpuPart, memory: MemoryPart, threads: int,
            host_layers: float, context: float) -> float:
-    assert m.gpu is not None and m.link is not None
+    if m.gpu is None or m.link is None:         # every weight on the CPU
+        return tokens_per_s(spec_tpot(g, host_spec(cpu, memory), threads, context))
     spec = spec_from_parts(m.gpu, m.link, cpu, memory)
     profile = analytic_profile(g, spec, cpu_threads=[threads])
     return tokens_per_s(float(placement_tpot(profile, g, [host_layers], context,
@@ -49,10 +52,12 @@ def _speed(g: ModelGeometry, m: Machine, cpu: CpuPart, memory: MemoryPart, threa
 def upgrades(g: ModelGeometry, machine: Machine, host_layers: float, context: float
              ) -> tuple[Upgrade, ...]:
     """Decode speed of llama.cpp's placement with ``host_layers`` MoE layers' experts in host
-    memory at ``context``, with faster memory (:data:`FASTER_MEMORY`), twice the memory
-    channels, and more cores (every core when fewer threads run, else a CPU with twice the
-    cores), fastest first; empty without a GPU or with nothing in host memory."""
-    if machine.gpu is None or machine.link is None or host_layers <= 0:
+    memory at ``context`` (on a machine without a GPU, every weight on the CPU:
+    :func:`cope_core.estimate.cpu_only.spec_tpot`), with faster memory (:data:`FASTER_MEMORY`),
+    twice the memory channels, and more cores (every core when fewer threads run, else a CPU
+    with twice the cores; a hybrid part's E-cores too), fastest first; empty with nothing in
+    host memory."""
+    if machine.gpu is not None and host_layers <= 0:
         return ()
     cpu, mem, threads = machine.cpu, machine.memory, machine.threads
     base = _speed(g, machine, cpu, mem, threads, host_layers, context)
@@ -73,4 +78,8 @@ def upgrades(g: ModelGeometry, machine: Machine, host_layers: float, context: fl
         out.append(Upgrade(f"twice the cores ({2 * cpu.cores} threads)",
                            _speed(g, machine, bigger, mem, 2 * threads, host_layers, context),
                            base))
+    if cpu.e_cores and cpu.e_flops_per_thread and cpu.e_core_bandwidth and threads <= cpu.cores:
+        t = cpu.cores + cpu.e_cores     # the slowest core paces every thread (PlatformSpec)
+        out.append(Upgrade(f"the E-cores too ({t} threads, -t {t})",
+                           _speed(g, machine, cpu, mem, t, host_layers, context), base))
     return tuple(sorted(out, key=lambda u: -u.tokens_per_s))

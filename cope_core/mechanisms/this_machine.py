@@ -121,7 +121,7 @@ def this_cpu(info: CpuInfo, one_thread_bw: float | None,
     facts = [Fact("cpu", "model", info.model, "detected", "/proc/cpuinfo"),
              Fact("cpu", "cores (threads run on)", str(info.cores), "detected", src)]
     if info.e_cores:
-        facts.append(Fact("cpu", "E-cores (not used for threads)", str(info.e_cores),
+        facts.append(Fact("cpu", "E-cores (threads beyond the cores)", str(info.e_cores),
                           "detected", "/sys/devices/cpu_core/cpus"))
     name = match_catalog(info.model, {n: key(c.label) for n, c in cpus().items()})
     if name is not None:

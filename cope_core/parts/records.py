@@ -67,9 +67,10 @@ class GpuPart(_Sourced):
 
 @dataclass(frozen=True)
 class CpuPart(_Sourced):
-    """A CPU: the cores threads run on (a hybrid Intel part's P-cores; ``e_cores`` beside them),
-    clocks, the FMA units that give FLOP/s, the memory it is priced with by default and the
-    bandwidth one core streams alone (``measured``: a probe's figure, not an assumption);
+    """A CPU: the cores threads run on (a hybrid Intel part's P-cores; ``e_cores`` beside them,
+    with one E-core's FLOP/s and streaming bandwidth where the catalog states them), clocks, the
+    FMA units that give FLOP/s, the memory it is priced with by default and the bandwidth one
+    core streams alone (``measured``: a probe's figure, not an assumption);
     ``kernel``: on ``this`` machine, the probed rates of a dot-product kernel (bytes/s of 8-bit
     weights from memory by one thread and by all, and by one thread from its cache:
     :func:`cope_core.mechanisms.probe.probe_host_kernel`), None where not probed."""
@@ -88,6 +89,8 @@ class CpuPart(_Sourced):
     per_core_bandwidth: float
     measured: bool = False
     kernel: tuple[float, float, float] | None = None
+    e_flops_per_thread: float | None = None
+    e_core_bandwidth: float | None = None
 
     @property
     def flop_per_cycle(self) -> int:
@@ -191,6 +194,8 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
             Column("simd", _choice("avx2", "avx512", "neon", "sve")),
             Column("fma_units", _count), Column("fma_bits", _choice("128", "256", "512")),
             Column("memory", _name), Column("per_core_gbs", _positive),
+            Column("e_base_ghz", _positive, False), Column("e_flop_per_cycle", _count, False),
+            Column("e_core_gbs", _positive, False),
             Column("source", _text), Column("note", _text, False)),
     "memory": (Column("name", _name), Column("bytes_per_transfer", _count),
                Column("min_mts", _count), Column("max_mts", _count), Column("source", _text),
@@ -230,6 +235,11 @@ def parse_row(kind: str, raw: Mapping[str, Any], *, where: str, row: str) -> dic
     if kind == "cpu" and out["base_ghz"] > out["boost_ghz"]:
         raise CopeInputError(f"{row}: expected base_ghz <= boost_ghz, got {out['base_ghz']} > "
                              f"{out['boost_ghz']}", source=where, field="base_ghz")
+    e_data = [out[k] for k in ("e_base_ghz", "e_flop_per_cycle", "e_core_gbs")] \
+        if kind == "cpu" else []
+    if any(v is not None for v in e_data) and (None in e_data or not out["e_cores"]):
+        raise CopeInputError(f"{row}: expected e_cores with all of e_base_ghz, e_flop_per_cycle "
+                             "and e_core_gbs, or none of them", source=where, field="e_cores")
     if kind == "cpu" and out["cores"] < 1:
         raise CopeInputError(f"{row}: expected at least one core, got 0", source=where,
                              field="cores")
@@ -266,4 +276,7 @@ def cpu_from_row(r: Mapping[str, Any], origin: str = "catalog") -> CpuPart:
                    boost_hz=hz(r["boost_ghz"]), simd=r["simd"], fma_units=r["fma_units"],
                    fma_bits=int(r["fma_bits"]), memory=r["memory"],
                    per_core_bandwidth=r["per_core_gbs"] * GB, source=r["source"],
-                   note=r["note"] or "", origin=origin)
+                   note=r["note"] or "", origin=origin,
+                   e_flops_per_thread=(hz(r["e_base_ghz"]) * r["e_flop_per_cycle"]
+                                       if r.get("e_base_ghz") else None),
+                   e_core_bandwidth=r["e_core_gbs"] * GB if r.get("e_core_gbs") else None)

@@ -23,7 +23,9 @@ def cpu_row(c: CpuPart) -> dict[str, Any]:
             "base_ghz": c.base_hz / 1e9, "boost_ghz": c.boost_hz / 1e9,
             "simd": f"{c.simd} {c.fma_units}x{c.fma_bits}", "flop_per_cycle": c.flop_per_cycle,
             "memory": c.memory, "memory_gbs": memory_part(c.memory).bandwidth / GB,
-            "per_core_gbs": c.per_core_bandwidth / GB}
+            "per_core_gbs": c.per_core_bandwidth / GB,
+            "e_core": (f"{c.e_flops_per_thread / 1e9:g} GFLOP/s, {c.e_core_bandwidth / GB:g} GB/s"
+                       if c.e_flops_per_thread and c.e_core_bandwidth else "")}
 
 
 def rows(kind: str, text: str = "") -> list[dict[str, Any]]:
@@ -100,7 +102,7 @@ def markdown() -> str:
     out += _section("CPUs", [cpu_row(c) | {"source": c.source, "note": c.note}
                              for c in cpus().values()],
                     ["name", "label", "cores", "base_ghz", "boost_ghz", "simd",
-                     "flop_per_cycle", "memory", "memory_gbs", "per_core_gbs"])
+                     "flop_per_cycle", "memory", "memory_gbs", "per_core_gbs", "e_core"])
     out += ["## Memory", "",
             "A name `TYPE-MTSxCHANNELS` (`ddr4-3200x2`, `ddr5-6000x2`, `ddr5-4800x8`): peak = "
             "MT/s x 8 bytes x channels. The analytic model reaches 0.8 of it "
