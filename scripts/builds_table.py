@@ -1,18 +1,17 @@
 """Write the table of llama.cpp's builds in docs/design.md#llamacpp-builds from the data the
 code reads (cope_core/llamacpp/data/builds.csv), so the page and the answers cannot disagree.
 
-    python scripts/builds_table.py [--check]
+    python scripts/builds_table.py [--write | --check]
 
-``--check`` changes nothing and exits 1 when the page's table is not current
+No flag prints the table; ``--write`` puts it into docs/design.md between its builds-table
+markers; ``--check`` changes nothing and exits 1 when the page's table is not current
 (tests/test_llamacpp_builds.py runs it).
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
-from doc_blocks import update_blocks  # beside this script, on sys.path when it runs
+from doc_blocks import block_main  # beside this script, on sys.path when it runs
 
 from cope_core.llamacpp import BUILD_EVIDENCE, build_rows
 
@@ -39,17 +38,7 @@ def table() -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 if the table is not current")
-    args = ap.parse_args()
-    stale = update_blocks(START, END, [(ROOT / "docs" / "design.md", table())],
-                          write=not args.check)
-    if stale and args.check:
-        print(f"builds_table: {', '.join(stale)} is not current: run scripts/builds_table.py",
-              file=sys.stderr)
-        return 1
-    print("current" if not stale else f"rewrote {', '.join(stale)}")
-    return 0
+    return block_main(__doc__.splitlines()[0], ROOT / "docs" / "design.md", START, END, table)
 
 
 if __name__ == "__main__":
