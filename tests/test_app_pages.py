@@ -17,7 +17,7 @@ from tiny import tiny_profile, tiny_trace
 
 from cope_core import parquet_io, predict
 from cope_core.app import whatif
-from cope_core.app.apptest import open_app_test
+from cope_core.app.apptest import open_unbroken
 from cope_core.app.timeline import execution_timeline
 from cope_core.errors import CopeInputError
 from cope_core.export import EXPORT_FORMATS, FORMATS, build_policy, policy_json, render
@@ -43,13 +43,9 @@ def qwen():
 
 
 def open_app(page: str | None = None, **query: str) -> AppTest:
-    at = open_app_test(ROOT / "app.py", default_timeout=120)
-    at.query_params.update(query)
-    at.run()
-    if page:
-        at.switch_page(f"pages/{page}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    """The app at ``page`` (None: the Overview) opened from a link with ``query``, raising
+    nothing."""
+    return open_unbroken(ROOT / "app.py", page, **query)
 
 
 def rerun(at: AppTest) -> AppTest:

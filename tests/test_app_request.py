@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from cope_core.app.apptest import open_app_test
+from cope_core.app.apptest import open_unbroken
 from cope_core.export import EXPORT_FORMATS, build_policy
 from cope_core.export.llamacpp import first_request, lead_line
 from cope_core.llamacpp import LlamaSettings, Request
@@ -23,14 +23,9 @@ MINE = dict(example="gpt-oss-120b", quant="MXFP4_MOE", gpu="rtx3090", cpu="ryzen
 
 
 def open_app(page: str | None = None, **query: str) -> AppTest:
-    """The app at ``page`` (None: the Overview) opened from a link with ``query``."""
-    at = open_app_test(APP, default_timeout=180)
-    at.query_params.update(query)
-    at.run()
-    if page:
-        at.switch_page(f"pages/{page}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    """The app at ``page`` (None: the Overview) opened from a link with ``query``, raising
+    nothing."""
+    return open_unbroken(APP, page, **query)
 
 
 @pytest.mark.slow

@@ -42,9 +42,16 @@ def url_settings(at: AppTest) -> dict[str, str]:
     return {k: (v[-1] if isinstance(v, list) else v) for k, v in at.query_params.items()}
 
 
-def open_clean(app_path: str | Path, page: str | None = None, **query: str) -> AppTest:
-    """:func:`open_page`, asserting that the page shows no exception and no error."""
+def open_unbroken(app_path: str | Path, page: str | None = None, **query: str) -> AppTest:
+    """:func:`open_page`, asserting that the page raised no exception (an ``st.error`` it shows
+    may be what a test expects)."""
     at = open_page(app_path, page, **query)
     assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def open_clean(app_path: str | Path, page: str | None = None, **query: str) -> AppTest:
+    """:func:`open_unbroken`, asserting that the page shows no error either."""
+    at = open_unbroken(app_path, page, **query)
     assert not at.error, [e.value for e in at.error]
     return at
