@@ -14,8 +14,8 @@ from cope_core.app import (
     your_machine,
 )
 from cope_core.app.timeline import execution_timeline, layer_partition_timelines
-from cope_core.export.llamacpp import default_line
-from cope_core.llamacpp import CACHE_LABEL
+from cope_core.export.llamacpp import lead_sentence
+from cope_core.llamacpp import CACHE_LABEL, Verdict
 from cope_core.matrix import CANDIDATE_IDS, EXECUTIONS, LAYER_PARTITION, get_candidate, matrix_table
 
 ds = session.page("Policy Matrix", predictable=True)
@@ -46,10 +46,14 @@ if est != "cope":
                "estimator.")
 else:
     with session.user_errors():
-        rec = policies.llamacpp_at(ds, gib, op, your_machine.llamacpp_build(),
-                                   your_machine.request())
-    if lead := default_line(rec):
-        st.markdown(lead)                  # every llama.cpp answer leads with the default
+        policy = policies.policy_for(ds, gib, op, "best", your_machine.llamacpp_build(),
+                                     your_machine.request())
+    rec, answer = policy.llamacpp_cache, policy.llamacpp_answer
+    if lead := lead_sentence(answer):      # the answer's verdict, as every surface says it
+        assert answer is not None
+        (st.success if answer.verdict is Verdict.FASTER else st.info)(lead, icon="")
+    if answer is not None:
+        st.code(answer.recommended.command(), language="bash", wrap_lines=True)
     st.markdown(llamacpp_view.verdict(rec, ds.trace.model))
     st.dataframe(llamacpp_view.best_table(rec, ds.trace.model, op[0]), hide_index=True)
     st.caption("llama.cpp's own GPU cache of host experts (b11480+), searched over every "

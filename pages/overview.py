@@ -7,7 +7,6 @@ import streamlit as st
 from cope_core.app import dataset as dsm
 from cope_core.app import figures, policies, results, session, whatif, your_machine
 from cope_core.app.settings import op_label
-from cope_core.export.llamacpp import first_request
 from cope_core.matrix import CANDIDATE_IDS, LAYER_PARTITION
 
 
@@ -70,8 +69,9 @@ req = your_machine.request()
 first = None
 if req is not None and est == "cope" and ds.profile.analytic:
     with session.user_errors():
-        first = first_request(policies.llamacpp_at(ds, gib, op, your_machine.llamacpp_build(),
-                                                   req), g, op[0])
+        answer = policies.policy_for(ds, gib, op, "best", your_machine.llamacpp_build(),
+                                     req).llamacpp_answer
+        first = None if answer is None else answer.recommended.request
 for col, (label, value, why) in zip((c6, c7), whatif.request_metrics(first, req, est)):
     col.metric(label, value, help=why)
 # icon="": none. Without it Streamlit looks for a leading emoji in any non-ASCII text and loads

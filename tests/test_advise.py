@@ -36,7 +36,9 @@ def test_end_to_end_prints_a_llamacpp_command_and_tokens_per_second(capsys):
     out = capsys.readouterr().out
     lines = out.splitlines()
     i = lines.index("llama.cpp")
-    assert lines[i + 1].startswith("  llama-server -m MODEL.gguf -ngl 99 -fit off -t 8")
+    # the whole model fits: fit places it as the best placement does, so the smallest change
+    # is none and the default's command leads
+    assert lines[i + 1] == "  llama-server -m MODEL.gguf -c 4096"
     m = [ln for ln in lines if ln.startswith("  predicted ")][0]
     tps, ms = float(m.split()[1]), float(m.split("(")[1].split()[0])
     assert m.split()[2] == "tokens/s" and tps == pytest.approx(1000 / ms, rel=2e-3)
@@ -167,7 +169,7 @@ def test_llamacpp_answer_is_the_export_and_its_default_is_fit():
     (the record's best configuration) and divides by --fit's placement priced under the same
     draws."""
     from cope_core.export import render
-    from cope_core.llamacpp import baseline_of
+    from cope_core.llamacpp.baseline import baseline_of
     g = resolve_model(GGUF, None)
     m = compose_machine(gpu="rtx3060-12gb", cpu="ryzen-7-5700x", memory="ddr4-3200x2")
     a = advise(g, m, runtimes=("llama.cpp",))
@@ -214,7 +216,8 @@ def test_gpt_oss_120b_on_a_16_gb_card(capsys):
                  "--runtime", "llama.cpp", *DECODE]) == 0
     out = capsys.readouterr().out
     cmd = out.splitlines()[out.splitlines().index("llama.cpp") + 1]
-    assert cmd.startswith("  llama-server -m MODEL.gguf -ngl 99 -fit off -t 8 --n-cpu-moe ")
+    assert cmd.startswith("  llama-server -m MODEL.gguf -c 4096 -ngl 99 -fit off -t 8 "
+                          "--n-cpu-moe ")
     assert "VRAM budget 15.00 GiB" in out and " tokens/s [" in out
 
 
@@ -283,13 +286,16 @@ def test_the_first_line_is_the_recommendation_when_the_gain_is_not_sure(capsys):
     assert main(["advise", *MIXTRAL_3090, "--json", *DECODE]) == 0
     (r,) = _strict(capsys.readouterr().out)["runtimes"]
     assert r["recommended"] == r["command"] == "llama-server -m MODEL.gguf -c 4096"
-    risk, plain = r["alternatives"]
+    kinds = {a["kind"]: a for a in r["alternatives"]}
+    risk, plain = kinds["risk"], kinds.get("plain", kinds.get("nearest"))
+    # every alternative is typed; the Policy Matrix's nearest translation is offered too
+    assert set(kinds) <= {"risk", "plain", "newer", "nearest", "nearest_ot"}
     assert risk["label"] == "if you accept the risk" and "--moe-cache-mib" in risk["command"]
     share = float(risk["note"].split("faster in ")[1].split(" %")[0])
     assert share < 95 and "needs llama.cpp b12191 or newer" in risk["note"]
     assert r["tokens_per_s"] == pytest.approx(r["default_tokens_per_s"])
     assert risk["tokens_per_s"] > r["tokens_per_s"]
-    assert plain["label"].startswith("plain placement")
+    assert plain["label"].startswith(("plain placement", "the Policy Matrix's layer partition"))
     assert "--n-cpu-moe" in plain["command"] and "--moe-cache" not in plain["command"]
     assert plain["tokens_per_s"] > 0
     assert not any("needs llama.cpp" in n for n in r["notes"])
@@ -307,5 +313,8 @@ def test_a_sure_cache_configuration_leads_with_the_plain_placement_beside_it(cap
     assert main(["advise", *g]) == 0
     (r,) = _strict(capsys.readouterr().out)["runtimes"]
     assert "--moe-cache-mib" in r["recommended"] and r["recommended"] == r["command"]
-    (plain,) = r["alternatives"]
-    assert plain["label"].startswith("plain placement") and "--moe-cache" not in plain["command"]
+    kinds = [a["kind"] for a in r["alternatives"]]
+    assert "risk" not in kinds and "slower" not in kinds        # sure: nothing at a risk
+    plain = next(a for a in r["alternatives"] if a["kind"] in ("plain", "nearest"))
+    assert plain["label"].startswith(("plain placement", "the Policy Matrix's layer partition"))
+    assert "--moe-cache" not in plain["command"]

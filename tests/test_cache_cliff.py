@@ -229,7 +229,7 @@ def test_the_cache_size_figure_crosses_sizes_below_the_cliff_and_draws_each_rule
 def test_predict_json_carries_the_readings_on_the_class_lru_row(record):
     from cope_core.cli.cache_report import json_rows
     trace = parquet_io.read_trace(SMALL + "trace.parquet")
-    rows = {r["candidate"]: r for r in json_rows(record, trace, 16, 2)}
+    rows = {r["candidate"]: r for r in json_rows(record, None, trace, 16, 2)}
     assert rows["llamacpp_cache/classlru"]["rule_readings"] == \
         record.to_dict()["rule_readings"]
     assert "rule_readings" not in rows.get("llamacpp_cache/lru", {})
@@ -270,7 +270,7 @@ def test_every_row_shows_its_rules_spread_the_class_lru_s_alone(record):
     from cope_core.app.llamacpp_view import best_table
     from cope_core.cli.cache_report import json_rows
     from cope_core.export.llamacpp import cache_lines
-    from cope_core.llamacpp import row_spread, spread_text
+    from cope_core.llamacpp import llamacpp_answer, row_spread, spread_text
     g = parquet_io.read_trace(SMALL + "trace.parquet").model
     lo = min(r.tpot_us for r in record.rule_readings)
     hi = max(r.tpot_us for r in record.rule_readings)
@@ -288,11 +288,11 @@ def test_every_row_shows_its_rules_spread_the_class_lru_s_alone(record):
         table = best_table(rec, g, 2).set_index("kind")["inferred rules"]
         assert [table[k] for k in table.index if "classlru" in k] == [want]
         assert {table[k] for k in table.index if "classlru" not in k} <= {"none inferred", "—"}
-        text = "\n".join(cache_lines(rec, g, 2))
+        text = "\n".join(cache_lines(llamacpp_answer(rec, g, 2), rec, g))
         assert text.count(want) == 1
-    assert f"; {want})" in next(ln for ln in cache_lines(other, g, 2)
+    assert f"; {want})" in next(ln for ln in cache_lines(llamacpp_answer(other, g, 2), other, g)
                                 if ln.startswith("# the fastest of each other kind"))
-    rows = {r["candidate"]: r for r in json_rows(other, parquet_io.read_trace(
+    rows = {r["candidate"]: r for r in json_rows(other, None, parquet_io.read_trace(
         SMALL + "trace.parquet"), 16, 2)}
     assert rows["llamacpp_cache/classlru"]["rule_spread_us"] == [lo, hi]
     assert "rule_spread_us" not in rows.get("llamacpp_cache/lru", {})

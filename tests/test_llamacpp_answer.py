@@ -13,10 +13,18 @@ from cope_core import parquet_io
 from cope_core.cli.advise_cmd import _runtime_lines
 from cope_core.export import build_policy, render
 from cope_core.export.advise import _answer
-from cope_core.export.llamacpp import cache_lines, default_line
-from cope_core.llamacpp import FIT_NAME, llama_settings, llamacpp_answer, share_text
-from cope_core.llamacpp.answer import RISK
-from cope_core.llamacpp.baseline import KEEP_LEVEL, sure_enough
+from cope_core.export.llamacpp import cache_lines, lead_sentence
+from cope_core.llamacpp import (
+    FIT_NAME,
+    Kind,
+    Verdict,
+    llama_settings,
+    llamacpp_answer,
+    share_text,
+)
+from cope_core.llamacpp.rule import KEEP_LEVEL, sure_enough
+
+RISK = Kind.RISK.value
 
 EX = "data/examples/gguf-qwen3-30b-a3b-q4_k_m"
 HEADER = "data/models/qwen3-30b-a3b-Q4_K_M.header.gguf"
@@ -51,18 +59,19 @@ def test_the_rule_and_the_share_in_words():
 
 def test_a_share_below_the_level_keeps_the_default_on_every_surface(policy):
     p = _with_share(policy, 0.949)
-    g, t = p.model, p.cpu_threads
-    answer = llamacpp_answer(p.llamacpp_cache, g, t)
+    g = p.model
+    answer = p.llamacpp_answer
     assert answer.keeps_default and answer.recommended.runs == FIT_NAME
+    assert answer.verdict is Verdict.KEPT
     assert answer.recommended.command() == "llama-server -m MODEL.gguf -c 4096"
     risk = answer.alternatives[0]
-    assert risk.label == RISK and risk.flags == answer.best.flags
+    assert risk.kind is Kind.RISK and risk.label == RISK and risk.flags == answer.best.flags
     assert risk.note.startswith("+10.0 %, faster in 94.9 % of draws")
     surfaces = {
         "export": render(p, "llama.cpp").text,
-        "predict": "\n".join(cache_lines(p.llamacpp_cache, g, t)),
+        "predict": "\n".join(cache_lines(answer, p.llamacpp_cache, g)),
         "advise": "\n".join(_runtime_lines(_answer(p, "llama.cpp", False, 4096))),
-        "app": default_line(p.llamacpp_cache) or "",
+        "app": lead_sentence(answer) or "",
     }
     for name, text in surfaces.items():
         assert "94.9 %" in text, name
@@ -83,13 +92,14 @@ def test_a_share_below_the_level_keeps_the_default_on_every_surface(policy):
 
 def test_a_share_at_the_level_pastes_our_flags_on_every_surface(policy):
     p = _with_share(policy, 0.95)
-    answer = llamacpp_answer(p.llamacpp_cache, p.model, p.cpu_threads)
+    answer = p.llamacpp_answer
     assert not answer.keeps_default and answer.recommended == answer.best
-    assert RISK not in (o.label for o in answer.alternatives)
+    assert answer.verdict is Verdict.FASTER
+    assert not answer.offered(Kind.RISK, Kind.SLOWER)
     adv = _answer(p, "llama.cpp", False, 4096)
     assert adv.command == answer.best.command() == render(p, "llama.cpp").command
     assert "faster than the default in 95 % of the paired draws" in adv.notes
-    assert "our flags are worth pasting" in default_line(p.llamacpp_cache)
+    assert lead_sentence(answer) == "Faster than the default in 95 % of the paired draws."
 
 
 def test_the_default_placed_the_same_way_needs_no_flags(policy):
@@ -99,5 +109,7 @@ def test_the_default_placed_the_same_way_needs_no_flags(policy):
                                        if v.name == FIT_NAME else v
                                        for v in p.llamacpp_cache.versus)))
     answer = llamacpp_answer(p.llamacpp_cache, p.model, p.cpu_threads)
-    assert not answer.keeps_default
+    # the same placement: the smallest change is none, the default's command leads
+    assert answer.keeps_default and answer.verdict is Verdict.DEFAULT_FASTEST
+    assert answer.recommended.command() == "llama-server -m MODEL.gguf -c 4096"
     assert "--fit places the model the same way: the default needs no flags" in answer.notes

@@ -26,7 +26,9 @@ def best_table(rec: CacheRecord, g: ModelGeometry, cpu_threads: int) -> pd.DataF
             "TPOT ms": round(b.tpot_us / 1e3, 3),
             # the class-LRU rests on inferred rules: its TPOT under every reading of them
             "inferred rules": spread_text(rec, b) or ("none inferred" if b.cache_mib else "—"),
-            "llama-server flags": b.flags(g.dense_layers + g.n_layers, cpu_threads).text(),
+            # spelled for the build assumed (-ot before --n-cpu-moe, no -fit off before --fit)
+            "llama-server flags": rec.assumed.spell(
+                b.flags(g.dense_layers + g.n_layers, cpu_threads)).text(),
             "build": b.build or "any", "slots": b.slots,
             "hits/token": round(b.hits, 1), "uploads/token": round(b.uploads, 1),
             "CPU misses/token": round(b.cpu_misses, 1)})
@@ -34,14 +36,16 @@ def best_table(rec: CacheRecord, g: ModelGeometry, cpu_threads: int) -> pd.DataF
 
 
 def verdict(rec: CacheRecord, g: ModelGeometry | None = None) -> str:
-    """The best configuration against layer_partition and the Policy Matrix's winner (llama.cpp's
-    default is :func:`cope_core.export.llamacpp.default_line`, shown before it); then, given the
+    """The best configuration against layer_partition and the Policy Matrix's winner (the
+    answer's lead sentence, :func:`cope_core.export.llamacpp.lead_sentence`, is shown before
+    it); then, given the
     geometry, the cache's cliff and the spread of the class-LRU's inferred rules
     (:func:`cope_core.llamacpp.cache_notes.cache_note_lines`)."""
     v = [x for x in rec.versus if x.name != FIT_NAME]
     best = rec.best[0]
     ci = v[0].tpot_ci_us
-    head = (f"llama.cpp's best here: {best.candidate} at {best.tpot_us / 1e3:.3f} ms/token"
+    head = (f"The search behind it (decode at the trace's context): the fastest configuration "
+            f"is {best.candidate} at {best.tpot_us / 1e3:.3f} ms/token"
             + ("" if ci is None else f" [{ci[0] / 1e3:.3f}, {ci[1] / 1e3:.3f}]"))
     parts = [f"{x.name} {x.tpot_us / 1e3:.3f} ms (the cache faster in "
              f"{share_text(x.cache_faster)} % of draws)" if x.cache_faster is not None

@@ -13,7 +13,7 @@ from ..export.advise import RUNTIMES, Advice, RuntimeAnswer, Speed
 from ..export.llamacpp import request_line
 from ..files import check_writable, print_json, write_atomic
 from ..geometry import GIB
-from ..llamacpp import FASTEST_DECODE, FIT_MARGIN, NEWER, REQUEST_RISK, RISK, SLOWER
+from ..llamacpp import FIT_MARGIN
 from ..machine import THIS
 from ..models import published_preset
 from .args import (
@@ -126,11 +126,6 @@ def _gain(x: float | None) -> str:
     return "" if x is None else f"; x{x:.2f} over the default"
 
 
-#: the offers printed beside the command by default, with a newer build's (the plain placement
-#: is --explain's)
-ACTED_ON = (RISK, SLOWER, FASTEST_DECODE, REQUEST_RISK)
-
-
 def _runtime_lines(a: RuntimeAnswer, explain: bool = False) -> list[str]:
     """One runtime's answer: the command, its build, request and speed, the default's, the
     commands offered beside it and how sure; ``explain`` adds what the answer rests on (the
@@ -152,8 +147,7 @@ def _runtime_lines(a: RuntimeAnswer, explain: bool = False) -> list[str]:
                                              f"; x{dr.request_s / r.request_s:.2f} faster request")
     lines.append(f"  default: {default}{gain}")
     for alt in a.alternatives:
-        if not explain and a.runtime == "llama.cpp" and alt.label not in ACTED_ON \
-                and not alt.label.startswith(NEWER):
+        if not explain and not alt.acted_on:      # the answer's kinds say which are acted on
             continue
         speed = "" if alt.speed is None else f": {tps(alt.speed)}"
         note = f" ({alt.note})" if alt.note else ""

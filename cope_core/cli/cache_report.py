@@ -14,7 +14,8 @@ from ..llamacpp import (
     CACHE_LABEL,
     CLASS_LRU_CANDIDATE,
     CacheRecord,
-    baseline_of,
+    LlamaAnswer,
+    llamacpp_answer,
     llamacpp_record,
     row_spread,
 )
@@ -62,7 +63,14 @@ def cache_search(args: argparse.Namespace, trace: Trace, profile: Profile,
 
 
 
-def text_lines(rec: CacheRecord | None, trace: Trace, cpu_threads: int,
+def answer_of(rec: CacheRecord | None, trace: Trace, K: int, cpu_threads: int
+              ) -> LlamaAnswer | None:
+    """llama.cpp's answer at this prediction's budget, made once for the text and the JSON."""
+    return None if not rec else llamacpp_answer(rec, trace.model, cpu_threads,
+                                                experts_per_layer=K)
+
+
+def text_lines(rec: CacheRecord | None, answer: LlamaAnswer | None, trace: Trace,
                explain: bool = False) -> list[str]:
     """The llama.cpp section of ``cope predict``: what to run, or with ``explain`` the search in
     words."""
@@ -70,13 +78,14 @@ def text_lines(rec: CacheRecord | None, trace: Trace, cpu_threads: int,
         return []
     return ["", f"{CACHE_LABEL} (llama.cpp b11480+), at {rec.expert_budget_gib:.2f} GiB for routed "
                 "experts:"] + [line.lstrip("# ") if line.startswith("#") else line
-                               for line in cache_lines(rec, trace.model, cpu_threads,
+                               for line in cache_lines(answer, rec, trace.model,
                                                        explain=explain)[:-1]]
 
 
-def json_rows(rec: CacheRecord | None, trace: Trace, K: int, cpu_threads: int
-              ) -> list[dict[str, Any]]:
-    """One object per cache candidate (its fastest configuration), after the matrix's."""
+def json_rows(rec: CacheRecord | None, answer: LlamaAnswer | None, trace: Trace, K: int,
+              cpu_threads: int) -> list[dict[str, Any]]:
+    """One object per cache candidate (its fastest configuration), after the matrix's; the
+    first carries llama.cpp's default (facts) and the answer (what to run)."""
     if not rec:
         return []
     g = trace.model
@@ -88,7 +97,8 @@ def json_rows(rec: CacheRecord | None, trace: Trace, K: int, cpu_threads: int
         out.append({
             "candidate": b.candidate, "runtime": "llama.cpp", "label": CACHE_LABEL,
             "experts_per_layer": K, "estimator": "cope", "build": b.build,
-            "flags": b.flags(g.dense_layers + g.n_layers, cpu_threads).text(),
+            "flags": rec.assumed.spell(b.flags(g.dense_layers + g.n_layers,
+                                               cpu_threads)).text(),   # the build's spelling
             "n_cpu_moe": b.n_cpu_moe, "cache_mib": b.cache_mib,
             "cpu_share": b.cpu_share, "slots": b.slots, "tpot_us": b.tpot_us,
             "tpot_ci_us": versus[0]["tpot_ci_us"] if i == 0 else None,
@@ -100,7 +110,9 @@ def json_rows(rec: CacheRecord | None, trace: Trace, K: int, cpu_threads: int
                 "rule_spread_us": None if (ends := row_spread(rec, b)) is None
                 else [r.tpot_us for r in ends]}
                if b.candidate == CLASS_LRU_CANDIDATE else {})})
-    base = baseline_of(rec)
+    base = None if answer is None else answer.baseline
     if out and base is not None:
         out[0]["default_fit"] = base.to_dict()
+    if out and answer is not None:
+        out[0]["answer"] = answer.to_dict()
     return out

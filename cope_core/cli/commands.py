@@ -233,8 +233,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
                  draws=check_draws(args.draws), seed=args.seed, raw_samples=raw)
     rec = cache_report.cache_search(args, trace, profile, cal, df, ks, raw)
     threads = int(df.attrs["cpu_threads"])
+    answer = cache_report.answer_of(rec, trace, ks[0], threads)     # made once, rendered twice
     if args.json:
-        print_json(prediction_json(df) + cache_report.json_rows(rec, trace, ks[0], threads))
+        print_json(prediction_json(df) + cache_report.json_rows(rec, answer, trace, ks[0],
+                                                                 threads))
         return 0
     g = trace.model
     kind = ("ANALYTIC (what-if from published specs, not measured)" if profile.analytic
@@ -249,7 +251,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(format_table(df))
     else:
         print(format_sweep(df))
-    print("\n".join(cache_report.text_lines(rec, trace, threads, args.explain)))
+    print("\n".join(cache_report.text_lines(rec, answer, trace, args.explain)))
     return 0
 
 

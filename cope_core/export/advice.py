@@ -17,8 +17,8 @@ from .upgrades import Upgrade
 
 def request_fields(r: RequestSetting | None) -> dict[str, Any]:
     """The request's figures ``--json`` gives an answer (each None when not priced)."""
-    keys = ("prompt_tokens_per_s", "ttft_s", "decode_tokens_per_s", "request_s", "ubatch",
-            "batch")
+    # decode is the answer's tokens_per_s (at the request's depth): one key, one figure
+    keys = ("prompt_tokens_per_s", "ttft_s", "request_s", "ubatch", "batch")
     return dict.fromkeys(keys) if r is None else {k: r.summary()[k] for k in keys}
 
 
@@ -49,10 +49,13 @@ class Alternative:
     speed: Speed | None
     note: str = ""
     request: RequestSetting | None = None
+    kind: str = ""              # llama.cpp's offers: the answer's Kind, in lower case
+    acted_on: bool = True       # printed beside the command without --explain
 
     def to_dict(self) -> dict[str, Any]:
         sp = self.speed
-        return {"label": self.label, "command": self.command, "note": self.note,
+        return {"label": self.label, "kind": self.kind or None, "command": self.command,
+                "note": self.note,
                 "tokens_per_s": None if sp is None else sp.tokens_per_s,
                 "tokens_per_s_interval": None if sp is None else sp.tokens_per_s_interval,
                 **request_fields(self.request)}

@@ -33,16 +33,14 @@ from ..estimate.cpu_only import cpu_only_price
 from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
 from ..llamacpp import (
     FIT_MARGIN,
-    FIT_NAME,
     Build,
-    LlamaFlags,
+    LlamaAnswer,
     Offer,
     Request,
-    baseline_of,
     build_lines,
+    cpu_only_answer,
     latest,
     llama_settings,
-    llamacpp_answer,
 )
 from ..machine import Machine
 from ..matrix import LAYER_PARTITION
@@ -175,8 +173,19 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
         request.depth if request is not None else float(trace.context.mean()))
     winner = (policy.candidate, _speed(policy, policy.candidate))
     return Advice(model, machine, float(vram_gib), source, K, context, routing, answers, winner,
-                  policy, llamacpp_default(policy, cpu_default)[1], weights_source, build,
+                  policy, _default_at_trace(policy, cpu_default), weights_source, build,
                   request, helps)
+
+
+def _default_at_trace(policy: Policy, cpu_default: Speed | None) -> Speed | None:
+    """llama.cpp's default at the trace's context, where the Policy Matrix's winner is priced
+    (the two compared at one operating point)."""
+    answer = policy.llamacpp_answer
+    base = None if answer is None else answer.baseline
+    if base is not None and base.default.status == "cpu":
+        return cpu_default
+    return None if base is None or base.tpot_us is None else Speed(base.tpot_us,
+                                                                   base.tpot_ci_us)
 
 
 def _speed(policy: Policy, candidate: str) -> Speed:
@@ -205,43 +214,40 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int,
     request, explain, host_layers = None, tuple[str, ...](), None
     command = r.lead
     alternatives: list[Alternative] = []
-    if runtime == "llama.cpp" and rec is not None and policy.chosen_by == "best":
-        # the llama.cpp text leads with the answer llama.cpp itself can run
-        answer = llamacpp_answer(rec, policy.model, policy.cpu_threads, build)
+    answer = policy.llamacpp_answer if runtime == "llama.cpp" and policy.chosen_by == "best" \
+        else None
+    if answer is not None:
+        # the llama.cpp text leads with the answer llama.cpp itself can run, made once
         first = answer.recommended
         command, runs, request = first.command(), first.runs, first.request
-        host_layers = _host_layers(policy, first)
-        speed = None if first.tpot_us is None else Speed(first.tpot_us, first.tpot_ci_us)
+        host_layers = first.host_layers
+        speed = _offer_speed(first)
         notes += answer.notes
-        alternatives += [Alternative(o.label, o.command(),
-                                     None if o.tpot_us is None else Speed(o.tpot_us, o.tpot_ci_us),
-                                     o.note, o.request) for o in answer.alternatives]
+        alternatives += [_alternative(o) for o in answer.alternatives]
         explain = tuple(line.lstrip("# ").rstrip() for line in
-                        cache_lines(rec, policy.model, policy.cpu_threads, answer,
-                                    explain=True)[:-1])
+                        cache_lines(answer, rec, policy.model, explain=True)[:-1])
+        if first.flags.n_ctx is not None:
+            # the command carries -c: the note to add it is said of the other runtimes
+            notes = [n for n in notes if not n.startswith("add -c ")]
     what, default = runtime_default(policy, runtime, cpu_default)
     if runs is None:
         notes.append(f"{get_format(runtime).label}'s setting is outside the Policy Matrix: not "
                      "predicted")
     said = next(iter(build_lines(rec, build)), None) if runtime == "llama.cpp" else None
-    default_request = None if rec is None or rec.request is None else rec.request.of("default")
+    default_request = None if answer is None or answer.default is None \
+        else answer.default.request
     return RuntimeAnswer(runtime, command, runs, speed, what, default, tuple(notes), r.files,
                          tuple(alternatives), said, request, default_request, explain,
                          host_layers, detail)
 
 
-def _host_layers(policy: Policy, offer: Offer) -> float:
-    """MoE layers' worth of routed experts an offer leaves in host memory: its request's
-    setting's, fit's placement's for the default, else its ``--n-cpu-moe`` blocks less the
-    dense prefix (a MoE-cache configuration counted with its whole host layers)."""
-    rec = policy.llamacpp_cache
-    if offer.request is not None:
-        return offer.request.host_layers
-    if offer.runs == FIT_NAME and rec is not None and rec.default_fit is not None:
-        return rec.default_fit.host_layers
-    blocks = offer.flags.n_cpu_moe if offer.flags.n_cpu_moe is not None else \
-        len(offer.flags.cpu_blocks or ())
-    return float(max(blocks - policy.model.dense_layers, 0))
+def _offer_speed(o: Offer) -> Speed | None:
+    return None if o.tpot_us is None else Speed(o.tpot_us, o.tpot_ci_us)
+
+
+def _alternative(o: Offer) -> Alternative:
+    return Alternative(o.label, o.command(), _offer_speed(o), o.note, o.request,
+                       o.kind.name.lower(), o.kind.acted_on)
 
 
 def runtime_default(policy: Policy, runtime: str, cpu_default: Speed | None = None
@@ -260,24 +266,22 @@ def runtime_default(policy: Policy, runtime: str, cpu_default: Speed | None = No
 
 def llamacpp_default(policy: Policy, cpu_default: Speed | None = None
                      ) -> tuple[str, Speed | None]:
-    """llama.cpp with no placement flag: the placement ``--fit`` (on by default) chooses at the
-    same budget, priced under the same draws as the best configuration
-    (:func:`cope_core.llamacpp.baseline_of` of the policy's llama.cpp record; a build before
-    ``--fit``: its own default; before b6325 every weight on the CPU, ``cpu_default``'s
-    speed)."""
+    """llama.cpp with no placement flag, and its speed as the answer prices it
+    (:attr:`Policy.llamacpp_answer`'s default, at the answer's operating point): the placement
+    ``--fit`` (on by default) chooses at the same budget; a build before ``--fit``: its own
+    default; before b6325 every weight on the CPU, ``cpu_default``'s speed."""
     f = get_format("llama.cpp")
-    base = baseline_of(policy.llamacpp_cache)
-    if base is None:
+    answer: LlamaAnswer | None = policy.llamacpp_answer
+    base = None if answer is None else answer.baseline
+    if answer is None or base is None:
         return f.default + ": not compared (llama.cpp's search did not run)", None
-    rec = policy.llamacpp_cache
-    assert rec is not None                      # baseline_of gave a baseline
-    head = f.default if rec.assumed.default_kind == "fit" else "no placement flags"
+    head = f.default if answer.build.default_kind == "fit" else "no placement flags"
     what = f"{head}: {base.default.describe()}"
     if base.default.status == "cpu" and cpu_default is not None:
         return f"{what}, priced with every weight on the CPU (cpu_only_price)", cpu_default
-    if base.tpot_us is None:
+    if answer.default is None:
         return f"{what}; not priced: {base.default.why_not_priced}", None
-    return what, Speed(base.tpot_us, base.tpot_ci_us)
+    return what, _offer_speed(answer.default)
 
 
 def _cpu_only(model: ModelGeometry, machine: Machine, order: list[str], context: int,
@@ -286,11 +290,12 @@ def _cpu_only(model: ModelGeometry, machine: Machine, order: list[str], context:
     price = cpu_only_price(model, machine.cpu, machine.memory, machine.threads,
                            float(trace.context.mean()))
     speed = Speed(price.tpot_us, price.tpot_ci_us)
+    one = cpu_only_answer(machine.threads, price.tpot_us, price.tpot_ci_us, latest())
     answers = []
     for r in order:
         if get_format(r).cpu_only:
             answers.append(RuntimeAnswer(
-                r, LlamaFlags.cpu_only(machine.threads).command(), "cpu_only", speed,
+                r, one.recommended.command(), one.recommended.runs, speed,
                 "the same: with no GPU every weight is on the CPU", speed,
                 ("no GPU: nothing to place; priced with every weight and operation on the CPU "
                  "(cope_core/estimate/cpu_only.py)",)))

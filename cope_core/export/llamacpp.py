@@ -27,22 +27,18 @@ from __future__ import annotations
 from ..estimate.speed import tokens_per_s
 from ..geometry import ModelGeometry
 from ..llamacpp import (
-    FASTEST_DECODE,
     FIT_NAME,
-    REQUEST_RISK,
-    RISK,
-    SLOWER,
     CacheRecord,
     CacheVersion,
+    Kind,
     LlamaAnswer,
     LlamaFlags,
+    Offer,
     RequestSetting,
-    baseline_of,
     build_lines,
     cache_note_lines,
     first_build,
     latest,
-    llamacpp_answer,
     share_text,
     spread_text,
 )
@@ -59,35 +55,24 @@ from .common import (
 from .policy import Policy
 
 
-def default_line(rec: CacheRecord | None) -> str | None:
-    """llama.cpp's default (``--fit``) against its best configuration: the sentence every
-    llama.cpp answer leads with (None: no record, or no VRAM budget to fit)."""
-    base = baseline_of(rec)
-    return None if base is None else base.lines()[0] + "."
-
-
-def first_request(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int
-                  ) -> RequestSetting | None:
-    """The request's figures of the command llama.cpp's answer leads with (None: no request
-    priced)."""
-    if rec is None or rec.request is None:
+def lead_sentence(answer: LlamaAnswer | None) -> str | None:
+    """The sentence every surface prints before llama.cpp's command: the rule's verdict in
+    words, then, with a request priced, the command's figures for it (None: nothing to say)."""
+    if answer is None:
         return None
-    return llamacpp_answer(rec, g, cpu_threads).recommended.request
+    parts = [answer.why] if answer.why else []
+    if (r := answer.recommended.request) is not None:
+        parts.append(request_line(r))
+    return " ".join(x[:1].upper() + x[1:] + "." for x in parts) or None
 
 
 def lead_line(policy: Policy) -> str | None:
     """The sentence the llama.cpp export leads with, above its command (``ExportFormat.lead``):
-    with a request priced, how sure the command is for it and its time to first token, decode
-    and request time; else :func:`default_line` of the policy's record."""
-    rec = policy.llamacpp_cache
-    if rec is None or rec.request is None or policy.chosen_by != "best":
-        return default_line(rec)
-    answer = llamacpp_answer(rec, policy.model, policy.cpu_threads)
-    first = answer.recommended.request
-    said = answer.notes[-1][:1].upper() + answer.notes[-1][1:] + "." if answer.notes else ""
-    return (said + " " if said else "") + ("" if first is None else
-                                           request_line(first)[:1].upper()
-                                           + request_line(first)[1:] + ".")
+    :func:`lead_sentence` of the policy's answer when it leads the file (COPE's pick), else
+    None."""
+    if policy.chosen_by != "best":
+        return None
+    return lead_sentence(policy.llamacpp_answer)
 
 
 def request_line(r: RequestSetting) -> str:
@@ -98,41 +83,48 @@ def request_line(r: RequestSetting) -> str:
             f"{r.prompt_tokens + r.gen_tokens:,} tokens of context; {r.request_s:.1f} s in all")
 
 
+def offer_speed(o: Offer) -> str:
+    """An offer's decode speed at the answer's operating point (``55.1 tokens/s [43.5, 69.4]``)."""
+    if o.tpot_us is None:
+        return "not predicted"
+    ci = o.tpot_ci_us
+    return f"{tokens_per_s(o.tpot_us):.1f} tokens/s" + (
+        "" if ci is None else f" [{tokens_per_s(ci[1]):.1f}, {tokens_per_s(ci[0]):.1f}]")
+
+
+def offer_lines(o: Offer) -> list[str]:
+    """An offer as two comment lines: what it is, its speed and why; its command."""
+    note = f"; {o.note}" if o.note else ""
+    request = "" if o.request is None or o.note else f", request {o.request.request_s:.1f} s"
+    return [f"# {o.label} ({offer_speed(o)}{request}{note}):", "# " + o.command()]
+
+
 def _short_lines(answer: LlamaAnswer) -> list[str]:
-    """What a user acts on: how sure the first command is (against the default, for the request
-    when one is priced), the command with its request, and the command offered beside it."""
-    base, first = answer.baseline, answer.recommended
-    if answer.request is not None and answer.notes:
-        lines = ["# " + answer.notes[-1] + "."]
-    else:
-        lines = [] if base is None else ["# " + base.lines()[0] + "."]
-    if first.request is not None:
-        lines.append("# " + request_line(first.request))
-    lines.append(first.command())
+    """What a user acts on: the lead sentence, the command, and the commands offered beside
+    it."""
+    lines = [] if (s := lead_sentence(answer)) is None else ["# " + s]
+    lines.append(answer.recommended.command())
     for o in answer.alternatives:
-        if o.label in (RISK, SLOWER, FASTEST_DECODE, REQUEST_RISK):
-            lines += [f"# {o.label}" + (f" ({o.note})" if o.note else "") + ":",
-                      "# " + o.command()]
+        if o.kind.acted_on:
+            lines += offer_lines(o)
     return lines + ["# (--explain: the search, fit's placement, the cache's sizes)", "#"]
 
 
-def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int,
-                answer: LlamaAnswer | None = None, *, explain: bool = True) -> list[str]:
-    """The lines that lead the llama.cpp export (and close ``cope predict``): the fastest
-    configuration llama.cpp can run at this VRAM, its build, prediction and margins, from a
-    ``llamacpp_cache`` record (none without one), led by llama.cpp's default (``--fit``) and
-    what the configuration gains over it, rendered from its answer
-    (:func:`cope_core.llamacpp.llamacpp_answer`; ``answer``: that answer when the caller has
-    it); ``explain`` False: only what a user acts on (:func:`_short_lines`)."""
-    if not rec:
+def cache_lines(answer: LlamaAnswer | None, rec: CacheRecord | None, g: ModelGeometry, *,
+                explain: bool = True) -> list[str]:
+    """The lines that lead the llama.cpp export (and close ``cope predict``), rendered from its
+    answer (:attr:`cope_core.export.policy.Policy.llamacpp_answer`, or
+    :func:`cope_core.llamacpp.llamacpp_answer` of ``rec``): the search behind it as facts, then
+    the lead sentence, the one command and the commands offered beside it (commented);
+    ``explain`` False: only what a user acts on (:func:`_short_lines`)."""
+    if not rec or answer is None:
         return []
-    answer = answer if answer is not None else llamacpp_answer(rec, g, cpu_threads)
     if not explain:
         return _short_lines(answer)
     base, build = answer.baseline, answer.build
     lead = ["# " + line for line in build_lines(rec)[:1]]
     lead += [] if base is None else ["# " + line for line in base.lines()]
-    best = answer.best_config
+    best = rec.best[0]
     cache = build.has("moe_cache")
     what = ("its own MoE expert cache" if best.cache_mib else
             "no cache: the plain --n-cpu-moe placement is fastest" if cache else
@@ -153,6 +145,7 @@ def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int,
                      f"{best.hits:.1f} hits, {best.uploads:.1f} uploads, "
                      f"{best.cpu_misses:.1f} CPU misses"
                      + (f"; {sp} of its inferred rules" if (sp := spread_text(rec, best)) else ""))
+    at = " at the trace's context" if answer.request is not None else ""
     for v in rec.versus:
         if v.name == FIT_NAME:
             continue                                   # the lead says it
@@ -160,20 +153,9 @@ def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int,
             f" [{v.tpot_ci_us[0] / 1e3:.3f}, {v.tpot_ci_us[1] / 1e3:.3f}]"
         tail = "" if v.cache_faster is None else \
             f"; the configuration above is faster in {share_text(v.cache_faster)} % of draws"
-        label = "this configuration" if v is rec.versus[0] else v.name
-        lines.append(f"# predicted {label}: {v.tpot_us / 1e3:.3f} ms/token{ci} · "
+        label = "the best configuration" if v is rec.versus[0] else v.name
+        lines.append(f"# predicted {label}{at}: {v.tpot_us / 1e3:.3f} ms/token{ci} · "
                      f"{tokens_per_s(v.tpot_us):.1f} tokens/s{tail}")
-    lines += [] if (r := answer.recommended.request) is None else ["# " + request_line(r)]
-    lines.append(answer.recommended.command())
-    if answer.request is not None:      # the request's rule chose: what it offers beside it
-        lines += [x for o in answer.alternatives if o.label in (FASTEST_DECODE, REQUEST_RISK)
-                  for x in (f"# {o.label} ({o.note}):", "# " + o.command())]
-        lines += ["# " + answer.notes[-1]] if answer.notes else []
-    elif answer.keeps_default:
-        # not sure enough (or slower): the first command is the default's, the other a comment
-        assert base is not None
-        lines += [f"# {answer.alternatives[0].label} ({base.gain()}):",
-                  "# " + answer.best.command()]
     if others := rec.best[1:]:
         lines.append("# the fastest of each other kind: " + "; ".join(
             f"{b.candidate} {b.tpot_us / 1e3:.3f} ms (--n-cpu-moe {b.n_cpu_moe}"
@@ -182,33 +164,49 @@ def cache_lines(rec: CacheRecord | None, g: ModelGeometry, cpu_threads: int,
             + (f"; {sp}" if (sp := spread_text(rec, b)) else "") + ")" for b in others))
     lines += ["# " + note for note in cache_note_lines(rec, g)]    # the cliff, the rules' spread
     lines += ["# " + line for line in build_lines(rec)[1:]]        # what a newer build adds
+    # the answer: its sentence, the one command, the offers beside it (the nearest translation
+    # of the Policy Matrix's pick is the export's own section)
+    lines += [] if (s := lead_sentence(answer)) is None else ["# " + s]
+    lines.append(answer.recommended.command())
+    for o in answer.alternatives:
+        if o.kind not in (Kind.NEAREST, Kind.NEAREST_OT):
+            lines += offer_lines(o)
     return lines + ["#"]
 
 
 def render_llamacpp(policy: Policy) -> Rendered:
+    """The llama.cpp file: llama.cpp's answer (one uncommented command) and the Policy Matrix's
+    pick as llama.cpp can place it (commented, with its reason and speed); a candidate the user
+    chose (or a verified winner) leads with its own placement instead, the answer commented
+    after it."""
     plan = policy.layer_plan
     L = policy.model.n_layers
     exact = whole_layer_equivalent(policy)
     rec = policy.llamacpp_cache
-    answer = llamacpp_answer(rec, policy.model, policy.cpu_threads) if rec else None
-    cache = cache_lines(rec, policy.model, policy.cpu_threads, answer)
-    # COPE's pick leads with llama.cpp's best; a candidate the user chose (or a verified winner)
-    # leads with its own line, and the best alternative follows as a comment
+    answer = policy.llamacpp_answer
+    cache = cache_lines(answer, rec, policy.model)
     chosen = policy.chosen_by != "best"
+    leads = bool(cache) and not chosen         # the answer's command leads the file
     lines = header(policy, "llama.cpp") + ([] if chosen else cache)
     summary = ""
     if not exact:
         summary = layer_partition_summary(
             policy, "llama.cpp cannot express {candidate}: it places expert tensors (whole "
                     "layers or projections), never single experts")
+        if leads:
+            assert answer is not None
+            summary = (f"the command above is llama.cpp's own answer ("
+                       f"{_placed(answer.recommended, L)}); " + summary
+                       + " (in the file, commented)")
         lines += [
             f"# llama.cpp CANNOT express {policy.candidate}: GGUF keeps all experts of a layer in "
             "one tensor per projection",
             "# (blk.N.ffn_{gate,up,down}_exps or ffn_gate_up_exps); -ot places tensors, so a "
             "layer's projections can be split, never its experts.",
-            f"# Below: the nearest expressible policy, {LAYER_PARTITION} at the same VRAM "
-            f"({plan.n_gpu} GPU layers: the most whose experts fit K's bytes).",
-            gap_line(policy, LAYER_PARTITION),
+            f"# {'Below' if not leads else 'Commented below'}: the nearest expressible policy, "
+            f"{LAYER_PARTITION} at the same VRAM ({plan.n_gpu} GPU layers: the most whose experts "
+            "fit K's bytes).",
+            gap_line(policy, LAYER_PARTITION) + " (the Policy Matrix's model)",
         ]
     lines += [
         f"# MoE layers on the CPU: {plan.n_cpu} of {L}, the first ones "
@@ -231,18 +229,37 @@ def render_llamacpp(policy: Policy) -> Rendered:
         lines.append("# llama.cpp's own cache of host experts (--moe-cache-mib, b11480+) was not "
                      "searched for this record: re-export to see it")
     build = rec.assumed if rec else latest()
-    short, explicit = (build.spell(f) for f in LlamaFlags.of_plan(plan, policy.cpu_threads))
+    near = {o.kind: o for o in (answer.alternatives if answer else ())}
+    short, explicit = (near[k].flags if k in near else f for k, f in zip(
+        (Kind.NEAREST, Kind.NEAREST_OT),
+        (build.spell(f) for f in LlamaFlags.of_plan(plan, policy.cpu_threads))))
     lines += ["# mainline llama.cpp only: in ik_llama.cpp -fit does not parse and -ncmoe N takes "
               "the LAST N MoE layers (--format ik_llama.cpp)",
               f"# needs a build with -fit (b{first_build('fit')}+, PR #16653; b11434 has it)"
               if build.fit_flag else
-              f"# for llama.cpp {build.label}: no -fit (b{first_build('fit')}+), so none is given",
-              short.command(),
-              "# or the same placement as an explicit tensor override:",
-              explicit.command()]
+              f"# for llama.cpp {build.label}: no -fit (b{first_build('fit')}+), so none is given"]
+    if leads and Kind.NEAREST in near:
+        lines += offer_lines(near[Kind.NEAREST]) + offer_lines(near[Kind.NEAREST_OT])
+    elif leads:                     # no contender at K's placement in the record
+        lines += ["# the layer partition at K:", "# " + short.command(),
+                  "# or the same placement as an explicit tensor override:",
+                  "# " + explicit.command()]
+    else:
+        lines += [short.command(), "# or the same placement as an explicit tensor override:",
+                  "# " + explicit.command()]
     if chosen and cache:
         lines += ["#", f"# The best alternative to the chosen {policy.candidate}, not run above:"]
         lines += [line if line.startswith("#") else "# " + line for line in cache[:-1]]
-    lead = answer.recommended.command() if answer and not chosen else short.command()
+    lead = answer.recommended.command() if answer and leads else short.command()
     return Rendered("llama.cpp", "\n".join(lines) + "\n", exact=exact,
                     deployed=None if exact else LAYER_PARTITION, summary=summary, command=lead)
+
+
+def _placed(o: Offer, n_layers: int) -> str:
+    """Where an offer keeps the routed experts, in words."""
+    if o.host_layers is None:
+        return o.label
+    on_gpu = n_layers - o.host_layers
+    cache = (f", and a {o.flags.cache_mib} MiB cache of the host layers' experts"
+             if o.flags.cache_mib else "")
+    return f"{o.label}: {on_gpu:.4g} of {n_layers} MoE layers' experts on the GPU{cache}"

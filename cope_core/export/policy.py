@@ -12,6 +12,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from ..errors import CopeInputError
 from ..estimate.ranking import fastest_first, runner_up
 from ..files import write_atomic
 from ..geometry import ModelGeometry
-from ..llamacpp import CacheRecord
+from ..llamacpp import CacheRecord, LlamaAnswer, llamacpp_answer
 from ..matrix import CANDIDATE_IDS, get_candidate
 from ..placement import LayerPlan, layer_plan
 
@@ -39,10 +40,8 @@ class Policy:
     Attributes
     ----------
     model : ModelGeometry
-    candidate : str
-        Candidate id (``layer_partition`` or ``RESIDENCY/EXECUTION``).
-    experts_per_layer : int
-        ``K``, expert slots per MoE layer.
+    candidate, experts_per_layer : str, int
+        Candidate id (``layer_partition`` or ``RESIDENCY/EXECUTION``); ``K``, slots per layer.
     resident_experts : tuple of tuple of int
         Per MoE layer, the ``K`` experts of the initial fill, most popular first.
     predictions_us : dict
@@ -59,10 +58,8 @@ class Policy:
         ``best`` (the COPE winner) or ``user``.
     fill : dict
         ``source`` (``calibration`` or ``trace``: the latter is optimistic) and ``by_id``.
-    analytic_profile : bool
-        True when the profile is an analytic what-if rather than measured.
-    estimator_notes : dict
-        Why an estimator was skipped, by estimator.
+    analytic_profile, estimator_notes : bool, dict
+        The profile is an analytic what-if; why an estimator was skipped, by estimator.
     trace : dict
         Summary of the evaluated trace: ``source``, ``prompts``, ``tokens``.
     provenance : dict
@@ -73,14 +70,11 @@ class Policy:
         None) and ``win_probability`` (None for an equivalent candidate); plus
         ``prompts_for_confidence``. Empty for records written before it existed.
     equivalent_to : dict
-        Candidate id -> the earlier candidate that is the same policy on this trace and
-        platform by COPE, or None (:func:`cope_core.estimate.uncertainty.equivalences`); the
-        runner-up is never the chosen candidate's policy
-        (:func:`cope_core.estimate.ranking.runner_up`). Empty (every candidate a policy of its
-        own) for records written before it existed.
+        Candidate id -> the earlier candidate that is the same policy by COPE, or None
+        (:func:`cope_core.estimate.uncertainty.equivalences`; the runner-up is never the chosen
+        candidate's policy); empty in records written before it existed.
     llamacpp_cache : CacheRecord or None
-        llama.cpp's own MoE cache searched at this VRAM
-        (:class:`cope_core.llamacpp.cache_record.CacheRecord`); None when not searched.
+        llama.cpp's space searched at this VRAM; None when not searched.
     path : str or None
         File it was read from, for messages.
     """
@@ -109,6 +103,13 @@ class Policy:
         _check(self, self.path)
 
     # --- derived -----------------------------------------------------------------------------
+    @cached_property
+    def llamacpp_answer(self) -> LlamaAnswer | None:
+        """llama.cpp's answer here, made once and handed to every surface (None: not searched)."""
+        rec = self.llamacpp_cache
+        return None if rec is None else llamacpp_answer(
+            rec, self.model, self.cpu_threads, experts_per_layer=self.experts_per_layer)
+
     @property
     def residency(self) -> str | None:
         c = get_candidate(self.candidate)

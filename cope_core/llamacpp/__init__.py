@@ -20,17 +20,7 @@ one module per concept (docs/design.md#the-code). The rest of the code imports t
 """
 from __future__ import annotations
 
-from .answer import (
-    FASTEST_DECODE,
-    NEWER,
-    REQUEST_RISK,
-    RISK,
-    SLOWER,
-    LlamaAnswer,
-    Offer,
-    llamacpp_answer,
-)
-from .baseline import baseline_of, share_text
+from .answer import Kind, LlamaAnswer, Offer, Verdict, cpu_only_answer, llamacpp_answer
 from .bench_eval import BenchEvaluation, match_bench_rows, score_bench_rows
 from .bench_file import read_llama_bench
 from .bench_record import bench_race_record, is_bench_record, read_bench_record, write_bench_record
@@ -69,19 +59,19 @@ from .request import (
     RequestSetting,
     ttft_by_experts,
 )
+from .rule import share_text
 from .server_log import check_cache_log, read_cache_log
 from .settings import LlamaSettings, llama_settings, n_cpu_moe_memory
 from .vram import read_llama_model
 
 __all__ = [
-    "LATEST_BUILD", "LlamaAnswer", "Offer", "NEWER", "FASTEST_DECODE", "REQUEST_RISK", "RISK",
-    "SLOWER",
+    "LATEST_BUILD", "LlamaAnswer", "Offer", "Kind", "Verdict", "cpu_only_answer",
     "PromptRun", "prompt_time", "selection_rates",
     "Request", "RequestSetting", "ttft_by_experts", "DEFAULT_GEN_TOKENS", "DEFAULT_PROMPT_TOKENS",
     "BUILD_EVIDENCE", "build_rows",
     "CACHE_LABEL", "CLASS_LRU_CANDIDATE", "FIT_MARGIN", "FIT_NAME", "READINGS",
     "TUNER_SHARES", "BenchEvaluation", "BenchSettings", "Build", "CacheConfig", "CacheRecord",
-    "CacheVersion", "LlamaFlags", "LlamaSettings", "baseline_of", "bench_race_record",
+    "CacheVersion", "LlamaFlags", "LlamaSettings", "bench_race_record",
     "build_lines", "cache_layout", "cache_mib_for_bytes", "cache_note_lines", "check_cache_log",
     "cliff_mib", "first_build", "is_bench_record", "latest", "llama_settings", "llamacpp_answer",
     "llamacpp_record", "match_bench_rows", "milestones", "n_cpu_moe_memory", "parse_build",

@@ -1,55 +1,34 @@
 """llama.cpp's default as the baseline of every llama.cpp answer: the placement ``--fit`` (on by
-default) chooses, priced like every other configuration, what the best configuration gains over
-it, and the one rule (with its words) for whether that gain is sure enough to paste our flags
-(docs/design.md#llamacpp-fit).
+default) chooses, priced like every other configuration, and what the best configuration gains
+over it, as facts (docs/design.md#llamacpp-fit). Whether that gain is worth pasting our flags is
+the rule's (:mod:`.rule`), applied once by :mod:`.answer`.
 
 A user who types ``llama-server -m model.gguf`` gets fit's placement
 (:func:`~cope_core.llamacpp.fit.fit`). Our flags switch it off: ``-fit off`` does, and
 so does any of ``--n-cpu-moe``, ``-ot`` or an explicit ``-ngl`` on its own (fit aborts its
-placement when the user set one, common/fit.cpp l. 461-486 of b11434). So the answer says
-whether pasting them is worth it: the gain and the share of paired draws the best
-configuration is faster in; below :data:`KEEP_LEVEL` the answer is "keep the default"
-(:func:`sure_enough`), and every surface prints that share with :func:`share_text`.
+placement when the user set one, common/fit.cpp l. 461-486 of b11434).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..estimate.uncertainty import LEVEL
 from ..matrix import LAYER_PARTITION
 from .cache_record import CacheRecord
 from .command import LlamaFlags
-from .fit import FIT_NAME, FitDefault
+from .fit import FIT_NAME, FitArgs, FitDefault
+from .rule import share_text
 
-#: the best configuration is worth its flags when it is faster in at least this share of the
-#: paired draws (the intervals' level); below it: keep the default
-KEEP_LEVEL = LEVEL
 #: which of our flags switch fit off (common/arg.cpp; common/fit.cpp l. 461-486 of b11434)
 SWITCHES_OFF = ("-fit off switches --fit off; so would --n-cpu-moe, -ot or an explicit -ngl on "
                 "its own (fit then keeps the user's placement)")
 US = 1e6
 
 
-def sure_enough(faster_share: float) -> bool:
-    """The rule: a configuration is recommended over the default only when it is faster in at
-    least :data:`KEEP_LEVEL` of the paired draws."""
-    return faster_share >= KEEP_LEVEL
-
-
-def share_text(x: float) -> str:
-    """A share of draws in percent, as every surface prints it: whole; one decimal, rounded
-    down, where rounding would show the level (95) for a share below it (0.949: "94.9")."""
-    pct = 100.0 * x
-    if not sure_enough(x) and round(pct) >= 100 * KEEP_LEVEL:
-        return f"{math.floor(pct * 10 + 1e-9) / 10:.1f}"
-    return f"{pct:.0f}"
-
-
 @dataclass(frozen=True)
 class FitBaseline:
-    """llama.cpp's default against the best configuration, under the same draws.
+    """llama.cpp's default against the best configuration, under the same draws: facts, no
+    verdict (the rule is :mod:`.rule`'s, applied by :mod:`.answer`).
 
     Attributes
     ----------
@@ -92,26 +71,9 @@ class FitBaseline:
                                                           - 1.0)
 
     @property
-    def keep_default(self) -> bool:
-        """Whether the gain is within the interval: the best configuration is not
-        :func:`sure_enough` (or, without draws, not faster at all)."""
-        if self.tpot_us is None:
-            return False
-        if self.faster_share is None:
-            return self.recommended_tpot_us >= self.tpot_us
-        return not sure_enough(self.faster_share)
-
-    @property
     def same_placement(self) -> bool:
         """fit places the model as the best configuration does (the same prediction)."""
         return self.tpot_us is not None and self.tpot_us == self.recommended_tpot_us
-
-    @property
-    def recommends_default(self) -> bool:
-        """The default's command is the one recommended: the best configuration is not sure
-        enough to be faster (paired draws to say so), or predicted slower."""
-        return (self.keep_default and self.tpot_us is not None
-                and self.faster_share is not None and self.tpot_us != self.recommended_tpot_us)
 
     @property
     def best_is_faster(self) -> bool:
@@ -127,21 +89,9 @@ class FitBaseline:
         g = f"{self.gain_pct:+.1f} %" if self.gain_pct is not None else "faster"
         return g + ("" if self.faster_share is None else ", " + self.faster())
 
-    def verdict(self) -> str | None:
-        """The gain in one clause for a list of notes (None: same placement, or no draws)."""
-        if self.same_placement:
-            who = "--fit places" if self.fit else "the default places"
-            return f"{who} the model the same way: the default needs no flags"
-        if self.faster_share is None:
-            return None
-        keep = ("" if sure_enough(self.faster_share) else
-                ": not sure enough, keep the default" if self.best_is_faster else
-                ": keep the default")
-        return (f"faster than the default in {share_text(self.faster_share)} % of the paired "
-                f"draws{keep}")
-
     def lines(self) -> list[str]:
-        """The answer's lead: the default, the best runnable configuration, the verdict."""
+        """The facts under ``--explain``: the default's placement and speed, the best runnable
+        configuration's, the gain and the share of draws (decode at the trace's context)."""
         d = self.default
         how = "--fit, no placement flag" if self.fit else "no placement flag"
         head = f"llama.cpp's default ({how}) places {d.describe()}"
@@ -152,13 +102,10 @@ class FitBaseline:
                 ([SWITCHES_OFF] if self.fit else [])
         gain = self.gain_pct or 0.0
         share = "" if self.faster_share is None else f" ({self.faster()})"
-        verdict = (f"keep the default ({LlamaFlags.default(d.n_ctx).command()}, no placement "
-                   "flag): the gain is within the interval" if self.keep_default
-                   else "our flags are worth pasting")
         placed = (f"fit's placement: {short_args(d.args)}; {SWITCHES_OFF}" if self.fit else
                   f"the default's placement: {d.args}")
         return [f"{head}: {_speed(self.tpot_us, self.tpot_ci_us)}; {rec}, {gain:+.1f} %"
-                f"{share}: {verdict}", placed]
+                f"{share} (decode at the trace's context)", placed]
 
     def to_dict(self) -> dict[str, Any]:
         return {"default": self.default.to_dict(), "tpot_us": self.tpot_us,
@@ -168,17 +115,14 @@ class FitBaseline:
                 "recommended_ci_us": None if self.recommended_ci_us is None
                 else list(self.recommended_ci_us),
                 "recommended_tokens_per_s": self.recommended_tokens_per_s,
-                "gain_pct": self.gain_pct, "faster_share": self.faster_share,
-                "keep_default": self.keep_default}
+                "gain_pct": self.gain_pct, "faster_share": self.faster_share}
 
 
 def short_args(args: str, keep: int = 2) -> str:
-    """Fit's arguments with the ``-ot`` list cut to its first ``keep`` patterns."""
-    head, sep, pats = args.partition(' -ot "')
-    items = pats.rstrip('"').split(",") if sep else []
-    if len(items) <= keep:
-        return args
-    return f'{head} -ot "{",".join(items[:keep])},…" ({len(items)} patterns)'
+    """Fit's arguments with the ``-ot`` list cut to its first ``keep`` patterns, written from
+    their flags (:meth:`~cope_core.llamacpp.fit.FitArgs.short`; a plain string is read as
+    llama-fit-params' line first)."""
+    return FitArgs.read(args).short(keep)
 
 
 def _speed(tpot_us: float, ci: tuple[float, float] | None) -> str:

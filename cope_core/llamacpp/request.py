@@ -27,6 +27,7 @@ from ..placement import layer_plan
 from ..platforms import PlatformSpec
 from .builds import Build
 from .prompt import PromptRun, prompt_time
+from .rule import surely_faster
 from .settings import LlamaSettings, n_cpu_moe_memory
 from .vram import N_UBATCH
 
@@ -141,10 +142,11 @@ class RequestSetting:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def summary(self) -> dict[str, Any]:
-        """The figures ``--json`` gives each answer."""
+        """The figures ``--json`` gives each answer (its decode is the answer's
+        ``tokens_per_s``, one key for one figure)."""
         return {"prompt_tokens": self.prompt_tokens, "gen_tokens": self.gen_tokens,
                 "prompt_tokens_per_s": self.prompt_tokens_per_s, "ttft_s": self.ttft_s,
-                "decode_tokens_per_s": self.decode_tokens_per_s, "request_s": self.request_s,
+                "request_s": self.request_s,
                 "ubatch": self.n_ubatch, "batch": self.n_batch}
 
 
@@ -167,8 +169,8 @@ class RequestRecord:
     @staticmethod
     def surely_faster(a: RequestSetting, b: RequestSetting) -> bool:
         """Whether ``a`` serves the request faster than ``b`` at its slowest bound and ``b``'s
-        fastest."""
-        return a.bounds()[1] < b.bounds()[0]
+        fastest (the rule, :func:`~cope_core.llamacpp.rule.surely_faster`)."""
+        return surely_faster(a.bounds(), b.bounds())
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.request.to_dict(), "settings": [s.to_dict() for s in self.settings]}
