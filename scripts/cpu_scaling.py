@@ -71,6 +71,7 @@ def run() -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from llama_tools import write_tiny_moe
 
+    from cope_core.llamacpp import LlamaFlags
     from cope_core.mechanisms.probe import probe_host_memory
     bench, quantize = _bin("llama-bench"), _bin("llama-quantize")
     env = dict(os.environ, LD_LIBRARY_PATH=str(bench.parent))
@@ -83,10 +84,12 @@ def run() -> None:
                 model = Path(tmp) / f"{qtype}.gguf"
                 subprocess.run([str(quantize), str(f16), str(model), qtype], env=env,
                                check=True, capture_output=True)
-                out = subprocess.run(
-                    [str(bench), "-m", str(model), "-p", "0", "-n", "64", "-r", "5", "-t",
-                     ",".join(map(str, threads)), "-o", "jsonl"], env=env, check=True,
-                    capture_output=True, text=True).stdout
+                # every thread count in one run (-t 1,2,...,N), decode only
+                cmd = LlamaFlags.bench_command(
+                    bench, model, LlamaFlags.sweep([LlamaFlags(threads=t) for t in threads]),
+                    n_prompt=0, n_gen=64, repetitions=5, output="jsonl")
+                out = subprocess.run(cmd, env=env, check=True, capture_output=True,
+                                     text=True).stdout
                 nbytes = token_bytes(model)
                 for line in out.splitlines():
                     r = json.loads(line)

@@ -41,11 +41,22 @@ from scipy.optimize import least_squares
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "results" / "vulkan-pp.json"
 START, END = "<!-- vulkan-pp:start -->", "<!-- vulkan-pp:end -->"
-BENCH_ARGS = ["-p", "512", "-n", "0", "-r", "1", "-t", "2", "-ngl", "99", "-ncmoe", "0,2,4",
-              "-ub", "32,128,512", "-nopo", "0,1", "-o", "jsonl"]
+#: the grid llama-bench runs: host layers (-ncmoe), -ub and op offload
+GRID = {"n_cpu_moe": (0, 2, 4), "n_ubatch": (32, 128, 512), "op_offload": (True, False)}
 #: the rows the device's FLOP rate and launch cost are taken from: every weight on the device,
 #: op offload on, -ub 128 and 512 (host layers, -ub, op offload)
 CALIBRATION = ((0, 128, False), (0, 512, False))
+
+
+def bench_command(bench: str | Path, model: str | Path) -> list[str]:
+    """The one llama-bench run, written by the command builder: a 512-token prompt once on 2
+    threads, every layer on the device, every configuration of :data:`GRID` (``-ncmoe 0,2,4
+    -ub 32,128,512 -nopo 0,1``), one JSON line per test."""
+    from cope_core.llamacpp import LlamaFlags
+    grid = [LlamaFlags(n_gpu_layers=99, threads=2, n_cpu_moe=n, n_ubatch=ub, op_offload=o)
+            for n in GRID["n_cpu_moe"] for ub in GRID["n_ubatch"] for o in GRID["op_offload"]]
+    return LlamaFlags.bench_command(bench, model, LlamaFlags.sweep(grid), n_prompt=512, n_gen=0,
+                                    repetitions=1, output="jsonl")
 
 
 def write_model(path: Path) -> Path:
@@ -89,7 +100,7 @@ def run() -> None:
         # progress is the line count of the partial file
         partial = DATA.with_suffix(".jsonl.partial")
         with open(partial, "w") as out:
-            subprocess.run([str(bench), "-m", str(model), *BENCH_ARGS], env=env, check=True,
+            subprocess.run(bench_command(bench, model), env=env, check=True,
                            stdout=out, stderr=subprocess.DEVNULL)
         rows = [json.loads(line) for line in partial.read_text().splitlines() if line.strip()]
         partial.unlink()
@@ -97,7 +108,7 @@ def run() -> None:
         r["model_filename"] = "/tmp/moe.gguf"
     record = {"what": "scripts/vulkan_pp.py --run", "when": time.strftime("%Y-%m-%d"),
               "host": platform.processor() or platform.machine(),
-              "llama_bench": ["llama-bench", "-m", "moe.gguf", *BENCH_ARGS],
+              "llama_bench": bench_command("llama-bench", "moe.gguf"),
               "bench_seconds": round(time.time() - t0, 1),
               "copy_bandwidth": copy_bw, "cpu": dataclasses.asdict(m.cpu),
               "memory": dataclasses.asdict(m.memory), "threads": m.threads, "rows": rows}

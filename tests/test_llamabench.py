@@ -262,6 +262,13 @@ BAD = [
     ("| model | size | test | t/s |\n| --- | ---: | ---: | ---: |\n"
      "| qwen3moe | 6.65 MiB | xx8 | 1.00 ± 0.10 |\n", "field 'test': line 3: expected pp<N>"),
     ("| model | size | t/s |\n|---|---|---|\n", "field 'test': line 1: missing column"),
+    # a batch of no tokens (issue 70): markdown shows -ub and -b when not the defaults
+    ("| model | size | n_ubatch | test | t/s |\n| --- | ---: | ---: | ---: | ---: |\n"
+     "| qwen3moe | 6.65 MiB | 0 | tg8 | 1.00 ± 0.10 |\n",
+     "field 'n_ubatch': line 3: expected a whole number >= 1, got '0'"),
+    ("| model | size | n_batch | test | t/s |\n| --- | ---: | ---: | ---: | ---: |\n"
+     "| qwen3moe | 6.65 MiB | -2048 | tg8 | 1.00 ± 0.10 |\n",
+     "field 'n_batch': line 3: expected a whole number >= 1, got '-2048'"),
 ]
 
 
@@ -279,7 +286,12 @@ def test_bad_files_are_one_line_naming_file_line_and_field(tmp_path, text, where
     ("n_gen", "eight", "expected a whole number"), ("avg_ts", 0, "> 0"),
     ("avg_ts", "nan", "finite"), ("tensor_buft_overrides", "exps", "pattern=BUFFER"),
     ("tensor_buft_overrides", "exps(=CPU", "regular expression"),
-    ("no_kv_offload", "yes", "true/false")])
+    ("no_kv_offload", "yes", "true/false"),
+    # counts out of range (issue 70): no negative tokens, no empty batch
+    ("n_prompt", -1, "expected a whole number >= 0, got -1"),
+    ("n_gen", "-8", "expected a whole number >= 0, got '-8'"),
+    ("n_ubatch", 0, "expected a whole number >= 1, got 0"),
+    ("n_batch", -512, "expected a whole number >= 1, got -512")])
 def test_bad_fields_of_a_real_row(tmp_path, field, value, expected, tiny, capsys):
     obj = json.loads((DATA / "offload.jsonl").read_text().splitlines()[0])
     obj[field] = value

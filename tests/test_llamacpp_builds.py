@@ -3,6 +3,7 @@ every spelling ``--llamacpp`` takes and every bad value, the flags a build is gi
 ``cope advise`` answering for the build a user runs."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from llama_tools import LLAMA, missing_runtime
 
+from cope_core.cli.args import llamacpp_build
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.llamacpp import Build, LlamaFlags, first_build, latest, parse_build
@@ -115,6 +117,16 @@ def test_a_bad_build_is_one_line_naming_what_is_taken(text, says):
     with pytest.raises(CopeInputError, match=r"--llamacpp") as exc:
         parse_build(text)
     assert says in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("given", ["", "  "])
+def test_an_empty_build_name_is_refused_not_read_as_the_default(capsys, given):
+    """``--llamacpp ""`` is one line naming the flag (exit 2), not the newest build."""
+    assert main(["advise", *README_MACHINE, "--llamacpp", given]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert err.startswith("cope: error: field '--llamacpp': ") and "empty name" in err
+    assert llamacpp_build(argparse.Namespace(llamacpp=None)) == latest()   # not taken: latest
 
 
 def _tool(out: str):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ from cope_core.llamacpp import LlamaFlags
 from cope_core.llamacpp.command import (
     EXPERT_TENSORS,
     FIT_EXPERT_TENSORS,
+    FIT_OVERFLOW,
+    IK_EXPERT_TENSORS,
     all_layers,
     block_pattern,
     n_cpu_moe_patterns,
@@ -95,7 +98,9 @@ def test_llama_bench_runs_and_their_server_line():
               st.integers(1, 256), st.integers(0, 200)),
     st.builds(lambda t: LlamaFlags.cpu_only(t), st.integers(1, 256)),
     st.builds(lambda m, t: LlamaFlags(fit=True, fit_margin_mib=m, threads=t),
-              st.integers(0, 1 << 16), st.integers(1, 256))))
+              st.integers(0, 1 << 16), st.integers(1, 256)),
+    st.builds(lambda t, u, o: LlamaFlags(threads=t, n_ubatch=u, op_offload=o),
+              st.integers(1, 256), st.integers(1, 4096), st.booleans())))
 def test_a_bench_run_reads_back_to_its_settings(flags):
     assert LlamaFlags.from_bench_argv(flags.argv("bench")) == flags
 
@@ -109,21 +114,27 @@ def _pattern_literals(path: Path) -> list[str]:
             and isinstance(n.body[0].value, ast.Constant)}
     return [n.value for n in ast.walk(tree)
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
-            and re.search(r"_\(ch\|\)exps", n.value)]
+            and re.search(r"_\(ch\|\)exps|_exps\\\.\(weight|ffn_\w*\(|ffn_down\.\*", n.value)]
 
 
 def test_the_tensor_pattern_is_written_once():
-    """Only the command builder spells llama.cpp's routed-expert pattern (its two upstream
-    spellings); every other module builds on it."""
+    """Only the command builder spells a tensor pattern of the llama.cpp family (mainline's and
+    fit's routed experts, fit's partial layers, ik_llama.cpp's experts); every other module
+    builds on it."""
     found = {str(p.relative_to(ROOT)): lits for p in (ROOT / "cope_core").rglob("*.py")
              if (lits := _pattern_literals(p))}
     assert set(found) == {"cope_core/llamacpp/command.py"}, found
-    assert sorted(found["cope_core/llamacpp/command.py"]) == sorted([EXPERT_TENSORS,
-                                                                     FIT_EXPERT_TENSORS])
+    assert sorted(found["cope_core/llamacpp/command.py"]) == sorted(
+        [EXPERT_TENSORS, FIT_EXPERT_TENSORS, IK_EXPERT_TENSORS,
+         *(v for k, v in FIT_OVERFLOW.items() if k != "moe")])
 
 
 def test_the_batch_flags():
     f = LlamaFlags(n_gpu_layers=99, n_cpu_moe=20, n_batch=4096, n_ubatch=2048, op_offload=False)
     assert f.text() == "-ngl 99 --n-cpu-moe 20 -b 4096 -ub 2048 --no-op-offload"
+    # llama-bench takes them too, op offload as -nopo 1, after the flags it always had
+    assert f.argv("bench") == ["-ngl", "99", "-ncmoe", "20", "-b", "4096", "-ub", "2048",
+                               "-nopo", "1"]
+    assert LlamaFlags.from_bench_argv(f.argv("bench")) == replace(f, fit=False)
     with pytest.raises(ValueError, match="llama-bench"):
-        LlamaFlags(n_ubatch=2048).argv("bench")
+        LlamaFlags(n_ctx=4096).argv("bench")

@@ -366,5 +366,7 @@ def llama_settings_from_args(args: argparse.Namespace) -> LlamaSettings:
 
 
 def llamacpp_build(args: argparse.Namespace) -> Build:
-    """The build ``--llamacpp`` names (the newest known where a command does not take it)."""
-    return parse_build(getattr(args, "llamacpp", None) or LATEST_BUILD)
+    """The build ``--llamacpp`` names (the newest known where a command does not take it; an
+    empty name is refused, not read as the default)."""
+    given = getattr(args, "llamacpp", None)
+    return parse_build(LATEST_BUILD if given is None else given)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CopeInputError
+from ..llamacpp import LlamaFlags
 from .cache_runtimes import render_fastllm, render_freetoken
 from .common import Rendered
 from .exllamav3 import DEFAULT_STATS, render_exllamav3
@@ -202,7 +203,7 @@ EXPORT_FORMATS: tuple[ExportFormat, ...] = (
     ExportFormat(
         "ik_llama.cpp", "ik_llama.cpp", "ik_llama.cpp", "8337e4cd3861 (2026-08-15)",
         "ik_llama.cpp flags: -ot of the first MoE layers, or its -ncmoe N (the last N)",
-        "`-ngl 999 -t T -ot 'blk\\.(...)\\.ffn_(up|down|gate|gate_up)_exps\\.(weight|scale)=CPU'` "
+        f"`-ngl 999 -t T -ot '{LlamaFlags.expert_override('(...)', 'ik_llama.cpp')}=CPU'` "
         "(the first MoE layers, exactly), or its own `-ncmoe N` (the **last** N MoE layers, at "
         "the N that fits the same VRAM); no `-fit`",
         "`layer_partition`", _SAME_VRAM, render_ik_llamacpp, advised=True,

@@ -23,12 +23,18 @@ Read in ikawrakow/ik_llama.cpp at 8337e4cd3861406fc04e0854b1409cd1b027fbc9 (2026
 COPE's layer partition keeps the *first* MoE layers on the CPU, so the exact line is an ``-ot``
 override of those blocks (ik_llama.cpp's own pattern, ``\.(weight|scale)``); the ``-ncmoe`` line
 is ik_llama.cpp's own placement, the last layers, at the number that fits the same VRAM
-(:class:`cope_core.placement.LayerFlag` ``IK_LLAMACPP``, docs/design.md#layer-placement).
+(:class:`cope_core.placement.LayerFlag` ``IK_LLAMACPP``, docs/design.md#layer-placement). Both
+lines are written by the one command builder in its ``ik_llama.cpp`` dialect
+(:class:`~cope_core.llamacpp.LlamaFlags`, ``dialect="ik_llama.cpp"``: ``-ngl 999``, ``-ncmoe``,
+the pattern and no ``-fit``), where each difference from mainline is cited.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
+from ..llamacpp import LlamaFlags
 from ..matrix import LAYER_PARTITION
-from ..placement import LayerFlag, describe_blocks, int_set_regex, layer_plan
+from ..placement import LayerFlag, describe_blocks, layer_plan
 from .common import (
     Rendered,
     gap_line,
@@ -39,13 +45,8 @@ from .common import (
 )
 from .policy import Policy
 
-#: the expert tensors ik_llama.cpp's -ncmoe moves (src/llama-load-tensors.cpp @ da2293ded)
-IK_EXPERTS = r"ffn_(up|down|gate|gate_up)_exps\.(weight|scale)"
-
-
-def ik_override(blocks: tuple[int, ...]) -> str:
-    """``-ot`` regex of every routed-expert tensor of exactly ``blocks``."""
-    return rf"blk\.{int_set_regex(blocks)}\.{IK_EXPERTS}"
+#: the runtime's dialect of the command builder
+IK = "ik_llama.cpp"
 
 
 def render_ik_llamacpp(policy: Policy) -> Rendered:
@@ -72,10 +73,10 @@ def render_ik_llamacpp(policy: Policy) -> Rendered:
               "refuses -ot and -ncmoe), and -ncmoe N takes the LAST N",
               "# MoE layers (PR ikawrakow/ik_llama.cpp#2262); the exact placement is the "
               "override of the first ones:"]
-    common = f"-ngl 999 -t {policy.cpu_threads}"
+    # every layer on the GPU (-ngl 999; fit is off there by default: no flag switches it off)
+    common = LlamaFlags.placed(plan.n_blocks, policy.cpu_threads, dialect=IK)
     if plan.n_cpu:
-        exact_ot = ik_override(plan.cpu_blocks)
-        lines.append(f"llama-server -m MODEL.gguf {common} -ot '{exact_ot}=CPU'")
+        lines.append(replace(common, cpu_blocks=plan.cpu_blocks).command())
         own = layer_plan(g, policy.experts_per_layer, LayerFlag.IK_LLAMACPP.side)
         n = own.flag_value(LayerFlag.IK_LLAMACPP)
         same = ("the same number of layers, priced alike" if n == plan.n_cpu else
@@ -83,8 +84,8 @@ def render_ik_llamacpp(policy: Policy) -> Rendered:
                 "in other bytes")
         lines += [f"# or ik_llama.cpp's own placement at the same VRAM: the last {n} MoE layers "
                   f"({describe_blocks(own.cpu_blocks)}) on the CPU, {same}",
-                  f"llama-server -m MODEL.gguf {common} -ncmoe {n}"]
+                  replace(common, n_cpu_moe=n).command()]
     else:
-        lines.append(f"llama-server -m MODEL.gguf {common}")
+        lines.append(common.command())
     return Rendered("ik_llama.cpp", "\n".join(lines) + "\n", exact=exact,
                     deployed=None if exact else LAYER_PARTITION, summary=summary)

@@ -54,6 +54,8 @@ MD_DEFAULTS: dict[str, Any] = {"n_cpu_moe": 0, "tensor_buft_overrides": "none",
                                "no_op_offload": False}
 _INT = ("model_size", "n_threads", "n_gpu_layers", "n_cpu_moe", "n_prompt", "n_gen", "n_depth",
         "n_batch", "n_ubatch", "flash_attn", "build_number")
+#: the least each count may be: tokens may be 0 (a decode-only or prompt-only test), a batch not
+_LEAST = {"n_prompt": 0, "n_gen": 0, "n_batch": 1, "n_ubatch": 1}
 _REQUIRED = ("model_filename", "model_type", "model_size", "n_threads", "n_gpu_layers",
              "tensor_buft_overrides", "n_prompt", "n_gen", "avg_ts", "stddev_ts")
 #: fields older builds did not write: their flags did not exist, so the value was the default
@@ -246,7 +248,7 @@ def _typed(src: str, line: int, obj: Any) -> BenchRow:
             raise _fail(src, line, f, "missing: expected llama-bench's fields (-o json, jsonl "
                         "or csv)")
     v = {**_OPTIONAL, **obj}
-    ints = {f: _int(src, line, f, v[f]) for f in _INT if f in v}
+    ints = {f: _int(src, line, f, v[f], _LEAST.get(f)) for f in _INT if f in v}
     samples = v.get("samples_ts", [])
     if not isinstance(samples, list):
         raise _fail(src, line, "samples_ts", f"expected a list of numbers, got {samples!r}")
@@ -267,13 +269,18 @@ def _typed(src: str, line: int, obj: Any) -> BenchRow:
         no_op_offload=_bool(src, line, "no_op_offload", v["no_op_offload"]))
 
 
-def _int(src: str, line: int, field: str, value: Any) -> int:
+def _int(src: str, line: int, field: str, value: Any, least: int | None = None) -> int:
+    """A whole number (at least ``least`` when given)."""
+    want = "a whole number" + ("" if least is None else f" >= {least}")
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise _fail(src, line, field, f"expected a whole number, got {value!r}")
+        raise _fail(src, line, field, f"expected {want}, got {value!r}")
     try:
-        return int(value)
+        n = int(value)
     except ValueError:
-        raise _fail(src, line, field, f"expected a whole number, got {value!r}") from None
+        raise _fail(src, line, field, f"expected {want}, got {value!r}") from None
+    if least is not None and n < least:
+        raise _fail(src, line, field, f"expected {want}, got {value!r}")
+    return n
 
 
 def _float(src: str, line: int, field: str, value: Any, *, positive: bool = False) -> float:
@@ -366,8 +373,8 @@ def _md_row(src: str, n: int, cell: dict[str, str], build: str) -> BenchRow:
         n_cpu_moe=_int(src, n, "n_cpu_moe", v["n_cpu_moe"]),
         overrides=_overrides(src, n, v["tensor_buft_overrides"]),
         no_kv_offload=_bool(src, n, "nkvo", v["no_kv_offload"]), type_k=str(v["type_k"]),
-        type_v=str(v["type_v"]), n_batch=_int(src, n, "n_batch", v["n_batch"]),
-        n_ubatch=_int(src, n, "n_ubatch", v["n_ubatch"]),
+        type_v=str(v["type_v"]), n_batch=_int(src, n, "n_batch", v["n_batch"], 1),
+        n_ubatch=_int(src, n, "n_ubatch", v["n_ubatch"], 1),
         flash_attn=_int(src, n, "fa", v["flash_attn"]) if str(v["flash_attn"]).lstrip(
             "-").isdigit() else -1,
         n_prompt=int(test.group(1) or 0), n_gen=int(test.group(2) or 0),

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..errors import CopeInputError
 from .bench_file import BenchRow, parse_llama_bench
+from .command import LlamaFlags
 
 _VERSION = re.compile(r"version:\s*(\S+)\s*\(build\s*(\d+),\s*commit\s*(\S+?)\)")
 _FLAG = re.compile(r"(?<![\w-])(--?[a-z][\w-]*)")
@@ -79,9 +80,10 @@ def probe_bench_build(path: str | os.PathLike, env: Mapping[str, str] | None = N
 
 def bench_command(build: BenchBuild, model: str | os.PathLike, args: Sequence[str], *,
                   repetitions: int, n_gen: int) -> list[str]:
-    """The command line of one decode-only run of ``args`` on ``model``."""
-    return [build.path, "-m", os.fspath(model), "-p", "0", "-n", str(n_gen),
-            "-r", str(repetitions), "-o", "json", *args]
+    """The command line of one decode-only run of ``args`` (:meth:`LlamaFlags.argv`
+    ``("bench")``) on ``model``: ``-p 0 -n N -r R -o json``."""
+    return LlamaFlags.bench_command(build.path, model, args, n_prompt=0, n_gen=n_gen,
+                                    repetitions=repetitions, output="json")
 
 
 def run_bench(build: BenchBuild, model: str | os.PathLike, args: Sequence[str], *,

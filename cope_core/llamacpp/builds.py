@@ -26,7 +26,7 @@ from ..errors import CopeInputError
 from ..geometry import GIB
 from .bench_run import tool_env
 from .command import LlamaFlags
-from .fit import FitDefault
+from .fit import FitArgs, FitDefault
 from .moe_cache import TUNER_SHARES, CacheVersion
 from .vram import N_BATCH, N_UBATCH, LlamaModel, Placement, device_memory
 
@@ -227,6 +227,10 @@ def parse_build(text: str, *, run: Callable[..., subprocess.CompletedProcess] = 
     """``--llamacpp``: ``b10500``, ``10500``, the ``version:`` line a llama.cpp tool prints,
     ``latest`` (default) or ``this`` (the first of :data:`VERSION_TOOLS` on PATH, asked)."""
     t = text.strip()
+    if not t:
+        raise CopeInputError("expected a build (b10500 or 10500), a release (v1.1.1), the line "
+                             "`llama-server --version` prints, 'latest' or 'this', got an empty "
+                             "name", field="--llamacpp")
     if t.lower() == LATEST_BUILD:
         return latest()
     if t.lower() == "this":
@@ -324,11 +328,11 @@ def default_before_fit(build: Build, m: LlamaModel, vram_gib: float, n_ctx: int,
     kind = build.default_kind
     moe = sum(1 for b in range(m.n_layer) if f"blk.{b}.ffn_down_exps.weight" in dict(m.tensors))
     if kind == "cpu":
-        return FitDefault(LlamaFlags(n_gpu_layers=0).text(), "cpu", n_ctx, vram_gib, 0.0, 0.0,
+        return FitDefault(FitArgs(LlamaFlags(n_gpu_layers=0)), "cpu", n_ctx, vram_gib, 0.0, 0.0,
                           float(moe), tuple(range(m.n_layer)), default_words("cpu"))
     used = device_memory(m, Placement(-1, ()), n_ctx, type_k, type_v, n_ubatch=n_ubatch,
                          n_batch=n_batch, op_offload=op_offload).total / GIB
-    every = LlamaFlags(n_gpu_layers=m.n_layer + 1).text()
+    every = FitArgs(LlamaFlags(n_gpu_layers=m.n_layer + 1))
     if used <= vram_gib:
         return FitDefault(every, "fits", n_ctx, vram_gib, 0.0, used, 0.0, (), "")
     return FitDefault(every, "oom", n_ctx, vram_gib, 0.0, used, float(moe),

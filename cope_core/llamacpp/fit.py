@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .command import ALL_EXPERTS, FIT_EXPERT_TENSORS
+from .command import ALL_EXPERTS, FIT_OVERFLOW, LlamaFlags
 from .vram import N_BATCH, N_UBATCH, LlamaModel, Placement, device_memory
 
 GiB = 1 << 30
@@ -38,11 +38,6 @@ GiB = 1 << 30
 FIT_MARGIN = GiB
 #: ``-fitc`` default: the context --fit may cut down to (common/common.h l. 483)
 FIT_MIN_CTX = 4096
-#: the regular expressions fit writes, per layer (fit.cpp l. 493-530)
-_FRACTION = {"attn": r"blk\.{}\.ffn_(gate|up|gate_up|down).*",
-             "up": r"blk\.{}\.ffn_(gate|gate_up|down).*",
-             "gate": r"blk\.{}\.ffn_down.*",
-             "moe": r"blk\.{}" + FIT_EXPERT_TENSORS}
 #: what a user who types no placement flag passes: -ngl -1 (all), no -ot
 DEFAULT = Placement()
 
@@ -85,12 +80,14 @@ class FitResult:
     reason: str
     device_bytes: int
 
-    def args(self) -> str:
+    def flags(self) -> LlamaFlags:
+        """The arguments fit sets: ``-c``, ``-ngl`` and its ``-ot`` patterns to the CPU."""
+        return LlamaFlags(n_ctx=self.n_ctx, n_gpu_layers=self.placement.n_gpu_layers,
+                          cpu_overrides=self.placement.host_patterns)
+
+    def args(self) -> FitArgs:
         """The line llama-fit-params prints (tools/fit-params/fit-params.cpp l. 45-69)."""
-        s = f"-c {self.n_ctx} -ngl {self.placement.n_gpu_layers}"
-        if self.placement.host_patterns:
-            s += ' -ot "' + ",".join(f"{p}=CPU" for p in self.placement.host_patterns) + '"'
-        return s
+        return FitArgs(self.flags())
 
     def host_expert_blocks(self, m: LlamaModel) -> tuple[int, ...]:
         """Blocks whose routed experts (all three projections) are in host memory."""
@@ -104,13 +101,40 @@ class FitResult:
         return tuple(out)
 
 
+class FitArgs(str):
+    """Fit's placement as llama-fit-params prints it (:meth:`LlamaFlags.fit_params_line`), a
+    string that keeps the flags it was written from (:attr:`flags`): what is printed of it,
+    cut or whole, is written from them, never read back out of the text."""
+
+    flags: LlamaFlags
+
+    def __new__(cls, flags: LlamaFlags) -> FitArgs:
+        self = super().__new__(cls, flags.fit_params_line())
+        self.flags = flags
+        return self
+
+    def __getnewargs__(self) -> tuple[LlamaFlags]:  # type: ignore[override]
+        return (self.flags,)            # pickled and copied as its flags
+
+    @classmethod
+    def read(cls, text: str) -> FitArgs:
+        """The line as a record keeps it (:meth:`LlamaFlags.from_fit_params`)."""
+        return text if isinstance(text, FitArgs) else cls(LlamaFlags.from_fit_params(text))
+
+    def short(self, keep: int = 2) -> str:
+        """The line with the ``-ot`` list cut to its first ``keep`` patterns."""
+        n = len(self.flags.cpu_overrides)
+        return str(self) if n <= keep else \
+            f"{self.flags.fit_params_line(keep)} ({n} patterns)"
+
+
 def _placement(hp_ngl: int, layers: _Layers) -> Placement:
     """fit's ``set_ngl_tensor_split_tbo`` for one device (fit.cpp l. 548-586): the partial
     layers are the last ``n_part`` of the ``n_layer`` counted from the output, whose index
     ``hp_ngl`` names no block; the first of them overflows by its fraction, the rest by
     ``moe``."""
     il0 = hp_ngl + 1 - layers.n_layer + layers.n_full
-    pats = tuple(_FRACTION[layers.overflow if il == il0 else "moe"].format(il)
+    pats = tuple(FIT_OVERFLOW[layers.overflow if il == il0 else "moe"].format(il)
                  for il in range(il0, il0 + layers.n_part))
     return Placement(layers.n_layer, pats)
 
@@ -241,8 +265,9 @@ class FitDefault:
 
     Attributes
     ----------
-    args : str
-        The arguments fit sets (llama-fit-params' line).
+    args : FitArgs
+        The arguments fit sets: llama-fit-params' line, written from their flags
+        (``args.flags``: ``-c``, ``-ngl``, the ``-ot`` patterns; a string is read as that line).
     status : str
         :attr:`FitResult.status`; for a build before ``--fit``
         (:func:`~cope_core.llamacpp.builds.default_before_fit`) ``"fits"`` (every layer on the
@@ -266,7 +291,7 @@ class FitDefault:
         included, in host memory: COPE prices only routed experts on the CPU).
     """
 
-    args: str
+    args: FitArgs
     status: str
     n_ctx: int
     free_gib: float
@@ -275,6 +300,14 @@ class FitDefault:
     host_layers: float
     host_blocks: tuple[int, ...]
     why_not_priced: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "args", FitArgs.read(self.args))
+
+    @property
+    def flags(self) -> LlamaFlags:
+        """The arguments fit sets, as data (``-c``, ``-ngl``, ``-ot`` patterns to the CPU)."""
+        return self.args.flags
 
     @property
     def priced(self) -> bool:
@@ -299,7 +332,7 @@ class FitDefault:
         return where or "every layer and expert on the GPU"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "host_blocks": list(self.host_blocks)}
+        return {**self.__dict__, "args": str(self.args), "host_blocks": list(self.host_blocks)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> FitDefault:
