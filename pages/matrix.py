@@ -14,7 +14,7 @@ from cope_core.app import (
     your_machine,
 )
 from cope_core.app.timeline import execution_timeline, layer_partition_timelines
-from cope_core.export.llamacpp import lead_sentence
+from cope_core.export import lead_sentence
 from cope_core.llamacpp import CACHE_LABEL, Verdict
 from cope_core.matrix import CANDIDATE_IDS, EXECUTIONS, LAYER_PARTITION, get_candidate, matrix_table
 

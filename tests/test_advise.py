@@ -13,7 +13,7 @@ from cope_core import parts
 from cope_core.cli.advise_cmd import cmd_advise, quant_of
 from cope_core.cli.main import build_parser, main
 from cope_core.estimate.cpu_only import cpu_only_price
-from cope_core.export.advise import RUNTIMES, advise
+from cope_core.export.advising import RUNTIMES, advise
 from cope_core.geometry import GIB, MIB
 from cope_core.machine import compose_machine
 from cope_core.models import resolve_model

@@ -14,7 +14,7 @@ import pytest
 from cope_core.cli.advise_cmd import _runtime_lines
 from cope_core.cli.cache_report import answer_of, text_lines
 from cope_core.export import render
-from cope_core.export.advise import advise
+from cope_core.export.advising import advise
 from cope_core.export.llamacpp import lead_sentence
 from cope_core.llamacpp import Kind, Request, Verdict
 from cope_core.machine import compose_machine

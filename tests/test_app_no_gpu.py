@@ -13,7 +13,7 @@ from cope_core.app import machine_choice as mc
 from cope_core.app import no_gpu
 from cope_core.app.apptest import open_clean, url_settings
 from cope_core.estimate.cpu_only import cpu_only_price
-from cope_core.export.advise import advise
+from cope_core.export.advising import advise
 from cope_core.machine import compose_machine
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from cope_core.app.apptest import open_unbroken
 from cope_core.export import EXPORT_FORMATS, build_policy
-from cope_core.export.llamacpp import first_request, lead_line
+from cope_core.export.llamacpp import lead_line
 from cope_core.llamacpp import LlamaSettings, Request
 from cope_core.machine import compose_machine
 from cope_core.models import resolve_model
@@ -64,7 +64,7 @@ def test_lead_and_first_request_agree():
     pol = build_policy(tr, analytic_profile(g, m.spec, cpu_threads=[m.threads]), cal,
                        vram_gib=11.0, context=req.tokens, cpu_threads=m.threads,
                        llama=LlamaSettings(n_ctx=req.tokens), request=req)
-    first = first_request(pol.llamacpp_cache, g, pol.cpu_threads)
+    first = pol.llamacpp_answer.recommended.request      # what the Overview shows
     assert first is not None
     lead = lead_line(pol)
     assert lead is not None and f"first token in {first.ttft_s:.1f} s" in lead

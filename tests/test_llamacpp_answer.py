@@ -12,7 +12,7 @@ import pytest
 from cope_core import parquet_io
 from cope_core.cli.advise_cmd import _runtime_lines
 from cope_core.export import build_policy, render
-from cope_core.export.advise import _answer
+from cope_core.export.advising import _answer
 from cope_core.export.llamacpp import cache_lines, lead_sentence
 from cope_core.llamacpp import (
     FIT_NAME,

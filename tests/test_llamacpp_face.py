@@ -62,7 +62,7 @@ def test_the_check_finds_a_deep_import():
         == ["cope_core.llamacpp.fit"]
     assert deep_imports("import cope_core.llamacpp.command as c", "benchmarks.b") \
         == ["cope_core.llamacpp.command"]
-    assert deep_imports("from .llamacpp import cache_lines", "cope_core.export.advise") == []
+    assert deep_imports("from .llamacpp import cache_lines", "cope_core.export.advising") == []
     assert deep_imports("from ..llamacpp import LlamaFlags, share_text", "cope_core.app.v") \
         == []
 

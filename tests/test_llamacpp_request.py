@@ -119,7 +119,7 @@ def test_decode_alone_when_asked(capsys):
 
 
 def test_a_policys_record_keeps_its_request_through_json():
-    from cope_core.export.advise import advise
+    from cope_core.export.advising import advise
     from cope_core.machine import compose_machine
     g = resolve_model("gpt-oss-120b", "MXFP4_MOE")
     out = advise(g, compose_machine(gpu="rtx3090", cpu="ryzen-9-7950x"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from cope_core.export.advise import advise
+from cope_core.export.advising import advise
 from cope_core.export.formats import get_format
 from cope_core.machine import compose_machine
 from cope_core.matrix import LAYER_PARTITION

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 
-from ..export.formats import ExportFormat
+from ..export import ExportFormat
 
 #: What the llama.cpp-family renderers write where the model file goes.
 MODEL_PLACEHOLDER = "MODEL.gguf"

@@ -44,9 +44,10 @@ def verdict(rec: CacheRecord, g: ModelGeometry | None = None) -> str:
     v = [x for x in rec.versus if x.name != FIT_NAME]
     best = rec.best[0]
     ci = v[0].tpot_ci_us
-    head = (f"The search behind it (decode at the trace's context): the fastest configuration "
-            f"is {best.candidate} at {best.tpot_us / 1e3:.3f} ms/token"
-            + ("" if ci is None else f" [{ci[0] / 1e3:.3f}, {ci[1] / 1e3:.3f}]"))
+    head = (f"llama.cpp's best here: {best.candidate} at {best.tpot_us / 1e3:.3f} ms/token"
+            + ("" if ci is None else f" [{ci[0] / 1e3:.3f}, {ci[1] / 1e3:.3f}]")
+            + " (its fastest decode, at the trace's context: the search behind the command "
+              "above)")
     parts = [f"{x.name} {x.tpot_us / 1e3:.3f} ms (the cache faster in "
              f"{share_text(x.cache_faster)} % of draws)" if x.cache_faster is not None
              else f"{x.name} {x.tpot_us / 1e3:.3f} ms" for x in v[1:]]

@@ -2,7 +2,7 @@
 
 There is no placement to choose: every weight sits in host memory and every operation runs on
 the CPU's threads (``llama-server -ngl 0``). The answer is the one ``cope advise --gpu none``
-prints, from the same call (:func:`cope_core.export.advise.advise`, whose CPU-only path prices
+prints, from the same call (:func:`cope_core.export.advising.advise`, whose CPU-only path prices
 with :func:`cope_core.estimate.cpu_only.cpu_only_price`); each page says what of it does not
 apply without a GPU (:data:`PAGES`).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..export.advise import Advice, advise
+from ..export import Advice, advise
 from ..trace.data import Trace
 from .machine_choice import MachineChoice
 

@@ -26,9 +26,9 @@ def _policy_cached(key: str, gib: float, op: tuple[int, float], candidate: str,
             return build_policy(_ds.trace, _ds.profile, _ds.calibration, vram_gib=vram,
                                 context=ctx, cpu_threads=int(op[0]), gpu_share=float(op[1]),
                                 candidate=candidate,
-                                llama=LlamaSettings(n_ctx=max(ctx, request.tokens if request
-                                                              else 0),
-                                                    build=parse_build(llamacpp)),
+                                llama=LlamaSettings(
+                                    n_ctx=ctx if request is None else request.context_for(ctx),
+                                    build=parse_build(llamacpp)),
                                 request=request)
     # a shipped example's policy outlives the server (its llama.cpp search is the slowest step
     # of a first Policy Matrix or Export): never one of an upload or a chosen machine

@@ -1,6 +1,6 @@
 """``cope advise``: the command line to paste for a model on a machine, runtime by runtime, in
 tokens per second (a CLI plugin, see PLUGINS in main.py; the answer is
-:func:`cope_core.export.advise.advise`'s)."""
+:func:`cope_core.export.advising.advise`'s)."""
 from __future__ import annotations
 
 import argparse
@@ -9,8 +9,7 @@ from pathlib import Path
 from .. import parquet_io
 from ..errors import CopeInputError
 from ..estimate.speed import rate
-from ..export.advise import RUNTIMES, Advice, RuntimeAnswer, Speed
-from ..export.llamacpp import request_line
+from ..export import RUNTIMES, Advice, RuntimeAnswer, Speed, request_line
 from ..files import check_writable, print_json, write_atomic
 from ..geometry import GIB
 from ..llamacpp import FIT_MARGIN
@@ -69,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
-    from ..export.advise import advise
+    from ..export import advise
     if args.calibration and not args.trace:
         raise CopeInputError("needs --trace", field="--calibration")
     quant, weights = quant_of(args)

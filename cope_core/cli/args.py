@@ -320,8 +320,8 @@ def request_settings(args: argparse.Namespace) -> dict[str, Any]:
     """llama.cpp's settings and the request (``--prompt-tokens``, ``--gen-tokens``) for its
     record: the context grows to hold the request's tokens."""
     llama, request = llama_settings_from_args(args), request_from_args(args)
-    if request is not None and llama.n_ctx < request.tokens:
-        llama = replace(llama, n_ctx=request.tokens)
+    if request is not None:
+        llama = replace(llama, n_ctx=request.context_for(llama.n_ctx))
     return {"llama": llama, "request": request}
 
 

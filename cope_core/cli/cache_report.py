@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from ..estimate.predict import winner
-from ..export.llamacpp import cache_lines
+from ..export import cache_lines
 from ..llamacpp import (
     CACHE_LABEL,
     CLASS_LRU_CANDIDATE,

@@ -24,11 +24,11 @@ from ..export import (
     EXPORT_FORMATS,
     FORMATS,
     build_policy,
+    epilog,
     get_format,
     read_policy,
     render,
 )
-from ..export.formats import epilog
 from ..files import check_writable, sha256_file, write_atomic
 from ..llamacpp import is_bench_record, read_bench_record
 from ..platforms import resolve_platform

@@ -1,7 +1,7 @@
 """What ``cope advise`` answers, as records: a predicted speed (:class:`Speed`), a command
 offered beside the recommended one (:class:`Alternative`), one runtime's answer
 (:class:`RuntimeAnswer`) and the whole answer (:class:`Advice`), as
-:func:`cope_core.export.advise.advise` makes them."""
+:func:`cope_core.export.advising.advise` makes them."""
 from __future__ import annotations
 
 from dataclasses import dataclass

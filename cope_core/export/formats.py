@@ -104,7 +104,7 @@ class ExportFormat:
         What the app says under the text in place of whether the runtime runs the candidate
         exactly (Markdown; empty: it says that).
     advised : bool
-        ``cope advise`` answers for this runtime (:mod:`cope_core.export.advise`).
+        ``cope advise`` answers for this runtime (:mod:`cope_core.export.advising`).
     default : str
         For ``cope advise``: what the runtime does with no placement flag, in words.
     default_kind : str

@@ -7,9 +7,12 @@ one module per concept (docs/design.md#the-code). The rest of the code imports t
   settings it runs with (``-c``, ``-ctk``/``-ctv``, ``-fitt``): :mod:`.settings`;
 * the one command builder (settings in, argv out; every tensor pattern): :mod:`.command`;
   which build has which flag, cache and default, and the build a user runs: :mod:`.builds`;
-* the answer, made once: llama.cpp's default priced and the rule for whether our flags are
-  worth pasting (:mod:`.baseline`), the recommended command and those beside it
-  (:mod:`.answer`);
+* the answer, made once: llama.cpp's default priced, as facts (:mod:`.baseline`); the prompt
+  model, a prompt's time to first token as llama.cpp evaluates it (:mod:`.prompt`); the request
+  as the objective, priced at each ``-ub`` (:mod:`.request`; the context grows to hold it there,
+  ``Request.context_for``); the one rule for whether our flags lead (:mod:`.rule`); the
+  recommended command, its verdict and the typed offers beside it, every decode figure at one
+  operating point (:mod:`.answer`);
 * its MoE expert cache: the replay port (:mod:`.moe_cache`, kernels in ``_cache_kernels``), the
   size cliff (:mod:`.cache_cliff`), the pricing and search (:mod:`.cache_search`), the class-LRU's
   inferred readings (:mod:`.cache_readings`), the record a policy keeps (:mod:`.cache_record`) and

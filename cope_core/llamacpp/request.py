@@ -65,6 +65,11 @@ class Request:
         """The KV cache the request fills: prompt and answer."""
         return self.prompt_tokens + self.gen_tokens
 
+    def context_for(self, n_ctx: int) -> int:
+        """The context (``-c``) a request needs: ``n_ctx``, grown to hold the prompt and the
+        answer (the one place the context grows; advise, predict, export and the app use it)."""
+        return max(int(n_ctx), self.tokens)
+
     @property
     def depth(self) -> float:
         """The mean context an answer token is decoded at (token i attends to P + i + 1)."""

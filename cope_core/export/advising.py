@@ -124,7 +124,7 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
         raise CopeInputError(f"expected a positive whole number of tokens, got {context!r}",
                              field="--ctx")
     if request is not None:
-        context = max(context, request.tokens)      # the KV cache holds prompt and answer
+        context = request.context_for(context)
     if trace is None:
         trace, calibration = synthetic_inputs(model, seed=seed)
         routing = (f"SYNTHETIC, made in memory as the shipped examples' ({TRACE_PROMPTS} prompts "
