@@ -103,6 +103,9 @@ def test_every_surface_leads_with_the_one_answer(answers, case):
         assert first.tpot_us == pytest.approx(first.request.depth_tpot_us)
         assert la.speed is not None and la.speed.tokens_per_s == pytest.approx(
             first.request.decode_tokens_per_s)
+    # what would help most starts from the command's own decode
+    if adv.helps and la.speed is not None:
+        assert adv.helps[0].base_tokens_per_s == pytest.approx(la.speed.tokens_per_s, rel=0.01)
     # the smallest change: a -b/-ub setting that places as the default adds only those
     if first.kind is Kind.FOR_REQUEST and not first.request.n_cpu_moe \
             and answer.default is not None and not answer.default.host_layers:

@@ -88,6 +88,7 @@ class RuntimeAnswer:
     host_layers: float | None = None    # llama.cpp: MoE layers' experts the command leaves on
                                         # the host (None: another runtime)
     detail: tuple[str, ...] = ()    # notes --explain adds: the nearest policy the runtime runs
+    cache_mib: int = 0              # llama.cpp: the MoE cache the command keeps (0: none)
 
     @property
     def gain_over_default(self) -> float | None:

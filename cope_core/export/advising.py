@@ -58,7 +58,7 @@ from .build import build_policy
 from .formats import EXPORT_FORMATS, get_format, render
 from .llamacpp import cache_lines
 from .policy import Policy
-from .upgrades import upgrades
+from .upgrades import as_fast_as, upgrades
 
 #: The runtimes ``cope advise`` answers for, in the order it prints them.
 RUNTIMES: tuple[str, ...] = tuple(f.name for f in EXPORT_FORMATS if f.advised)
@@ -168,9 +168,13 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
         cpu_default = Speed(price.tpot_us, price.tpot_ci_us)
     answers = tuple(_answer(policy, r, with_files, context, build, cpu_default) for r in order)
     la = next((a for a in answers if a.runtime == "llama.cpp" and a.host_layers), None)
-    helps = () if la is None or la.host_layers is None else upgrades(
-        model, machine, la.host_layers,
-        request.depth if request is not None else float(trace.context.mean()))
+    at = request.depth if request is not None else float(trace.context.mean())
+    host = None if la is None else la.host_layers
+    if la is not None and la.speed is not None and la.cache_mib:
+        # a MoE cache keeps some host experts on the GPU: priced as the plain placement that
+        # decodes as fast, so the lines start from the command's own decode
+        host = as_fast_as(model, machine, la.speed.tpot_us, at)
+    helps = () if host is None else upgrades(model, machine, host, at)
     winner = (policy.candidate, _speed(policy, policy.candidate))
     return Advice(model, machine, float(vram_gib), source, K, context, routing, answers, winner,
                   policy, _default_at_trace(policy, cpu_default), weights_source, build,
@@ -211,7 +215,7 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int,
                      "it there)")
     speed = None if runs is None else _speed(policy, runs)
     rec = policy.llamacpp_cache
-    request, explain, host_layers = None, tuple[str, ...](), None
+    request, explain, host_layers, cache_mib = None, tuple[str, ...](), None, 0
     command = r.lead
     alternatives: list[Alternative] = []
     answer = policy.llamacpp_answer if runtime == "llama.cpp" and policy.chosen_by == "best" \
@@ -220,7 +224,7 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int,
         # the llama.cpp text leads with the answer llama.cpp itself can run, made once
         first = answer.recommended
         command, runs, request = first.command(), first.runs, first.request
-        host_layers = first.host_layers
+        host_layers, cache_mib = first.host_layers, first.flags.cache_mib
         speed = _offer_speed(first)
         notes += answer.notes
         alternatives += [_alternative(o) for o in answer.alternatives]
@@ -238,7 +242,7 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int,
         else answer.default.request
     return RuntimeAnswer(runtime, command, runs, speed, what, default, tuple(notes), r.files,
                          tuple(alternatives), said, request, default_request, explain,
-                         host_layers, detail)
+                         host_layers, detail, cache_mib)
 
 
 def _offer_speed(o: Offer) -> Speed | None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from ..estimate.cpu_only import host_spec, spec_tpot
 from ..estimate.speed import tokens_per_s
 from ..geometry import ModelGeometry
@@ -47,6 +49,21 @@ def _speed(g: ModelGeometry, m: Machine, cpu: CpuPart, memory: MemoryPart, threa
     profile = analytic_profile(g, spec, cpu_threads=[threads])
     return tokens_per_s(float(placement_tpot(profile, g, [host_layers], context,
                                              cpu_threads=threads)[0]))
+
+
+def as_fast_as(g: ModelGeometry, machine: Machine, tpot_us: float, context: float) -> float:
+    """The MoE layers' worth of host experts of the plain placement that decodes in ``tpot_us``
+    at ``context`` on this machine: how a MoE-cache configuration (some host layers' experts
+    cached on the GPU) is priced for what would help, so that the base of its lines is the
+    command's own decode. The plain placement's TPOT rises with its host layers; interpolated
+    between whole layers, clipped to [0, the MoE layers]."""
+    assert machine.gpu is not None and machine.link is not None
+    spec = spec_from_parts(machine.gpu, machine.link, machine.cpu, machine.memory)
+    profile = analytic_profile(g, spec, cpu_threads=[machine.threads])
+    grid = np.arange(g.n_layers + 1, dtype=np.float64)
+    tpot = np.asarray(placement_tpot(profile, g, list(grid), context,
+                                     cpu_threads=machine.threads), np.float64)
+    return float(np.interp(tpot_us, tpot, grid))
 
 
 def upgrades(g: ModelGeometry, machine: Machine, host_layers: float, context: float
