@@ -150,7 +150,10 @@ def test_llamacpp_runs_the_exported_lines_and_moves_exactly_the_cpu_experts(gguf
         want = {t for t in tensors if re.match(r"blk\.(\d+)\.ffn_(gate|up|down|gate_up)_exps\.", t)
                 and int(t.split(".")[1]) in cpu_blocks}
         assert (len(want) > 0) == (len(cpu_blocks) > 0), (family, K)
-        runs = _run_exported(text, gguf)
+        # the file runs one server (the --n-cpu-moe line); its -ot twin is a comment, run too
+        assert len(_run_exported(text, gguf)) == 1
+        twin = text.replace("# llama-server ", "llama-server ")
+        runs = _run_exported(twin, gguf)
         assert len(runs) == 2         # the --n-cpu-moe line and the -ot line
         for code, moved in runs:
             assert code == 0, (family, K)

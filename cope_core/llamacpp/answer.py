@@ -242,7 +242,8 @@ def _others(rec: CacheRecord, g: ModelGeometry, threads: int, build: Build, flag
             cpu_share=n.cpu_share)), n.candidate, *at(n.tpot_us, None, None),
             note=f"{n.gain_pct:+.1f} % over the best {build.label} runs",
             label=f"with llama.cpp {n.build} or newer"))
-    row = next((x for x in rec.versus if x.name.startswith(LAYER_PARTITION)), None)
+    # compare's contender at K's placement (the record's first row may be a layer partition too)
+    row = next((x for x in rec.versus if x.name.startswith(f"{LAYER_PARTITION} at K")), None)
     if near is not None and row is not None:
         plan = near
         short, explicit = (flags(f) for f in LlamaFlags.of_plan(plan, threads))
