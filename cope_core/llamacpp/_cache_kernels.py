@@ -31,6 +31,17 @@ HALF_LIFE = 128.0
 TOKEN_CLOCK, LAYER_CLOCK, LAYER_CLOCK_FIRST = 0, 1, 2
 #: which misses the CPU share takes: the coldest; or the first in the plan (ascending id)
 COLDEST, ASCENDING = 0, 1
+#: 2 ** -c for each class: the victim's score age / 2**c as a product, exact (a power of two)
+_INV_POW2 = np.array([2.0 ** -c for c in range(N_CLASS)])
+#: a score's decay over ``d`` clock ticks, 2 ** (-d / HALF_LIFE), for the ages a trace of a few
+#: thousand tokens has: libm's exp2 was a tenth of the replay. Python's math.exp2 and the
+#: kernels' are the same C library function (tests/test_cache_kernels.py checks it), so a
+#: looked-up value is the one computed; older ages call exp2 (:func:`_decay`)
+_DECAY = np.array([math.exp2(-d / HALF_LIFE) for d in range(4096)])
+#: a float64's mantissa bits; scores within 2**-40 of a power of two (either side) take libm's
+#: log2 (:func:`_class`), whose rounding may land on the power
+_MANT = (1 << 52) - 1
+_EDGE = 1 << 12
 
 
 @numba.njit(forceinline=True, **NJIT)
@@ -100,17 +111,42 @@ def _lru_one(routed, prompt_start, layers, n_cached, group, off, persist, E, cnt
 
 
 @numba.njit(forceinline=True, **NJIT)
-def _use(crf, last, key, clock):
+def _class(v, fbits, ibits):
+    """``min(floor(log2(v)), N_CLASS-1)`` for a score ``v >= 1``, from its exponent bits
+    (``fbits``/``ibits``: one float64 and its int64 view, scratch): libm's log2 was a fifth of
+    the replay. Where ``v`` is within 2**-40 of a power of two log2's rounding may reach the
+    power, so there (and only there) log2 itself decides, as before; 1.0 is class 0 (C99
+    F.9.3.8: log2(1) is +0)."""
+    fbits[0] = v
+    bits = ibits[0]
+    c = (bits >> 52) - 1023
+    if c >= N_CLASS - 1:
+        return N_CLASS - 1
+    mant = bits & _MANT
+    if (mant <= _EDGE or mant >= _MANT - _EDGE) and v != 1.0:
+        return min(int(math.floor(math.log2(v))), N_CLASS - 1)
+    return c
+
+
+@numba.njit(forceinline=True, **NJIT)
+def _decay(d):
+    """``2 ** (-d / HALF_LIFE)`` for ``d`` clock ticks (:data:`_DECAY`)."""
+    if 0 <= d < _DECAY.shape[0]:
+        return _DECAY[d]
+    return math.exp2(-d / HALF_LIFE)
+
+
+@numba.njit(forceinline=True, **NJIT)
+def _use(crf, last, key, clock, fbits, ibits):
     """One use of ``key`` at ``clock``: its score decays by half every HALF_LIFE tokens since its
     last use, then counts this use; returns its class (floor(log2 score), at most N_CLASS-1)."""
     if last[key] >= 0:
-        v = crf[key] * math.exp2(-(clock - last[key]) / HALF_LIFE) + 1.0
+        v = crf[key] * _decay(clock - last[key]) + 1.0
     else:
         v = 1.0
     crf[key] = v
     last[key] = clock
-    c = int(math.floor(math.log2(v)))
-    return min(c, N_CLASS - 1)
+    return _class(v, fbits, ibits)
 
 
 @numba.njit(**NJIT)
@@ -141,6 +177,8 @@ def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E
     miss = np.empty(k, np.int64)
     cold = np.empty(k, np.float64)
     lclk = np.zeros(max(n_cached, 1), np.int64)     # each cached layer's own clock
+    fbits = np.empty(1, np.float64)                 # a score's bits, for _class
+    ibits = fbits.view(np.int64)
     clock = 0
     lookup = 0
     for p in range(P):
@@ -173,7 +211,7 @@ def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E
                         h += 1
                         li = g * N_CLASS + cls_of[s]
                         head[li], tail[li] = list_unlink(prv, nxt, head[li], tail[li], s)
-                        c = _use(crf, last, key, now)
+                        c = _use(crf, last, key, now, fbits, ibits)
                         cls_of[s] = c
                         li = g * N_CLASS + c
                         head[li], tail[li] = list_append(prv, nxt, head[li], tail[li], s)
@@ -188,14 +226,14 @@ def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E
                     # in ASCENDING order all score 0 and the lowest ids go
                     for i in range(m):
                         key = base + miss[i]
-                        cold[i] = (crf[key] * math.exp2(-(now - last[key]) / HALF_LIFE)
+                        cold[i] = (crf[key] * _decay(now - last[key])
                                    if last[key] >= 0 and order == COLDEST else 0.0)
                     for _ in range(n_cpu):
                         b = -1
                         for i in range(m):
                             if miss[i] >= 0 and (b < 0 or cold[i] < cold[b]):
                                 b = i
-                        _use(crf, last, base + miss[b], now)
+                        _use(crf, last, base + miss[b], now, fbits, ibits)
                         miss[b] = -1
                 for i in range(m):
                     if miss[i] < 0:
@@ -215,7 +253,7 @@ def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E
                                 kv = key_of[v]
                                 age = (clock if clock_of == TOKEN_CLOCK else lclk[kv // E]) \
                                     - last[kv]
-                                score = age / (2.0 ** c)
+                                score = age * _INV_POW2[c]
                                 if s < 0 or score > best:
                                     s = v
                                     best = score
@@ -224,7 +262,7 @@ def _classlru_one(routed, prompt_start, layers, n_cached, group, off, persist, E
                         head[li], tail[li] = list_unlink(prv, nxt, head[li], tail[li], s)
                     key_of[s] = key
                     slot_of[key] = s
-                    c = _use(crf, last, key, now)
+                    c = _use(crf, last, key, now, fbits, ibits)
                     cls_of[s] = c
                     li = g * N_CLASS + c
                     head[li], tail[li] = list_append(prv, nxt, head[li], tail[li], s)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -176,10 +177,55 @@ class Placement:
         """Whether the tensor ``name`` is in the GPU's model buffer."""
         if name == "token_embd.weight":
             return False                                      # the input layer stays on host
-        if any(re.search(p, name) for p in self.host_patterns):
+        if any(_compiled(p).search(name) for p in self.host_patterns):
             return False
         b = _BLOCK.match(name)
         return (int(b.group(1)) if b else m.n_layer) >= self.gpu_start(m)
+
+    def device_flags(self, m: LlamaModel) -> tuple[bool, ...]:
+        """:meth:`on_device` of each tensor of ``m.tensors``, in order.
+
+        The searches (every pattern against every name) are what a placement costs, and the
+        callers ask about many placements that share patterns (``--n-cpu-moe N`` is
+        ``--n-cpu-moe N-1``'s list and one more block): each pattern is searched once per
+        table, and each placement's answer is kept (:func:`_device_flags`)."""
+        return _device_flags(tuple(self.host_patterns), self.gpu_start(m), m.n_layer, m.tensors)
+
+
+@lru_cache(maxsize=4096)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    """``re.compile``, kept: ``re.search(pattern, name)`` looks the pattern up in re's own
+    cache on every call, which costs more than the search of a short name."""
+    return re.compile(pattern)
+
+
+@lru_cache(maxsize=16)
+def _names_blocks(tensors: tuple[tuple[str, int], ...]) -> tuple[tuple[str, ...],
+                                                                 tuple[int, ...]]:
+    """The table's names, and each one's block number (-1: not in a block)."""
+    names = tuple(name for name, _ in tensors)
+    return names, tuple(int(b.group(1)) if (b := _BLOCK.match(n)) else -1 for n in names)
+
+
+@lru_cache(maxsize=4096)
+def _pattern_hits(pattern: str, names: tuple[str, ...]) -> frozenset[int]:
+    """The indices of the names ``pattern`` matches anywhere (``re.search``, as llama.cpp's
+    ``std::regex_search``)."""
+    search = _compiled(pattern).search
+    return frozenset(i for i, name in enumerate(names) if search(name))
+
+
+@lru_cache(maxsize=1024)
+def _device_flags(patterns: tuple[str, ...], start: int, n_layer: int,
+                  tensors: tuple[tuple[str, int], ...]) -> tuple[bool, ...]:
+    """:meth:`Placement.on_device` of every tensor of a table (the same rule, by index)."""
+    names, blocks = _names_blocks(tensors)
+    host: set[int] = set()
+    for p in patterns:
+        host |= _pattern_hits(p, names)
+    return tuple(name != "token_embd.weight" and i not in host
+                 and (n_layer if b < 0 else b) >= start
+                 for i, (name, b) in enumerate(zip(names, blocks)))
 
 
 @dataclass(frozen=True)
@@ -258,8 +304,9 @@ def compute_estimate(m: LlamaModel, n_ctx: int, placement: Placement | None = No
     # when the mask (read by every block's attention) is freed: they may reuse its memory
     last = f"blk.{m.n_layer - 1}."
     offloads = op_offload and t >= OP_OFFLOAD_MIN_BATCH
-    copied = [(name.startswith(last), b) for name, b in m.tensors
-              if offloads and name != "token_embd.weight" and not p.on_device(m, name)]
+    on = p.device_flags(m) if offloads else ()
+    copied = [(name.startswith(last), b) for (name, b), dev in zip(m.tensors, on)
+              if name != "token_embd.weight" and not dev]
     before = max((b for at_last, b in copied if not at_last), default=0)
     after = max((b for at_last, b in copied if at_last), default=0)
     mask = 2 * n_kv * t
@@ -283,7 +330,7 @@ def device_memory(m: LlamaModel, placement: Placement, n_ctx: int, type_k: str =
     to ``alignment``), the KV cache of the offloaded blocks, and the compute buffer
     (``compute``, else :func:`compute_estimate` at ``-ub``/``-b`` and op offload)."""
     start = placement.gpu_start(m)
-    on = [b for name, b in m.tensors if placement.on_device(m, name)]
+    on = [b for (_, b), dev in zip(m.tensors, placement.device_flags(m)) if dev]
     model = sum(_pad(b, alignment) for b in on)
     output_on = start <= m.n_layer
     if not m.has_output and output_on:                     # tied embedding: read again
@@ -298,7 +345,7 @@ def device_memory(m: LlamaModel, placement: Placement, n_ctx: int, type_k: str =
 
 def host_model_bytes(m: LlamaModel, placement: Placement) -> int:
     """The weights llama.cpp keeps in host memory (the token embedding at least)."""
-    return sum(b for name, b in m.tensors if not placement.on_device(m, name))
+    return sum(b for (_, b), dev in zip(m.tensors, placement.device_flags(m)) if not dev)
 
 
 def llama_model_of(g: ModelGeometry, n_ctx_train: int = 0) -> LlamaModel:

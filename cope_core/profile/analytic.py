@@ -103,12 +103,39 @@ def drawn_consts(c: Consts, draws: int, rng: np.random.Generator) -> Consts:
                       barrier=c.barrier * f(lat))
 
 
+#: each geometry's expert bytes and the bytes of each stored type summed over its layers, which
+#: every row reads and a geometry recomputes over its layers at each read (a profile's rows read
+#: them a thousand times); kept by identity with the (frozen) geometry itself, so that an id is
+#: never reused while it is kept: hashing a geometry costs as much as the sums
+_SUMS: dict[int, tuple[ModelGeometry, float, tuple[tuple[str, int], ...]]] = {}
+
+
+def _sums(g: ModelGeometry) -> tuple[float, tuple[tuple[str, int], ...]]:
+    """``g.expert_bytes`` and its stored types' bytes over every layer, in layer order."""
+    kept = _SUMS.get(id(g))
+    if kept is not None and kept[0] is g:
+        return kept[1], kept[2]
+    by_type: dict[str, int] = {}
+    for x in g.expert_layers:
+        for t, b in x.projections():
+            by_type[t] = by_type.get(t, 0) + b
+    if len(_SUMS) >= 64:
+        _SUMS.clear()
+    kept = (g, g.expert_bytes, tuple(by_type.items()))
+    _SUMS[id(g)] = kept
+    return kept[1], kept[2]
+
+
+def _expert_bytes(g: ModelGeometry) -> float:
+    return _sums(g)[0]
+
+
 # --- atomic operations (µs) ---------------------------------------------------------------------
 def gpu_experts(g: ModelGeometry, c: Consts, n: int):
     """``n`` routed experts for one token on the GPU: one launch group over the routed ids."""
     if n <= 0:
         return 0.0 * c.launch
-    work = np.maximum(g.expert_flops / c.gpu_flops, g.expert_bytes / c.gpu_bw) * US
+    work = np.maximum(g.expert_flops / c.gpu_flops, _expert_bytes(g) / c.gpu_bw) * US
     return n * work + c.kernels_per_group * c.launch
 
 
@@ -126,20 +153,16 @@ def cpu_expert(g: ModelGeometry, c: Consts):
     ``dtype_bytes`` streams at the 16-bit rate. Unprobed, the kernel's rates are the memory's
     and the per-thread bandwidths (``cpu_mem_bw``, ``cpu_lane_bw``), as before the probe."""
     if not g.expert_layers:
-        stream = g.expert_bytes / np.minimum(c.cpu_stream_bw, c.cpu_dot_bw)
+        stream = _expert_bytes(g) / np.minimum(c.cpu_stream_bw, c.cpu_dot_bw)
         return np.maximum(g.expert_flops / c.cpu_flops, stream) * US
-    by_type: dict[str, int] = {}
-    for x in g.expert_layers:
-        for t, b in x.projections():
-            by_type[t] = by_type.get(t, 0) + b
     stream = sum(b / np.minimum(c.cpu_stream_bw, cpu_efficiency(t) * c.cpu_dot_bw)
-                 for t, b in by_type.items()) / g.n_layers
+                 for t, b in _sums(g)[1]) / g.n_layers
     return np.maximum(g.expert_flops / c.cpu_flops, stream) * US
 
 
 def stage(g: ModelGeometry, c: Consts, n: int):
     """Copy ``n`` experts' weights to the GPU, one transfer each."""
-    return n * (g.expert_bytes / c.copy_bw * US + c.link_latency)
+    return n * (_expert_bytes(g) / c.copy_bw * US + c.link_latency)
 
 
 def act_copy(g: ModelGeometry, c: Consts):
@@ -203,8 +226,8 @@ def prefetch_beside(g: ModelGeometry, c: Consts, cpu: int):
     per = cpu_expert(g, c)
     b = cpu * per                                     # the CPU lane's expert work, alone
     lane = cpu_experts(g, c, cpu) + act_copy(g, c)
-    a = g.expert_bytes / c.copy_bw * US               # the weights' transfer, alone
-    demand = cpu * g.expert_bytes / b + c.copy_bw / US    # bytes per µs
+    a = _expert_bytes(g) / c.copy_bw * US             # the weights' transfer, alone
+    demand = cpu * _expert_bytes(g) / b + c.copy_bw / US    # bytes per µs
     s = np.minimum(1.0, c.cpu_mem_bw / US / demand)
     both = np.minimum(a, b) / s                       # both running, slowed by s
     # the insertion's fixed latencies (index update, transfer) on top of the shared transfer
