@@ -86,7 +86,8 @@ def table() -> tuple[str, list[float], list[float]]:
 
 def error_file(ratio_errs: list[float], write: bool) -> list[str]:
     """cope_core/llamacpp/data/prompt-error.json: the mean ratio error the request's rule gives
-    every time to first token (cope_core.llamacpp.request.PROMPT_RATIO_ERROR); the names of the
+    every time to first token (cope_core.llamacpp.answer.request.PROMPT_RATIO_ERROR); the names
+    of the
     files not current (rewritten when ``write``)."""
     path = ROOT / "cope_core" / "llamacpp" / "data" / "prompt-error.json"
     text = json.dumps({"ratio_error": round(sum(ratio_errs) / len(ratio_errs) / 100, 3),

@@ -6,7 +6,7 @@ Each sweep in ``data/published/llamacpp-ncmoe-sweeps.json`` is decode tokens/s a
 platform is built from published specs only (the file's ``platform``, each number sourced; the
 overheads and efficiencies are the defaults fitted on the paper's cells, none fitted to these
 points). The prediction of a point is llama.cpp's plain placement at N
-(:func:`cope_core.llamacpp.cache_search.placement_tpot`): the first N MoE layers' experts on
+(:func:`cope_core.llamacpp.cache.cache_search.placement_tpot`): the first N MoE layers' experts on
 the CPU, the rest on the GPU. Compared are ratios between settings, tokens/s at N over tokens/s
 at the sweep's first N, which cancel most machine constants; absolute tokens/s are shown too.
 

@@ -169,7 +169,7 @@ def test_llamacpp_answer_is_the_export_and_its_default_is_fit():
     (the record's best configuration) and divides by --fit's placement priced under the same
     draws."""
     from cope_core.export import render
-    from cope_core.llamacpp.baseline import baseline_of
+    from cope_core.llamacpp.answer.baseline import baseline_of
     g = resolve_model(GGUF, None)
     m = compose_machine(gpu="rtx3060-12gb", cpu="ryzen-7-5700x", memory="ddr4-3200x2")
     a = advise(g, m, runtimes=("llama.cpp",))

@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 from cope_core import parquet_io
 from cope_core.errors import CopeInputError
 from cope_core.geometry import GIB
-from cope_core.llamacpp import READINGS, CacheVersion, _cache_kernels, cache_layout
-from cope_core.llamacpp.cache_cliff import below_cliff, cliff_mib, cliff_slots, group_cliffs
-from cope_core.llamacpp.cache_readings import ReadingTpot, class_lru_readings, spread
-from cope_core.llamacpp.cache_record import CacheRecord, llamacpp_record, record_of
-from cope_core.llamacpp.cache_search import Contender, search_cache, search_space
+from cope_core.llamacpp import READINGS, CacheVersion, cache_layout
+from cope_core.llamacpp.answer.cache_record import CacheRecord, llamacpp_record, record_of
+from cope_core.llamacpp.cache import _cache_kernels
+from cope_core.llamacpp.cache.cache_cliff import below_cliff, cliff_mib, cliff_slots, group_cliffs
+from cope_core.llamacpp.cache.cache_readings import ReadingTpot, class_lru_readings, spread
+from cope_core.llamacpp.cache.cache_search import Contender, search_cache, search_space
 
 LRU, CLS = CacheVersion.LRU, CacheVersion.CLASS_LRU
 CLOCKS = (_cache_kernels.TOKEN_CLOCK, _cache_kernels.LAYER_CLOCK, _cache_kernels.LAYER_CLOCK_FIRST)

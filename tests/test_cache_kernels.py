@@ -1,4 +1,5 @@
-"""The class-LRU kernel's arithmetic shortcuts (cope_core/llamacpp/_cache_kernels.py) give what
+"""The class-LRU kernel's arithmetic shortcuts (cope_core/llamacpp/cache/_cache_kernels.py) give
+what
 they replace, bit for bit: a score's class read from its exponent bits is
 ``min(floor(log2(v)), N_CLASS - 1)`` (libm's log2, which rounds up to a power of two just below
 it), the decay table holds the kernels' own exp2, and the victim's score as a product equals
@@ -11,7 +12,7 @@ import math
 import numba
 import numpy as np
 
-from cope_core.llamacpp import _cache_kernels as K
+from cope_core.llamacpp.cache import _cache_kernels as K
 
 
 @numba.njit

@@ -1,4 +1,5 @@
-"""The llama.cpp cache replay's shortcuts (cope_core/llamacpp/_cache_plan.py, issue 40): the counts
+"""The llama.cpp cache replay's shortcuts (cope_core/llamacpp/cache/_cache_plan.py, issue 40):
+the counts
 of a configuration that never evicts are summed from one pass over the trace instead of
 replayed, and the replayed ones are dealt to the threads by their work. Both must give exactly
 the exhaustive replay's integers (every configuration through the kernel), for every rule,
@@ -10,9 +11,10 @@ import pytest
 
 from cope_core import parquet_io
 from cope_core.geometry import GIB
-from cope_core.llamacpp import _cache_kernels, moe_cache, search_cache
-from cope_core.llamacpp._cache_plan import buckets, distinct_per_layer, first_use_counts
-from cope_core.llamacpp.moe_cache import (
+from cope_core.llamacpp import search_cache
+from cope_core.llamacpp.cache import _cache_kernels, moe_cache
+from cope_core.llamacpp.cache._cache_plan import buckets, distinct_per_layer, first_use_counts
+from cope_core.llamacpp.cache.moe_cache import (
     READINGS,
     TUNER_SHARES,
     CacheConfig,

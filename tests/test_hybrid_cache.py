@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from llama_tools import CACHE, byte_tokenizer, missing_runtime
 
-from cope_core.llamacpp.vram import Placement, device_memory, kv_bytes, read_llama_model
+from cope_core.llamacpp.placement.vram import Placement, device_memory, kv_bytes, read_llama_model
 
 MiB = 1 << 20
 VK = CACHE / "llama.cpp-b11434-vulkan"

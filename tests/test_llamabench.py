@@ -18,16 +18,16 @@ from llama_tools import LLAMA_VULKAN, missing_runtime, write_tiny_moe
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.llamacpp import Build, placement_tpot, read_llama_bench
-from cope_core.llamacpp.bench_eval import (
+from cope_core.llamacpp.answer.prompt import PromptRun, prompt_time
+from cope_core.llamacpp.bench.bench_eval import (
     BenchMatch,
     match_bench_rows,
     model_tensor_bytes,
     placement_of,
     score_bench_rows,
 )
-from cope_core.llamacpp.bench_file import BenchRow
-from cope_core.llamacpp.prompt import PromptRun, prompt_time
-from cope_core.llamacpp.vram import LlamaModel, read_llama_model
+from cope_core.llamacpp.bench.bench_file import BenchRow
+from cope_core.llamacpp.placement.vram import LlamaModel, read_llama_model
 from cope_core.machine import compose_machine
 from cope_core.models import resolve_model
 from cope_core.placement import LayerPlan

@@ -20,10 +20,10 @@ from cope_core.cli.verify_cmd import verify_settings
 from cope_core.errors import CopeInputError
 from cope_core.estimate.cpu_only import host_spec, spec_tpot
 from cope_core.estimate.refit import HOST_EXPERTS, OP_FIXED, FitPoint, Knob, refit, scaled_spec
-from cope_core.llamacpp import bench_verify as lv
-from cope_core.llamacpp.bench_file import BenchRow
-from cope_core.llamacpp.bench_record import bench_race_record, server_command
-from cope_core.llamacpp.bench_run import BenchBuild
+from cope_core.llamacpp.bench import bench_verify as lv
+from cope_core.llamacpp.bench.bench_file import BenchRow
+from cope_core.llamacpp.bench.bench_record import bench_race_record, server_command
+from cope_core.llamacpp.bench.bench_run import BenchBuild
 from cope_core.machine import compose_machine
 from cope_core.models import get_model
 from cope_core.verify import VerifySettings

@@ -22,7 +22,7 @@ from cope_core.llamacpp import (
     llamacpp_answer,
     share_text,
 )
-from cope_core.llamacpp.rule import KEEP_LEVEL, sure_enough
+from cope_core.llamacpp.answer.rule import KEEP_LEVEL, sure_enough
 
 RISK = Kind.RISK.value
 

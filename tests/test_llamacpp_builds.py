@@ -17,7 +17,7 @@ from cope_core.cli.args import llamacpp_build
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.llamacpp import Build, LlamaFlags, first_build, latest, parse_build
-from cope_core.llamacpp.builds import (
+from cope_core.llamacpp.answer.builds import (
     BUILD_EVIDENCE,
     V1_AT_LEAST,
     build_rows,
@@ -25,7 +25,7 @@ from cope_core.llamacpp.builds import (
     newest,
     this_build,
 )
-from cope_core.llamacpp.moe_cache import TUNER_SHARES, CacheVersion
+from cope_core.llamacpp.cache.moe_cache import TUNER_SHARES, CacheVersion
 
 README_MACHINE = ["--model", "data/models/qwen3-30b-a3b-Q4_K_M.header.gguf", "--gpu",
                   "rtx3060-12gb", "--cpu", "ryzen-7-5700x", "--memory", "ddr4-3200x2", "--pcie",

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cope_core.llamacpp import LlamaFlags
-from cope_core.llamacpp.command import (
+from cope_core.llamacpp.placement.command import (
     EXPERT_TENSORS,
     FIT_EXPERT_TENSORS,
     FIT_OVERFLOW,
@@ -123,8 +123,8 @@ def test_the_tensor_pattern_is_written_once():
     builds on it."""
     found = {str(p.relative_to(ROOT)): lits for p in (ROOT / "cope_core").rglob("*.py")
              if (lits := _pattern_literals(p))}
-    assert set(found) == {"cope_core/llamacpp/command.py"}, found
-    assert sorted(found["cope_core/llamacpp/command.py"]) == sorted(
+    assert set(found) == {"cope_core/llamacpp/placement/command.py"}, found
+    assert sorted(found["cope_core/llamacpp/placement/command.py"]) == sorted(
         [EXPERT_TENSORS, FIT_EXPERT_TENSORS, IK_EXPERT_TENSORS,
          *(v for k, v in FIT_OVERFLOW.items() if k != "moe")])
 

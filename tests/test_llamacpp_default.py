@@ -15,13 +15,13 @@ from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.geometry import GIB
 from cope_core.llamacpp import search_cache
-from cope_core.llamacpp.baseline import FitBaseline, baseline_of, short_args
-from cope_core.llamacpp.cache_record import CacheRecord, expert_budget, llamacpp_record
-from cope_core.llamacpp.command import ALL_EXPERTS
-from cope_core.llamacpp.fit import FIT_MARGIN, FIT_NAME, fit_default
-from cope_core.llamacpp.rule import KEEP_LEVEL, sure_enough
-from cope_core.llamacpp.settings import LlamaSettings, llama_settings, n_cpu_moe_memory
-from cope_core.llamacpp.vram import (
+from cope_core.llamacpp.answer.baseline import FitBaseline, baseline_of, short_args
+from cope_core.llamacpp.answer.cache_record import CacheRecord, expert_budget, llamacpp_record
+from cope_core.llamacpp.answer.rule import KEEP_LEVEL, sure_enough
+from cope_core.llamacpp.answer.settings import LlamaSettings, llama_settings, n_cpu_moe_memory
+from cope_core.llamacpp.placement.command import ALL_EXPERTS
+from cope_core.llamacpp.placement.fit import FIT_MARGIN, FIT_NAME, fit_default
+from cope_core.llamacpp.placement.vram import (
     Placement,
     device_memory,
     llama_model_of,

@@ -20,12 +20,17 @@ from cope_core.app.llamacpp_view import best_table
 from cope_core.cli.cache_report import json_rows
 from cope_core.geometry import GIB, get_model
 from cope_core.llamacpp import Build, LlamaFlags
-from cope_core.llamacpp.baseline import short_args
-from cope_core.llamacpp.bench_run import BenchBuild, bench_command
-from cope_core.llamacpp.cache_record import BestConfig, CacheRecord, Versus
-from cope_core.llamacpp.command import IK_EXPERT_TENSORS, override_regex
-from cope_core.llamacpp.fit import FIT_MARGIN, FitArgs, FitDefault, fit_default
-from cope_core.llamacpp.vram import Placement, device_memory, llama_model_of, read_llama_model
+from cope_core.llamacpp.answer.baseline import short_args
+from cope_core.llamacpp.answer.cache_record import BestConfig, CacheRecord, Versus
+from cope_core.llamacpp.bench.bench_run import BenchBuild, bench_command
+from cope_core.llamacpp.placement.command import IK_EXPERT_TENSORS, override_regex
+from cope_core.llamacpp.placement.fit import FIT_MARGIN, FitArgs, FitDefault, fit_default
+from cope_core.llamacpp.placement.vram import (
+    Placement,
+    device_memory,
+    llama_model_of,
+    read_llama_model,
+)
 from cope_core.models import resolve_model
 
 IK = "ik_llama.cpp"

@@ -54,14 +54,17 @@ def _user_files() -> list[Path]:
 
 
 def test_the_check_finds_a_deep_import():
-    assert deep_imports("from cope_core.llamacpp.vram import read_llama_model", "scripts.x") \
-        == ["cope_core.llamacpp.vram.read_llama_model"]
-    assert deep_imports("from ..llamacpp.fit import fit", "cope_core.cli.x") \
-        == ["cope_core.llamacpp.fit.fit"]
+    assert deep_imports("from cope_core.llamacpp.placement.vram import read_llama_model",
+                        "scripts.x") \
+        == ["cope_core.llamacpp.placement.vram.read_llama_model"]
+    assert deep_imports("from ..llamacpp.placement.fit import fit", "cope_core.cli.x") \
+        == ["cope_core.llamacpp.placement.fit.fit"]
     assert deep_imports("from ..llamacpp import fit", "cope_core.export.x") \
         == ["cope_core.llamacpp.fit"]
-    assert deep_imports("import cope_core.llamacpp.command as c", "benchmarks.b") \
-        == ["cope_core.llamacpp.command"]
+    assert deep_imports("from ..llamacpp import placement", "cope_core.export.x") \
+        == ["cope_core.llamacpp.placement"]
+    assert deep_imports("import cope_core.llamacpp.placement.command as c", "benchmarks.b") \
+        == ["cope_core.llamacpp.placement.command"]
     assert deep_imports("from .llamacpp import cache_lines", "cope_core.export.advising") == []
     assert deep_imports("from ..llamacpp import LlamaFlags, share_text", "cope_core.app.v") \
         == []

@@ -1,4 +1,4 @@
-"""llama.cpp's --fit ported (cope_core/llamacpp/fit.py) and device memory as llama.cpp
+"""llama.cpp's --fit ported (cope_core/llamacpp/placement/fit.py) and device memory as llama.cpp
 counts it (llamacpp_vram.py): hand-worked cases, a brute-force reference of the search, and the
 real llama.cpp b11434 with its Vulkan backend on Mesa's software device (lavapipe): the port's
 placement equals llama-fit-params' at several margins, and the model and KV buffers equal what
@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_tools import CACHE, missing_runtime, write_tiny_moe
 
-from cope_core.llamacpp.fit import ALL_EXPERTS, _Layers, _placement, fit
-from cope_core.llamacpp.vram import (
+from cope_core.llamacpp.placement.fit import ALL_EXPERTS, _Layers, _placement, fit
+from cope_core.llamacpp.placement.vram import (
     LlamaModel,
     MiB,
     Placement,

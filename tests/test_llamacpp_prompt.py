@@ -11,7 +11,7 @@ import pytest
 
 from cope_core.errors import CopeInputError
 from cope_core.llamacpp import Build
-from cope_core.llamacpp.prompt import (
+from cope_core.llamacpp.answer.prompt import (
     BULK_LINK_EFFICIENCY,
     PromptRun,
     distinct_experts,

@@ -1,4 +1,4 @@
-"""The typed llama.cpp cache record (cope_core.llamacpp.cache_record): its validation and
+"""The typed llama.cpp cache record (cope_core.llamacpp.answer.cache_record): its validation and
 JSON, and that ``cope predict``, ``cope export`` (build_policy) and the app's call give the same
 record, because they call one function with the same settings."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from cope_core.errors import CopeInputError
 from cope_core.estimate.ranking import fastest_first
 from cope_core.export import Policy, build_policy
 from cope_core.llamacpp import CacheVersion, LlamaSettings, Request
-from cope_core.llamacpp.cache_record import (
+from cope_core.llamacpp.answer.cache_record import (
     RECORD_CANDIDATES,
     CacheRecord,
     llamacpp_record,

@@ -1,4 +1,5 @@
-"""The request as the objective (cope_core/llamacpp/request.py): a prompt and an answer priced
+"""The request as the objective (cope_core/llamacpp/answer/request.py): a prompt and an answer
+priced
 per llama.cpp setting, -ub searched beside the placement, and the recommendation rule applied to
 the request's time in cope advise."""
 from __future__ import annotations
@@ -10,7 +11,7 @@ import pytest
 from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.llamacpp import CacheRecord, LlamaSettings, Request, RequestSetting
-from cope_core.llamacpp.request import (
+from cope_core.llamacpp.answer.request import (
     PROMPT_RATIO_ERROR,
     RequestRecord,
     fewest_cpu_moe,

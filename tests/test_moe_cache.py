@@ -14,14 +14,15 @@ import pytest
 from cope_core import parquet_io
 from cope_core.errors import CopeInputError
 from cope_core.geometry import GIB, MIB, get_model
-from cope_core.llamacpp import LlamaFlags, _cache_kernels
-from cope_core.llamacpp.cache_search import (
+from cope_core.llamacpp import LlamaFlags
+from cope_core.llamacpp.cache import _cache_kernels
+from cope_core.llamacpp.cache.cache_search import (
     cache_costs,
     compare,
     search_cache,
     search_space,
 )
-from cope_core.llamacpp.moe_cache import (
+from cope_core.llamacpp.cache.moe_cache import (
     CacheConfig,
     CacheVersion,
     alloc_size,
@@ -334,7 +335,7 @@ def _server_log(groups, hits, misses, mib) -> str:
 
 
 def test_the_exit_counters_are_read_from_the_format_strings_lines():
-    from cope_core.llamacpp.server_log import parse_cache_log
+    from cope_core.llamacpp.cache.server_log import parse_cache_log
     log = parse_cache_log(_server_log([(24, "q6_K", 750), (24, "q4_K", 750)], 300, 100, 12.5))
     assert log.groups == ((24, "q6_K", 750), (24, "q4_K", 750))
     assert log.decode == (300, 100, 12.5) and log.hit_rate == 0.75

@@ -16,7 +16,7 @@ from cope_core.estimate.costs import cope_costs
 from cope_core.estimate.predict import compose
 from cope_core.export import render
 from cope_core.geometry import ExpertTensors
-from cope_core.llamacpp.cache_search import search_space
+from cope_core.llamacpp.cache.cache_search import search_space
 from cope_core.matrix import get_candidate
 from cope_core.models import read_model_file
 from cope_core.parquet_io import read_profile, read_trace

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from cope_core.llamacpp.command import ALL_EXPERTS, n_cpu_moe_patterns
-from cope_core.llamacpp.vram import (
+from cope_core.llamacpp.placement.command import ALL_EXPERTS, n_cpu_moe_patterns
+from cope_core.llamacpp.placement.vram import (
     Placement,
     device_memory,
     host_model_bytes,

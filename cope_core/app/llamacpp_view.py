@@ -40,7 +40,7 @@ def verdict(rec: CacheRecord, g: ModelGeometry | None = None) -> str:
     answer's lead sentence, :func:`cope_core.export.llamacpp.lead_sentence`, is shown before
     it); then, given the
     geometry, the cache's cliff and the spread of the class-LRU's inferred rules
-    (:func:`cope_core.llamacpp.cache_notes.cache_note_lines`)."""
+    (:func:`cope_core.llamacpp.answer.cache_notes.cache_note_lines`)."""
     v = [x for x in rec.versus if x.name != FIT_NAME]
     best = rec.best[0]
     ci = v[0].tpot_ci_us

@@ -52,7 +52,7 @@ def llamacpp_at(ds: Dataset, gib: float, op: tuple[int, float], llamacpp: str = 
                 request: Request | None = None) -> CacheRecord:
     """llama.cpp's own MoE cache searched at the budget: the record of the policy
     :func:`policy_for` exports there (:func:`cope_core.export.build_policy` calls
-    :func:`cope_core.llamacpp.cache_record.llamacpp_record`, as ``cope predict`` and ``cope
+    :func:`cope_core.llamacpp.answer.cache_record.llamacpp_record`, as ``cope predict`` and ``cope
     export`` do), so the Policy Matrix and the Export page show one search, computed once."""
     rec = policy_for(ds, gib, op, "best", llamacpp, request).llamacpp_cache
     assert rec is not None      # None is only a budget below K = 0's, which K refuses first

@@ -300,7 +300,7 @@ def llamacpp_defaults() -> dict[str, int | str]:
 
 def add_request_options(s: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--prompt-tokens`` and ``--gen-tokens``: the request llama.cpp's answer is ranked by
-    (defaults :data:`~cope_core.llamacpp.request.DEFAULT_PROMPT_TOKENS` and
+    (defaults :data:`~cope_core.llamacpp.answer.request.DEFAULT_PROMPT_TOKENS` and
     ``DEFAULT_GEN_TOKENS``, a chat turn); :func:`request_from_args` reads them back."""
     s.add_argument("--prompt-tokens", type=int, default=DEFAULT_PROMPT_TOKENS, metavar="P",
                    help="tokens in the prompt: llama.cpp's answer is ranked by the time to the "

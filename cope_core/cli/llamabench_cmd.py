@@ -1,5 +1,5 @@
 """``cope evaluate --llama-bench FILE``: a prediction for a model file and machine scored against
-llama-bench's results (:mod:`cope_core.llamacpp.bench_eval`).
+llama-bench's results (:mod:`cope_core.llamacpp.bench.bench_eval`).
 
     cope evaluate --llama-bench bench.json --model M.gguf
                   (--profile P | --gpu GPU [--cpu CPU] [--memory MEM] [--pcie LINK])

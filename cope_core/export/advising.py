@@ -112,7 +112,7 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
         search runs over the flags and cache that build has, its default is that build's.
     request : Request, optional
         A prompt and answer: llama.cpp's answer is ranked by its time (``-ub`` searched beside
-        the placement, :mod:`cope_core.llamacpp.request`), and the context grows to hold it.
+        the placement, :mod:`cope_core.llamacpp.answer.request`), and the context grows to hold it.
     """
     build = build if build is not None else latest()
     unknown = [r for r in runtimes if r not in RUNTIMES]

@@ -73,7 +73,7 @@ def build_policy(trace: Trace, profile: Profile, calibration: Trace | None = Non
         ``vram_gib`` at this context, and llama.cpp runs with ``-c`` = it unless ``llama`` says.
     request : Request, optional
         A prompt and answer llama.cpp's record prices at each ``-ub`` beside the placement (an
-        analytic profile's peaks price the prompt; :mod:`cope_core.llamacpp.request`).
+        analytic profile's peaks price the prompt; :mod:`cope_core.llamacpp.answer.request`).
 
     Returns
     -------

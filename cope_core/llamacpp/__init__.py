@@ -1,35 +1,32 @@
 """llama.cpp as COPE models it: everything that is llama.cpp's and not COPE's, in one package,
-one module per concept (docs/design.md#the-code). The rest of the code imports this face only
+one module per concept, in four folders by job, each above the ones it reads (an import-linter
+layers contract; docs/design.md#the-code). The rest of the code imports this face only
 (tests/test_architecture.py fails on a deep import).
 
-* how it places tensors and counts device memory: :mod:`.vram` (the GGUF's tensor table, ``-ngl``,
-  ``--n-cpu-moe``, ``-ot``, the KV cache and compute buffer); its ``--fit``: :mod:`.fit`; the
-  settings it runs with (``-c``, ``-ctk``/``-ctv``, ``-fitt``): :mod:`.settings`;
-* the one command builder (settings in, argv out; every tensor pattern): :mod:`.command`;
-  which build has which flag, cache and default, and the build a user runs: :mod:`.builds`;
-* the answer, made once: llama.cpp's default priced, as facts (:mod:`.baseline`); the prompt
-  model, a prompt's time to first token as llama.cpp evaluates it (:mod:`.prompt`); the request
-  as the objective, priced at each ``-ub`` (:mod:`.request`; the context grows to hold it there,
-  ``Request.context_for``); the one rule for whether our flags lead (:mod:`.rule`); the
-  recommended command, its verdict and the typed offers beside it, every decode figure at one
-  operating point (:mod:`.answer`);
-* its MoE expert cache: the replay port (:mod:`.moe_cache`, kernels in ``_cache_kernels``), the
-  size cliff (:mod:`.cache_cliff`), the pricing and search (:mod:`.cache_search`), the class-LRU's
-  inferred readings (:mod:`.cache_readings`), the record a policy keeps (:mod:`.cache_record`) and
-  the notes its export carries (:mod:`.cache_notes`);
-* llama-bench: its result files (:mod:`.bench_file`), scored against predictions
-  (:mod:`.bench_eval`), run (:mod:`.bench_run`), raced (:mod:`.bench_verify`) and recorded
-  (:mod:`.bench_record`); the server's own cache counters in its log (:mod:`.server_log`).
+* :mod:`.placement`: how it places tensors and counts device memory (:mod:`.placement.vram`:
+  the GGUF's tensor table, ``-ngl``, ``--n-cpu-moe``, ``-ot``, the KV cache and compute
+  buffer), its ``--fit`` (:mod:`.placement.fit`) and the one command builder for the whole
+  family, settings in, argv out, every tensor pattern (:mod:`.placement.command`);
+* :mod:`.cache`: its MoE expert cache: the replay port (:mod:`.cache.moe_cache`, kernels in
+  ``_cache_kernels``), the size cliff (``cache_cliff``), the pricing and search
+  (``cache_search``), the class-LRU's inferred readings (``cache_readings``) and the server's own
+  cache counters in its log (``server_log``);
+* :mod:`.answer`: the answer, made once: which build has which flag, cache and default
+  (``builds``); the settings it runs with (``settings``: ``-c``, ``-ctk``/``-ctv``, ``-fitt``);
+  the prompt model, a prompt's time to first token as llama.cpp evaluates it (``prompt``); the
+  request as the objective, priced at each ``-ub`` (``request``; the context grows to hold it
+  there, ``Request.context_for``); the one rule for whether our flags lead (``rule``); the
+  default priced, as facts (``baseline``); the record a policy keeps (``cache_record``) and the
+  notes its export carries (``cache_notes``); the recommended command, its verdict and the typed
+  offers beside it, every decode figure at one operating point (``answer``);
+* :mod:`.bench`: llama-bench: its result files (``bench_file``), scored against predictions
+  (``bench_eval``), run (``bench_run``), raced (``bench_verify``) and recorded
+  (``bench_record``).
 """
 from __future__ import annotations
 
-from .answer import Kind, LlamaAnswer, Offer, Verdict, cpu_only_answer, llamacpp_answer
-from .bench_eval import BenchEvaluation, match_bench_rows, score_bench_rows
-from .bench_file import read_llama_bench
-from .bench_record import bench_race_record, is_bench_record, read_bench_record, write_bench_record
-from .bench_run import probe_bench_build, run_bench
-from .bench_verify import BenchSettings, plan_bench_race, run_bench_race
-from .builds import (
+from .answer.answer import Kind, LlamaAnswer, Offer, Verdict, cpu_only_answer, llamacpp_answer
+from .answer.builds import (
     BUILD_EVIDENCE,
     LATEST_BUILD,
     Build,
@@ -39,13 +36,31 @@ from .builds import (
     milestones,
     parse_build,
 )
-from .cache_cliff import cliff_mib
-from .cache_notes import build_lines, cache_note_lines, row_spread, spread_text
-from .cache_record import CLASS_LRU_CANDIDATE, CacheRecord, llamacpp_record
-from .cache_search import CACHE_LABEL, placement_tpot, search_cache
-from .command import LlamaFlags
-from .fit import FIT_MARGIN, FIT_NAME
-from .moe_cache import (
+from .answer.cache_notes import build_lines, cache_note_lines, row_spread, spread_text
+from .answer.cache_record import CLASS_LRU_CANDIDATE, CacheRecord, llamacpp_record
+from .answer.prompt import PromptRun, prompt_time, selection_rates
+from .answer.request import (
+    DEFAULT_GEN_TOKENS,
+    DEFAULT_PROMPT_TOKENS,
+    Request,
+    RequestSetting,
+    ttft_by_experts,
+)
+from .answer.rule import share_text
+from .answer.settings import LlamaSettings, llama_settings, n_cpu_moe_memory
+from .bench.bench_eval import BenchEvaluation, match_bench_rows, score_bench_rows
+from .bench.bench_file import read_llama_bench
+from .bench.bench_record import (
+    bench_race_record,
+    is_bench_record,
+    read_bench_record,
+    write_bench_record,
+)
+from .bench.bench_run import probe_bench_build, run_bench
+from .bench.bench_verify import BenchSettings, plan_bench_race, run_bench_race
+from .cache.cache_cliff import cliff_mib
+from .cache.cache_search import CACHE_LABEL, placement_tpot, search_cache
+from .cache.moe_cache import (
     READINGS,
     TUNER_SHARES,
     CacheConfig,
@@ -54,18 +69,10 @@ from .moe_cache import (
     cache_mib_for_bytes,
     replay_cache,
 )
-from .prompt import PromptRun, prompt_time, selection_rates
-from .request import (
-    DEFAULT_GEN_TOKENS,
-    DEFAULT_PROMPT_TOKENS,
-    Request,
-    RequestSetting,
-    ttft_by_experts,
-)
-from .rule import share_text
-from .server_log import check_cache_log, read_cache_log
-from .settings import LlamaSettings, llama_settings, n_cpu_moe_memory
-from .vram import read_llama_model
+from .cache.server_log import check_cache_log, read_cache_log
+from .placement.command import LlamaFlags
+from .placement.fit import FIT_MARGIN, FIT_NAME
+from .placement.vram import read_llama_model
 
 __all__ = [
     "LATEST_BUILD", "LlamaAnswer", "Offer", "Kind", "Verdict", "cpu_only_answer",

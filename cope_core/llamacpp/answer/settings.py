@@ -8,12 +8,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..errors import CopeInputError
-from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
-from .builds import Build, latest
-from .command import ALL_EXPERTS, n_cpu_moe_patterns
-from .fit import FIT_MARGIN
-from .vram import (
+from ...errors import CopeInputError
+from ...geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
+from ..placement.command import ALL_EXPERTS, n_cpu_moe_patterns
+from ..placement.fit import FIT_MARGIN
+from ..placement.vram import (
     N_BATCH,
     N_UBATCH,
     DeviceMemory,
@@ -24,14 +23,15 @@ from .vram import (
     read_llama_model,
     row_bytes,
 )
+from .builds import Build, latest
 
 
 @dataclass(frozen=True)
 class LlamaSettings:
     """How llama.cpp is run, for its memory: the model file's tensor table (None: made from
-    the geometry, :func:`~cope_core.llamacpp.vram.llama_model_of`), the context
+    the geometry, :func:`~cope_core.llamacpp.placement.vram.llama_model_of`), the context
     (``-c``) and KV cache types (``-ctk``/``-ctv``), ``--fit``'s margin (``-fitt``), the
-    build (:mod:`~cope_core.llamacpp.builds`: its flags, cache and default; None: the newest
+    build (:mod:`~cope_core.llamacpp.answer.builds`: its flags, cache and default; None: the newest
     known, :attr:`runs_on`), and the batch the compute buffer is reserved for (``-ub``, ``-b``;
     ``op_offload`` False: ``--no-op-offload``)."""
 

@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CopeInputError
+from ...errors import CopeInputError
 
 #: the formats :func:`read_llama_bench` reads
 FORMATS = ("json", "jsonl", "csv", "md")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..estimate.uncertainty import LEVEL
+from ...estimate.uncertainty import LEVEL
 
 #: the best configuration is worth its flags when it is faster in at least this share of the
 #: paired draws (the intervals' level); below it: keep the default

@@ -21,15 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CopeInputError
-from ..geometry import ModelGeometry
-from ..placement import layer_plan
-from ..platforms import PlatformSpec
+from ...errors import CopeInputError
+from ...geometry import ModelGeometry
+from ...placement import layer_plan
+from ...platforms import PlatformSpec
+from ..placement.vram import N_UBATCH
 from .builds import Build
 from .prompt import PromptRun, prompt_time
 from .rule import surely_faster
 from .settings import LlamaSettings, n_cpu_moe_memory
-from .vram import N_UBATCH
 
 #: a chat turn: the request priced when none is named (said in every output)
 DEFAULT_PROMPT_TOKENS = 4096
@@ -39,7 +39,7 @@ UBATCHES = (256, 512, 1024, 2048, 4096, 8192)
 #: the prompt model's mean ratio error between settings of one machine on published ``-ub`` and
 #: ``--n-cpu-moe`` sweeps (docs/results.md, "Prompt processing against published sweeps"; written
 #: by scripts/published_pp.py --write): the margin a setting's time to first token is given
-PROMPT_ERROR = json.loads((resources.files(__package__) / "data" / "prompt-error.json")
+PROMPT_ERROR = json.loads((resources.files("cope_core.llamacpp") / "data" / "prompt-error.json")
                           .read_text())
 PROMPT_RATIO_ERROR = float(PROMPT_ERROR["ratio_error"])
 #: labels of a record's settings
@@ -174,7 +174,7 @@ class RequestRecord:
     @staticmethod
     def surely_faster(a: RequestSetting, b: RequestSetting) -> bool:
         """Whether ``a`` serves the request faster than ``b`` at its slowest bound and ``b``'s
-        fastest (the rule, :func:`~cope_core.llamacpp.rule.surely_faster`)."""
+        fastest (the rule, :func:`~cope_core.llamacpp.answer.rule.surely_faster`)."""
         return surely_faster(a.bounds(), b.bounds())
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Plain-numpy helpers of the MoE cache replay (:func:`cope_core.llamacpp.moe_cache.replay_cache`):
+"""Plain-numpy helpers of the MoE cache replay
+(:func:`cope_core.llamacpp.cache.moe_cache.replay_cache`):
 which configurations never evict and their counts without a replay, and how the replayed
 ones are shared among the threads. Private."""
 from __future__ import annotations

@@ -4,7 +4,7 @@ over it, as facts (docs/design.md#llamacpp-fit). Whether that gain is worth past
 the rule's (:mod:`.rule`), applied once by :mod:`.answer`.
 
 A user who types ``llama-server -m model.gguf`` gets fit's placement
-(:func:`~cope_core.llamacpp.fit.fit`). Our flags switch it off: ``-fit off`` does, and
+(:func:`~cope_core.llamacpp.placement.fit.fit`). Our flags switch it off: ``-fit off`` does, and
 so does any of ``--n-cpu-moe``, ``-ot`` or an explicit ``-ngl`` on its own (fit aborts its
 placement when the user set one, common/fit.cpp l. 461-486 of b11434).
 """
@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..matrix import LAYER_PARTITION
+from ...matrix import LAYER_PARTITION
+from ..placement.command import LlamaFlags
+from ..placement.fit import FIT_NAME, FitArgs, FitDefault
 from .cache_record import CacheRecord
-from .command import LlamaFlags
-from .fit import FIT_NAME, FitArgs, FitDefault
 from .rule import share_text
 
 #: which of our flags switch fit off (common/arg.cpp; common/fit.cpp l. 461-486 of b11434)
@@ -44,7 +44,7 @@ class FitBaseline:
         The share of paired draws the best configuration is faster in.
     fit : bool
         Whether the default is ``--fit``'s (the build has it, b7407+), else every layer on the
-        GPU or none (:func:`~cope_core.llamacpp.builds.default_before_fit`).
+        GPU or none (:func:`~cope_core.llamacpp.answer.builds.default_before_fit`).
     """
 
     default: FitDefault
@@ -120,7 +120,7 @@ class FitBaseline:
 
 def short_args(args: str, keep: int = 2) -> str:
     """Fit's arguments with the ``-ot`` list cut to its first ``keep`` patterns, written from
-    their flags (:meth:`~cope_core.llamacpp.fit.FitArgs.short`; a plain string is read as
+    their flags (:meth:`~cope_core.llamacpp.placement.fit.FitArgs.short`; a plain string is read as
     llama-fit-params' line first)."""
     return FitArgs.read(args).short(keep)
 

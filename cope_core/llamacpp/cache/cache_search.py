@@ -22,17 +22,17 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..errors import CopeInputError
-from ..estimate.costs import cope_costs
-from ..estimate.predict import candidate_tpot, counts_at, replay_counts
-from ..estimate.uncertainty import drawn_point, percentile_interval, prompt_bootstrap
-from ..geometry import GIB, ModelGeometry
-from ..matrix import EXECUTIONS, Execution, Residency, get_candidate, residencies_of
-from ..placement import gpu_expert_bytes, layer_plan
-from ..profile.data import Profile
-from ..profile.layout import OperatingPoint
-from ..replay.engine import ReplayCounts
-from ..trace.data import Trace
+from ...errors import CopeInputError
+from ...estimate.costs import cope_costs
+from ...estimate.predict import candidate_tpot, counts_at, replay_counts
+from ...estimate.uncertainty import drawn_point, percentile_interval, prompt_bootstrap
+from ...geometry import GIB, ModelGeometry
+from ...matrix import EXECUTIONS, Execution, Residency, get_candidate, residencies_of
+from ...placement import gpu_expert_bytes, layer_plan
+from ...profile.data import Profile
+from ...profile.layout import OperatingPoint
+from ...replay.engine import ReplayCounts
+from ...trace.data import Trace
 from .cache_cliff import below_cliff
 from .moe_cache import (
     TUNER_SHARES,
@@ -228,7 +228,7 @@ def search_cache(trace: Trace, profile: Profile, budget_bytes: float, *,
         cpu_share, slots, cached_layers, host_layers_uncached, cache_bytes, tpot_us, shared_us,
         experts_us, hits, uploads, cpu_misses`` (per token, summed over layers), ``hit_rate``
         (of the cached layers' lookups), ``below_cliff`` (a size some cached layer cannot hit
-        at, :func:`cope_core.llamacpp.cache_cliff.below_cliff`), ``prompt_tpot_us``.
+        at, :func:`cope_core.llamacpp.cache.cache_cliff.below_cliff`), ``prompt_tpot_us``.
     """
     g = trace.model
     configs = search_space(g, budget_bytes, versions=versions, shares=shares, n_cpu=n_cpu,

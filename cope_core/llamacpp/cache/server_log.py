@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CopeInputError
-from ..trace.data import Trace
+from ...errors import CopeInputError
+from ...trace.data import Trace
 from .moe_cache import CacheConfig, cache_layout, replay_cache
 
 _STATS = re.compile(r"llama_moe_cache: (ubatch <= 8|ubatch  > 8): hits = (\d+), misses = (\d+), "

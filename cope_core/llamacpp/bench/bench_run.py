@@ -7,7 +7,7 @@ blocks), ``-fitt`` (llama.cpp's ``--fit`` with a margin per device, off by defau
 llama-bench, on at 1024 MiB in llama-server and llama-cli) and, in builds that have llama.cpp's
 own MoE cache, ``--moe-cache-mib``. One run is ``-p 0 -n N -r R -o json``: decode only, R
 repetitions, each repetition's tokens per second in ``samples_ts``
-(:mod:`cope_core.llamacpp.bench_file` reads it).
+(:mod:`cope_core.llamacpp.bench.bench_file` reads it).
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CopeInputError
+from ...errors import CopeInputError
+from ..placement.command import LlamaFlags, tool_env
 from .bench_file import BenchRow, parse_llama_bench
-from .command import LlamaFlags
 
 _VERSION = re.compile(r"version:\s*(\S+)\s*\(build\s*(\d+),\s*commit\s*(\S+?)\)")
 _FLAG = re.compile(r"(?<![\w-])(--?[a-z][\w-]*)")
@@ -42,15 +42,6 @@ class BenchBuild:
     def to_dict(self) -> dict[str, object]:
         return {"path": self.path, "version": self.version, "build_number": self.build_number,
                 "commit": self.commit, "flags": sorted(self.flags)}
-
-
-def tool_env(exe: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
-    """The environment a llama.cpp tool runs in: the build's own folder first on the library
-    path (a build run from its folder finds its libggml there), plus ``extra``."""
-    lib = str(exe.parent)
-    old = os.environ.get("LD_LIBRARY_PATH")
-    return {**os.environ, "LD_LIBRARY_PATH": f"{lib}{os.pathsep}{old}" if old else lib,
-            **(extra or {})}
 
 
 def probe_bench_build(path: str | os.PathLike, env: Mapping[str, str] | None = None) -> BenchBuild:

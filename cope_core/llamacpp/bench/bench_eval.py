@@ -9,7 +9,7 @@ dense prefix counted, ``tools/llama-bench/llama-bench.cpp`` l. 1257-1291 and
 tensor's name choosing its buffer, else ``-ngl``. A row COPE prices is one whose every tensor but
 the token embedding is on the GPU except the routed experts of whole MoE blocks, on the CPU:
 llama.cpp's plain ``--n-cpu-moe`` placement at ``n`` MoE layers on the CPU, priced by
-:func:`~cope_core.llamacpp.cache_search.placement_tpot` (whichever blocks they are: the
+:func:`~cope_core.llamacpp.cache.cache_search.placement_tpot` (whichever blocks they are: the
 profile prices every MoE layer alike). Every other row is listed with why, never guessed.
 """
 from __future__ import annotations
@@ -21,15 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from ..geometry import ModelGeometry
-from ..platforms import PlatformSpec
-from ..profile.data import Profile
+from ...geometry import ModelGeometry
+from ...platforms import PlatformSpec
+from ...profile.data import Profile
+from ..answer.builds import Build
+from ..answer.prompt import PromptRun, prompt_time
+from ..cache.cache_search import placement_tpot
+from ..placement.command import EXPERT_TENSORS, n_cpu_moe_patterns
+from ..placement.vram import LlamaModel
 from .bench_file import BenchRow
-from .builds import Build
-from .cache_search import placement_tpot
-from .command import EXPERT_TENSORS, n_cpu_moe_patterns
-from .prompt import PromptRun, prompt_time
-from .vram import LlamaModel
 
 #: a routed-expert tensor's name, its block captured
 _EXPERTS = re.compile(rf"^blk\.(\d+){EXPERT_TENSORS}\.")
@@ -155,13 +155,13 @@ def match_bench_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeo
     """Each row matched to its configuration and predicted, or listed with why not: a decode
     row (``tg``) by the profile, a prompt row (``pp``, at its ``-ub``, ``-b``, op offload and
     depth) by the prompt model on the machine's peaks
-    (:func:`~cope_core.llamacpp.prompt.prompt_time`).
+    (:func:`~cope_core.llamacpp.answer.prompt.prompt_time`).
 
     Parameters
     ----------
     rows : sequence of BenchRow
     m : LlamaModel
-        The model file predicted (:func:`~cope_core.llamacpp.vram.read_llama_model`).
+        The model file predicted (:func:`~cope_core.llamacpp.placement.vram.read_llama_model`).
     geometry : ModelGeometry
         Its geometry, as the profile prices it.
     profile : Profile

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import CopeInputError
-from ..estimate.costs import cope_costs
-from ..profile.data import Profile
-from ..trace.data import Trace
+from ...errors import CopeInputError
+from ...estimate.costs import cope_costs
+from ...profile.data import Profile
+from ...trace.data import Trace
 from .cache_search import CacheSearch, cache_costs, expert_tpot
 from .moe_cache import OURS, READINGS, CacheCounts, CacheVersion, replay_cache
 

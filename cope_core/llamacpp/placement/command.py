@@ -42,10 +42,11 @@ from __future__ import annotations
 import math
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
-from ..placement import LayerPlan, int_set_regex
+from ...placement import LayerPlan, int_set_regex
 
 #: The routed-expert tensors llama.cpp's own ``--n-cpu-moe`` matches (``LLM_FFN_EXPS_REGEX``).
 EXPERT_TENSORS = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
@@ -386,3 +387,12 @@ class LlamaFlags:
         if self.cpu_share:
             out += f" --moe-cache-cpu-share {self.cpu_share:g}"
         return out
+
+
+def tool_env(exe: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment a llama.cpp tool runs in: the build's own folder first on the library
+    path (a build run from its folder finds its libggml there), plus ``extra``."""
+    lib = str(exe.parent)
+    old = os.environ.get("LD_LIBRARY_PATH")
+    return {**os.environ, "LD_LIBRARY_PATH": f"{lib}{os.pathsep}{old}" if old else lib,
+            **(extra or {})}

@@ -29,10 +29,10 @@ from typing import Any
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from ..errors import CopeInputError
-from ..geometry import ModelGeometry
-from ..models.gguf_file import read_table
-from ..weight_formats import PRESETS, bits_per_weight, fit_type, preset_other_type
+from ...errors import CopeInputError
+from ...geometry import ModelGeometry
+from ...models.gguf_file import read_table
+from ...weight_formats import PRESETS, bits_per_weight, fit_type, preset_other_type
 
 MiB = 1 << 20
 #: llama.cpp pads the KV cache's cells to a multiple of 256 (src/llama-context.cpp l. 292)

@@ -15,10 +15,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import CopeInputError
-from ..geometry import MIB, ModelGeometry
-from ..trace.data import Trace
-from ..weight_formats import tensor_bytes
+from ...errors import CopeInputError
+from ...geometry import MIB, ModelGeometry
+from ...trace.data import Trace
+from ...weight_formats import tensor_bytes
 from ._cache_plan import CLASS_LRU_WEIGHT, buckets, distinct_per_layer, first_use_counts
 
 #: ggml-cuda's buffer alignment (ggml/src/ggml-cuda/ggml-cuda.cu,

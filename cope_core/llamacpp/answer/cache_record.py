@@ -11,18 +11,17 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CopeInputError
-from ..estimate.uncertainty import DEFAULT_DRAWS
-from ..geometry import GIB, ModelGeometry
-from ..matrix import LAYER_PARTITION, Residency
-from ..placement import k_budget_bytes
-from ..platforms import PlatformSpec
-from ..profile.data import Profile
-from ..replay.engine import ReplayCounts
-from ..trace.data import Trace
-from .builds import Build, Newer, default_before_fit, latest, newer_than, runs_mask
-from .cache_readings import ReadingTpot, class_lru_readings, spread
-from .cache_search import (
+from ...errors import CopeInputError
+from ...estimate.uncertainty import DEFAULT_DRAWS
+from ...geometry import GIB, ModelGeometry
+from ...matrix import LAYER_PARTITION, Residency
+from ...placement import k_budget_bytes
+from ...platforms import PlatformSpec
+from ...profile.data import Profile
+from ...replay.engine import ReplayCounts
+from ...trace.data import Trace
+from ..cache.cache_readings import ReadingTpot, class_lru_readings, spread
+from ..cache.cache_search import (
     CACHE_CANDIDATES,
     PREFIX,
     CacheSearch,
@@ -31,9 +30,10 @@ from .cache_search import (
     placement_tpot,
     search_cache,
 )
-from .command import LlamaFlags
-from .fit import FIT_NAME, FitDefault, fit_default
-from .moe_cache import CacheVersion
+from ..cache.moe_cache import CacheVersion
+from ..placement.command import LlamaFlags
+from ..placement.fit import FIT_NAME, FitDefault, fit_default
+from .builds import Build, Newer, default_before_fit, latest, newer_than, runs_mask
 from .prompt import selection_rates
 from .request import Request, RequestRecord, search_request
 from .settings import LlamaSettings
@@ -124,13 +124,14 @@ class CacheRecord:
     """llama.cpp's space searched at one budget: the fastest configuration of each candidate,
     fastest first, and the best one against the placement at K, the Policy Matrix's winner and
     llama.cpp's default (``default_fit``, its placement; its prediction is the ``versus`` row
-    named :data:`~cope_core.llamacpp.fit.FIT_NAME`; None in a record written without
+    named :data:`~cope_core.llamacpp.placement.fit.FIT_NAME`; None in a record written without
     it). ``rule_readings``: the class-LRU's fastest configuration under every reading of its
-    inferred rules (:mod:`~cope_core.llamacpp.cache_readings`; empty without one, or in a
+    inferred rules (:mod:`~cope_core.llamacpp.cache.cache_readings`; empty without one, or in a
     record written before them). ``build``: the llama.cpp build the search was restricted to
     (its flags, cache and default; "" in a record written before builds, which assumed the
     newest); ``newer``: what a newer build would add (None: nothing, or the newest assumed);
-    ``request``: a request priced at each ``-ub`` (:mod:`~cope_core.llamacpp.request`; None: not
+    ``request``: a request priced at each ``-ub`` (:mod:`~cope_core.llamacpp.answer.request`;
+    None: not
     asked, or no peaks to price a prompt with)."""
 
     expert_budget_gib: float
@@ -302,7 +303,7 @@ def default_fit_of(g: ModelGeometry, vram_gib: float, llama: LlamaSettings | Non
     """What the build does with no placement flag at the same budget: from b7407 ``--fit``'s
     placement (it keeps its margin free, so it sees the budget plus the margin as the device's
     free memory); before, every layer on the GPU (from b6325) or none
-    (:func:`~cope_core.llamacpp.builds.default_before_fit`)."""
+    (:func:`~cope_core.llamacpp.answer.builds.default_before_fit`)."""
     s = llama or LlamaSettings()
     if s.runs_on.default_kind != "fit":
         return default_before_fit(s.runs_on, s.table(g), vram_gib, s.n_ctx, s.type_k, s.type_v,
@@ -344,7 +345,8 @@ def llamacpp_record(trace: Trace, profile: Profile, calibration: Trace | None, *
         geometry's table, 4096 tokens, f16, 1 GiB). With a VRAM budget, llama.cpp's default
         (``--fit`` at the same budget, :func:`default_fit_of`) is compared too.
     request : Request, optional
-        A request to price at each ``-ub`` (:func:`~cope_core.llamacpp.request.search_request`),
+        A request to price at each ``-ub``
+        (:func:`~cope_core.llamacpp.answer.request.search_request`),
         with a VRAM budget and an analytic profile (its peaks price the prompt).
     """
     budget_bytes = expert_budget(trace.model, experts_per_layer, vram_gib, llama)

@@ -22,15 +22,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import CopeInputError
-from ..geometry import GIB
-from .bench_run import tool_env
-from .command import LlamaFlags
-from .fit import FitArgs, FitDefault
-from .moe_cache import TUNER_SHARES, CacheVersion
-from .vram import N_BATCH, N_UBATCH, LlamaModel, Placement, device_memory
+from ...errors import CopeInputError
+from ...geometry import GIB
+from ..cache.moe_cache import TUNER_SHARES, CacheVersion
+from ..placement.command import LlamaFlags, tool_env
+from ..placement.fit import FitArgs, FitDefault
+from ..placement.vram import N_BATCH, N_UBATCH, LlamaModel, Placement, device_memory
 
-DATA = Path(__file__).with_name("data") / "builds.csv"
+DATA = Path(__file__).parents[1] / "data" / "builds.csv"
 #: How a row's first build is known (the ``tag_evidence`` column)
 BUILD_EVIDENCE = {
     "describe": "git describe --contains of the merge commit, in a history compiled from a full "

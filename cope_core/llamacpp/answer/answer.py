@@ -12,17 +12,17 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
-from ..geometry import ModelGeometry
-from ..matrix import LAYER_PARTITION
-from ..placement import layer_plan
+from ...geometry import ModelGeometry
+from ...matrix import LAYER_PARTITION
+from ...placement import layer_plan
+from ..placement.command import LlamaFlags
+from ..placement.fit import FIT_NAME
+from ..placement.vram import N_BATCH, N_UBATCH
 from .baseline import FitBaseline, baseline_of
 from .builds import Build
 from .cache_record import BestConfig, CacheRecord
-from .command import LlamaFlags
-from .fit import FIT_NAME
 from .request import DECODE_BEST, DEFAULT, PROMPT_RATIO_ERROR, RequestRecord, RequestSetting
 from .rule import share_text, sure_enough, surely_faster
-from .vram import N_BATCH, N_UBATCH
 
 Interval = tuple[float, float] | None
 #: a TPOT and interval moved to the answer's operating point (by a request's setting, or None)
@@ -67,7 +67,8 @@ class Kind(Enum):
 @dataclass(frozen=True)
 class Offer:
     """One llama.cpp command: what it is (``kind``; ``label`` its words), its flags, what it runs
-    (a candidate, :data:`~cope_core.llamacpp.fit.FIT_NAME` or ``cpu_only``), its decode TPOT and
+    (a candidate, :data:`~cope_core.llamacpp.placement.fit.FIT_NAME` or ``cpu_only``), its
+    decode TPOT and
     interval at the answer's operating point (microseconds; None: not predicted), why it is not
     first (``note``), its request's figures and the MoE layers' worth of routed experts it keeps
     in host memory."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..geometry import MIB, ModelGeometry
+from ...geometry import MIB, ModelGeometry
 from .moe_cache import CacheLayout, CacheVersion, alloc_size, cache_layout
 
 

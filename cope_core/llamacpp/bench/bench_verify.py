@@ -5,11 +5,11 @@ the machine decides from what was measured (docs/design.md#verifying-with-llama-
 The contenders (:func:`plan`):
 
 * with a GPU: the plain ``--n-cpu-moe n`` placements that fit the card (llama.cpp's own count of
-  its memory, :func:`~cope_core.llamacpp.vram.device_memory`, at ``n_ctx``, beside
+  its memory, :func:`~cope_core.llamacpp.placement.vram.device_memory`, at ``n_ctx``, beside
   ``--fit``'s 1 GiB margin), the fastest predicted and every other within the model's measured
   error of it (:mod:`cope_core.estimate.model_error`), at most ``max_contenders``; llama.cpp's
   default ``--fit`` (llama-bench ``-fitt 1024``, priced by the port
-  :func:`~cope_core.llamacpp.fit.fit_default`) when the build has ``-fitt``; llama.cpp's
+  :func:`~cope_core.llamacpp.placement.fit.fit_default`) when the build has ``-fitt``; llama.cpp's
   own MoE cache is listed as skipped (its price needs a routing trace; a build without
   ``--moe-cache-mib`` cannot run it at all);
 * without a GPU (CPU only, ``-ngl 0``): the thread counts up to the machine's threads (powers
@@ -37,21 +37,21 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from ..errors import CopeInputError
-from ..estimate.cpu_only import host_spec, spec_tpot
-from ..estimate.model_error import model_error
-from ..estimate.racing import judge
-from ..files import write_atomic
-from ..geometry import DEFAULT_CONTEXT
-from ..machine import Machine
-from ..models import resolve_model
-from ..platforms import PlatformSpec
-from ..profile.analytic import analytic_profile
+from ...errors import CopeInputError
+from ...estimate.cpu_only import host_spec, spec_tpot
+from ...estimate.model_error import model_error
+from ...estimate.racing import judge
+from ...files import write_atomic
+from ...geometry import DEFAULT_CONTEXT
+from ...machine import Machine
+from ...models import resolve_model
+from ...platforms import PlatformSpec
+from ...profile.analytic import analytic_profile
+from ..cache.cache_search import placement_tpot
+from ..placement.command import LlamaFlags, n_cpu_moe_patterns
+from ..placement.fit import FIT_MARGIN, fit_default
+from ..placement.vram import Placement, device_memory, read_llama_model
 from .bench_run import BenchBuild, run_bench
-from .cache_search import placement_tpot
-from .command import LlamaFlags, n_cpu_moe_patterns
-from .fit import FIT_MARGIN, fit_default
-from .vram import Placement, device_memory, read_llama_model
 
 STATE_SCHEMA = "cope.verify-llamabench-state/1"
 

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import CopeInputError
-from ..geometry import ModelGeometry
-from ..platforms import PlatformSpec
+from ...errors import CopeInputError
+from ...geometry import ModelGeometry
+from ...platforms import PlatformSpec
+from ..placement.vram import N_BATCH, N_UBATCH, OP_OFFLOAD_MIN_BATCH
 from .builds import Build, latest
-from .vram import N_BATCH, N_UBATCH, OP_OFFLOAD_MIN_BATCH
 
 #: achieved / peak link bandwidth of a copy of many MiB (one layer's used experts): an
 #: assumption (a large pinned-memory copy reaches most of PCIe's peak; the spec's

@@ -3,13 +3,13 @@ that can hit, per group) and the spread of the class-LRU's inferred rules; ``cop
 the llama.cpp export and the app show these lines (docs/design.md#llamacpp-moe-cache)."""
 from __future__ import annotations
 
-from ..estimate.speed import tokens_per_s
-from ..geometry import ModelGeometry
+from ...estimate.speed import tokens_per_s
+from ...geometry import ModelGeometry
+from ..cache.cache_cliff import cliff_mib, group_cliffs
+from ..cache.cache_readings import ReadingTpot, spread
+from ..cache.moe_cache import CacheVersion
 from .builds import Build, default_words, first_build
-from .cache_cliff import cliff_mib, group_cliffs
-from .cache_readings import ReadingTpot, spread
 from .cache_record import CLASS_LRU_CANDIDATE, BestConfig, CacheRecord
-from .moe_cache import CacheVersion
 
 
 def cliff_line(g: ModelGeometry, n_cpu: int) -> str | None:

@@ -1,6 +1,6 @@
 """Numba kernels of llama.cpp's MoE expert cache (docs/design.md#llamacpp-moe-cache). Private:
 arrays and scalars in, preallocated arrays out, no validation (the wrapper in
-:mod:`cope_core.llamacpp.moe_cache` does that).
+:mod:`cope_core.llamacpp.cache.moe_cache` does that).
 
 The cache covers the first ``N`` MoE layers (their experts are host-resident); each layer belongs
 to one *group* (layers with the same expert tensor layout), and each group is one pool of slots
@@ -20,8 +20,8 @@ import numba
 import numpy as np
 from numba import prange
 
-from ..jit import NJIT
-from ..replay.lists import list_append, list_to_tail, list_unlink
+from ...jit import NJIT
+from ...replay.lists import list_append, list_to_tail, list_unlink
 
 #: class-LRU constants of llama.cpp b12170 (src/llama-moe-cache.cpp, struct moe_cache_lru)
 N_CLASS = 8

@@ -11,14 +11,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import CopeInputError
-from ..estimate.refit import CPU_LAYER_FIXED, GPU_BASE, HOST_EXPERTS, FitPoint, Knob, refit
-from ..files import plain, write_atomic
-from ..machine import Machine
-from ..version import __version__
+from ...errors import CopeInputError
+from ...estimate.refit import CPU_LAYER_FIXED, GPU_BASE, HOST_EXPERTS, FitPoint, Knob, refit
+from ...files import plain, write_atomic
+from ...machine import Machine
+from ...version import __version__
+from ..placement.command import LlamaFlags
 from .bench_run import BenchBuild
 from .bench_verify import BenchContender, BenchSettings, Plan, RaceState, measured_us
-from .command import LlamaFlags
 
 SCHEMA = "cope.verify-llamabench/1"
 def server_command(model: str, args: tuple[str, ...] | list[str]) -> str:
