@@ -206,9 +206,6 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int,
     runs = policy.candidate if r.exact else r.deployed
     notes: list[str] = []
     detail = () if r.exact else (r.summary,)      # what the runtime runs instead: --explain's
-    if flag := get_format(runtime).context_flag:
-        notes.append(f"add {flag} {context}: the VRAM budget holds {context} tokens of KV "
-                     "cache")
     side = get_format(runtime).side_file
     if side is not None:
         notes.append(f"the command reads the {side.what} file it names (--output-dir DIR writes "
@@ -230,9 +227,10 @@ def _answer(policy: Policy, runtime: str, with_files: bool, context: int,
         alternatives += [_alternative(o) for o in answer.alternatives]
         explain = tuple(line.lstrip("# ").rstrip() for line in
                         cache_lines(answer, rec, policy.model, explain=True)[:-1])
-        if first.flags.n_ctx is not None:
-            # the command carries -c: the note to add it is said of the other runtimes
-            notes = [n for n in notes if not n.startswith("add -c ")]
+    flag = get_format(runtime).context_flag
+    if flag and (command is None or flag not in command.split()):   # a command without it
+        notes.insert(0, f"add {flag} {context}: the VRAM budget holds {context} tokens of KV "
+                        "cache")
     what, default = runtime_default(policy, runtime, cpu_default)
     if runs is None:
         notes.append(f"{get_format(runtime).label}'s setting is outside the Policy Matrix: not "

@@ -229,10 +229,12 @@ def render_llamacpp(policy: Policy) -> Rendered:
         lines.append("# llama.cpp's own cache of host experts (--moe-cache-mib, b11480+) was not "
                      "searched for this record: re-export to see it")
     build = rec.assumed if rec else latest()
-    near = {o.kind: o for o in (answer.alternatives if answer else ())}
-    short, explicit = (near[k].flags if k in near else f for k, f in zip(
-        (Kind.NEAREST, Kind.NEAREST_OT),
-        (build.spell(f) for f in LlamaFlags.of_plan(plan, policy.cpu_threads))))
+    # the answer's own offers of K's placement (priced, with -c) when it has them
+    near = {o.kind: o for o in (answer.offered(Kind.NEAREST, Kind.NEAREST_OT) if answer else ())}
+    if near:
+        short, explicit = near[Kind.NEAREST].flags, near[Kind.NEAREST_OT].flags
+    else:
+        short, explicit = (build.spell(f) for f in LlamaFlags.of_plan(plan, policy.cpu_threads))
     lines += ["# mainline llama.cpp only: in ik_llama.cpp -fit does not parse and -ncmoe N takes "
               "the LAST N MoE layers (--format ik_llama.cpp)",
               f"# needs a build with -fit (b{first_build('fit')}+, PR #16653; b11434 has it)"

@@ -146,10 +146,6 @@ class LlamaAnswer:
         return self.recommended.kind is Kind.DEFAULT
 
     @property
-    def for_request(self) -> bool:
-        return self.request is not None
-
-    @property
     def notes(self) -> tuple[str, ...]:
         """What the recommendation needs, then how sure it is (the last: the lead sentence)."""
         needs = self.needs if self.recommended.flags.cache_mib else None
