@@ -122,6 +122,12 @@ class PlatformSpec:
     cpu_kernel_bandwidth: float | None = None
     cpu_kernel_bandwidth_per_thread: float | None = None
     cpu_kernel_cached_per_thread: float | None = None
+    # The prompt model's two machine rates (cope_core.llamacpp.answer.prompt_rates), set by a
+    # refit from the user's own llama-bench prompt rows (``cope evaluate --llama-bench --refit``):
+    # the host's pageable host-to-device copy (bytes/s) and the GPU's achieved / peak FLOP/s on a
+    # prompt. None: the published card's rate and the fitted pageable copy.
+    host_copy_bandwidth: float | None = None
+    gpu_prompt_efficiency: float | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -207,17 +213,17 @@ class PlatformSpec:
         return one * self.cpu_busy(threads)
 
     def to_dict(self) -> dict[str, Any]:
-        # an unprobed kernel and absent E-cores are left out, so a spec reads and writes as
-        # before they existed
+        # an unprobed kernel, absent E-cores and unrefitted prompt rates are left out, so a
+        # spec reads and writes as before they existed
         return {k: v for k, v in dataclasses.asdict(self).items()
-                if not (k in KERNEL_FIELDS and v is None)
+                if not (k in KERNEL_FIELDS + PROMPT_FIELDS and v is None)
                 and not (k in HYBRID_FIELDS and not self.cpu_e_cores)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str | None = None) -> PlatformSpec:
         names = [f.name for f in dataclasses.fields(cls)]
         required = [n for n in names if n != "source" and n not in OVERHEAD_FIELDS
-                    and n not in KERNEL_FIELDS and n not in HYBRID_FIELDS]
+                    and n not in KERNEL_FIELDS + PROMPT_FIELDS and n not in HYBRID_FIELDS]
         if not isinstance(data, Mapping):
             raise CopeInputError("expected a JSON object", source=source, field="spec")
         missing = [n for n in required if n not in data]
@@ -243,6 +249,8 @@ HYBRID_FIELDS = ("cpu_e_cores", "cpu_e_flops_per_thread", "cpu_e_bandwidth_per_t
 #: The probed kernel's rates: optional, None when not probed.
 KERNEL_FIELDS = ("cpu_kernel_bandwidth", "cpu_kernel_bandwidth_per_thread",
                  "cpu_kernel_cached_per_thread")
+#: The prompt model's refitted rates: optional, None when not refitted.
+PROMPT_FIELDS = ("host_copy_bandwidth", "gpu_prompt_efficiency")
 LATENCY_FIELDS = ("gpu_launch_us", "gpu_sync_us", "link_latency_us", "cpu_dispatch_us",
                   "cpu_barrier_us", "cpu_barrier_us_per_thread")
 

@@ -130,7 +130,9 @@ def _spec(record: dict, gpu_flops: float, launch_us: float):
     return dataclasses.replace(
         m.spec, name="lavapipe on this machine", gpu_name="lavapipe", gpu_flops=gpu_flops,
         gpu_bandwidth=mem.bandwidth, gpu_efficiency=1.0, gpu_launch_us=launch_us,
-        link_name="host memcpy", link_bandwidth=record["copy_bandwidth"])
+        link_name="host memcpy", link_bandwidth=record["copy_bandwidth"],
+        # the device's rate is fitted on its own rows, and its "pageable" copy is the memcpy
+        gpu_prompt_efficiency=1.0, host_copy_bandwidth=record["copy_bandwidth"])
 
 
 def _key(r) -> tuple:

@@ -250,6 +250,36 @@ def test_cli_prices_a_real_prompt_file_with_the_machines_peaks(tiny, capsys):
     assert "8 matched prompt rows: mean absolute error" in text and "\n0 matched" not in text
 
 
+def test_a_prompt_refit_is_fitted_written_and_read_back(tiny, tmp_path, capsys):
+    """``--refit`` (issue 71): the prompt rates refitted on the real prompt rows, the record
+    written once (never over a file), and read back only for the GPU it was measured on."""
+    out = tmp_path / "refit.json"
+    argv = ["evaluate", "--llama-bench", str(DATA / "prompt.json"), "--model", str(tiny),
+            "--gpu", "rtx3090", "--threads", "2", "--refit", str(out)]
+    assert main(argv + ["--json"]) == 0
+    r = json.loads(capsys.readouterr().out)["prompt_refit"]
+    assert r["rows"] == 8 and set(r["fields"]) == {"gpu_prompt_efficiency",
+                                                    "host_copy_bandwidth"}
+    assert r["error_after_pct"] < r["error_before_pct"] and r["held_out_error_pct"] is not None
+    rec = json.loads(out.read_text())
+    assert rec["schema"] == "cope.prompt-refit/1" and rec["gpu"] == "rtx3090"
+    # the record's rates price the rows as the fit said
+    from cope_core.llamacpp import read_prompt_refit
+    m = read_llama_model(tiny)
+    g = resolve_model(str(tiny))
+    spec = read_prompt_refit(str(out), compose_machine(gpu="rtx3090", cpu="xeon-gold-6430").spec)
+    ev = match_bench_rows(read_llama_bench(DATA / "prompt.json"), m, g,
+                          analytic_profile(g, spec, cpu_threads=[2]), spec=spec)
+    got = np.mean([abs(x.predicted_ts / x.row.avg_ts - 1) for x in ev]) * 100
+    assert got == pytest.approx(r["error_after_pct"], rel=1e-6)
+    # never over a file; another GPU's record is refused by name
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(out) in err and "refusing to overwrite" in err
+    with pytest.raises(CopeInputError, match="measured on 'rtx3090'"):
+        read_prompt_refit(str(out), compose_machine(gpu="rtx4090", cpu="xeon-gold-6430").spec)
+
+
 # --- bad files ----------------------------------------------------------------------------------
 BAD = [
     ("", "empty file"),
@@ -291,7 +321,9 @@ def test_bad_files_are_one_line_naming_file_line_and_field(tmp_path, text, where
     ("n_prompt", -1, "expected a whole number >= 0, got -1"),
     ("n_gen", "-8", "expected a whole number >= 0, got '-8'"),
     ("n_ubatch", 0, "expected a whole number >= 1, got 0"),
-    ("n_batch", -512, "expected a whole number >= 1, got -512")])
+    ("n_batch", -512, "expected a whole number >= 1, got -512"),
+    # the load mode (issue 71): llama-bench's names only
+    ("load_mode", "pinned", "expected one of auto, none, mmap")])
 def test_bad_fields_of_a_real_row(tmp_path, field, value, expected, tiny, capsys):
     obj = json.loads((DATA / "offload.jsonl").read_text().splitlines()[0])
     obj[field] = value
@@ -302,6 +334,23 @@ def test_bad_fields_of_a_real_row(tmp_path, field, value, expected, tiny, capsys
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and err.startswith(f"cope: error: {p}: ")
     assert f"field '{field}': line 1: " in err and expected in err
+
+
+@pytest.mark.parametrize("fields,mode,pinned", [
+    ({}, "auto", False), ({"load_mode": "none"}, "none", True),
+    ({"load_mode": "mmap"}, "mmap", False), ({"load_mode": "mlock"}, "mlock", True),
+    ({"load_mode": "none", "no_host": True}, "none", False),
+    ({"use_mmap": False}, "none", True), ({"use_mmap": True}, "mmap", False)])
+def test_a_rows_load_mode_says_whether_host_experts_were_pinned(tmp_path, fields, mode, pinned):
+    """b10105 on writes ``load_mode``, earlier builds ``use_mmap``; ``--no-host`` bypasses the
+    pinned host buffer (docs/prompt-sources.md, Q1)."""
+    obj = json.loads((DATA / "offload.jsonl").read_text().splitlines()[0])
+    obj.pop("load_mode", None)
+    obj.pop("use_mmap", None)
+    p = tmp_path / "lm.jsonl"
+    p.write_text(json.dumps({**obj, **fields}) + "\n")
+    row = read_llama_bench(p)[0]
+    assert (row.load_mode, row.pinned) == (mode, pinned)
 
 
 # --- a live run of llama-bench --------------------------------------------------------------------

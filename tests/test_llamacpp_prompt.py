@@ -12,11 +12,22 @@ import pytest
 from cope_core.errors import CopeInputError
 from cope_core.llamacpp import Build
 from cope_core.llamacpp.answer.prompt import (
-    BULK_LINK_EFFICIENCY,
     PromptRun,
+    card_efficiency,
     distinct_experts,
     offloads,
+    prompt_experts,
     prompt_time,
+)
+from cope_core.llamacpp.answer.prompt_rates import (
+    FULL_OFFLOAD_ROWS,
+    PINNED_LINK_EFFICIENCY,
+    copy_bandwidth,
+    fitted,
+    host_pinned,
+    link_generation,
+    unpriced_reason,
+    warm_share,
 )
 from cope_core.machine import compose_machine
 from cope_core.models import resolve_model
@@ -52,12 +63,85 @@ def test_every_expert_crosses_the_link_before_b6220_the_used_ones_since():
     run = PromptRun(1024, n_ubatch=512)
     old = prompt_time(G, SPEC, 10, run, Build(6219, "t"))
     new = prompt_time(G, SPEC, 10, run, Build(6220, "t"))
-    link = SPEC.link_bandwidth * BULK_LINK_EFFICIENCY
+    link = copy_bandwidth(SPEC, pinned=False)      # llama.cpp's default: mmap, pageable
     latency = 2 * 10 * SPEC.link_latency_us * 1e-6          # each batch, each host layer
     assert old.copy_s == pytest.approx(2 * 10 * G.n_experts * G.expert_bytes / link + latency)
     used = distinct_experts(512, G.n_experts, G.top_k)
     assert new.copy_s == pytest.approx(2 * 10 * used * G.expert_bytes / link + latency)
     assert new.copy_s < old.copy_s and old.cpu_s == new.cpu_s == 0.0
+
+
+def test_load_modes_that_leave_host_experts_pinned():
+    """src/llama-model-loader.cpp demotes the host buffer under mmap; auto is mmap on a discrete
+    GPU; --no-host bypasses the host buffer."""
+    assert [host_pinned(m) for m in ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")] \
+        == [False, True, False, True, False, True]
+    assert not host_pinned("none", no_host=True)
+    with pytest.raises(CopeInputError, match="load_mode"):
+        host_pinned("never")
+
+
+def test_the_copy_from_pinned_and_from_pageable_memory_by_hand():
+    assert link_generation(SPEC) == 4
+    pinned = copy_bandwidth(SPEC, pinned=True)
+    assert pinned == pytest.approx(SPEC.link_bandwidth * 0.83)
+    assert PINNED_LINK_EFFICIENCY[4].value == 0.83
+    assert copy_bandwidth(SPEC, pinned=False) == pytest.approx(
+        min(pinned, fitted("pageable_gbs") * 1e9))
+    import dataclasses
+    slow = dataclasses.replace(SPEC, host_copy_bandwidth=2e9)          # a refit's host rate
+    assert copy_bandwidth(slow, pinned=False) == 2e9
+    assert copy_bandwidth(slow, pinned=True) == pytest.approx(pinned)  # pinned: the link's
+    run = PromptRun(4096, n_ubatch=512)
+    a = prompt_time(G, slow, 24, run)
+    b = prompt_time(G, slow, 24, PromptRun(4096, n_ubatch=512, pinned=True))
+    assert a.gpu_s == b.gpu_s and a.copy_s > b.copy_s
+
+
+def test_a_ubatch_touches_only_the_warm_experts_of_gpt_oss():
+    oss = resolve_model("gpt-oss-20b", "MXFP4_MOE")
+    assert warm_share("gpt-oss-20b") == 0.65 and warm_share("qwen3-30b-a3b") == 1.0
+    # 0.65 x 32 = 20.8 -> 21 warm experts, 4 drawn per token: all 21 after many tokens
+    assert prompt_experts(4096, oss, None, range(0, 3)) == pytest.approx(3 * 21, rel=1e-6)
+    assert prompt_experts(1, oss, None, range(0, 1)) == pytest.approx(4)
+    # Qwen3: every expert, as independent draws touch them
+    assert prompt_experts(512, G, None, range(0, 2)) == pytest.approx(
+        2 * distinct_experts(512, G.n_experts, G.top_k))
+
+
+def test_each_card_s_prompt_rate_reproduces_its_published_run():
+    import dataclasses
+    for r in FULL_OFFLOAD_ROWS:
+        g = resolve_model(r.model, r.quant)
+        spec = dataclasses.replace(compose_machine(gpu=r.gpu, cpu="ryzen-9-7950x").spec,
+                                   gpu_prompt_efficiency=card_efficiency(r.gpu))
+        run = PromptRun(r.n_prompt, n_ubatch=r.ubatch, n_batch=max(r.ubatch, 2048))
+        assert prompt_time(g, spec, 0, run).tokens_per_s == pytest.approx(r.tokens_per_s,
+                                                                           rel=1e-3)
+    # a card without a row: its vendor's median (the RX 7900 XTX is the one AMD row)
+    assert card_efficiency("rx9070xt") == card_efficiency("rx7900xtx")
+
+
+def test_attention_by_family_by_hand():
+    """gpt-oss: every other layer attends to at most its 128-token window; Qwen3.5: one layer in
+    four attends at all; a full-attention model: every layer to the whole context."""
+    from cope_core.llamacpp.answer.prompt import _attention_flops
+    oss = resolve_model("gpt-oss-20b", "MXFP4_MOE")
+    hd = oss.n_heads * oss.head_dim
+    full = 4.0 * 512 * (32768 + 256) * hd
+    window = 4.0 * 512 * 128 * hd
+    assert _attention_flops(oss, 512, 32768) == pytest.approx(full / 2 + window / 2)
+    q35 = resolve_model("qwen3.5-35b-a3b", "Q4_K_M")
+    assert _attention_flops(q35, 512, 0) == pytest.approx(
+        4.0 * 512 * 256 * q35.n_heads * q35.head_dim / 4)
+    assert _attention_flops(G, 100, 900) == pytest.approx(4.0 * 100 * 950 * G.n_heads
+                                                          * G.head_dim)
+
+
+def test_a_backend_that_cannot_be_priced_says_why():
+    assert "20292" in unpriced_reason("qwen3.5-35b-a3b", "amd")
+    assert unpriced_reason("qwen3.5-35b-a3b", "nvidia") is None
+    assert unpriced_reason("gpt-oss-20b", "amd") is None
 
 
 def test_no_host_layer_no_copy_and_the_cpu_path_without_op_offload():

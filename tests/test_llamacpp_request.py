@@ -141,3 +141,68 @@ def test_explain_adds_the_search_in_words(capsys):
     long = capsys.readouterr().out
     assert "in detail (--explain):" in long and "in detail" not in short
     assert "searched" in long.split("in detail (--explain):")[1]
+
+
+# --- --no-mmap: the host experts pinned (issue 71) ----------------------------------------------
+def test_no_mmap_is_searched_only_where_the_host_memory_holds_it(capsys):
+    """With --ram the search prices each -ub's placement again with its host experts pinned
+    (their bytes plus PINNED_RAM_MARGIN must fit); the pinned setting's prompt is faster (the
+    copy crosses from pinned memory) and its decode the same. Without --ram, or with too little,
+    nothing is pinned."""
+    from cope_core.export.advising import advise
+    from cope_core.llamacpp.answer.request import PINNED_RAM_MARGIN, pinned_bytes
+    from cope_core.machine import compose_machine
+    g = resolve_model("gpt-oss-120b", "MXFP4_MOE")
+    m = compose_machine(gpu="rtx3090", cpu="ryzen-9-7950x")
+
+    def settings(ram):
+        out = advise(g, m, runtimes=("llama.cpp",), request=Request(4096, 512),
+                     host_ram_gib=ram)
+        return out.policy.llamacpp_cache.request.settings
+    assert not any(s.pinned for s in settings(None))
+    big = settings(256)
+    pinned = [s for s in big if s.pinned]
+    assert pinned
+    for p in pinned:
+        twin = next(s for s in big if not s.pinned and s.label == "searched"
+                    and (s.n_ubatch, s.n_cpu_moe) == (p.n_ubatch, p.n_cpu_moe))
+        assert p.ttft_s < twin.ttft_s and p.depth_tpot_us == twin.depth_tpot_us
+        assert p.pinned_gib * 2**30 == pytest.approx(pinned_bytes(g, p.host_layers))
+    # just too little: the largest pinned setting no longer fits
+    most = max(p.pinned_gib for p in pinned)
+    tight = (most * 2**30 + PINNED_RAM_MARGIN) / 2**30 - 0.01
+    assert max((s.pinned_gib for s in settings(tight)), default=0) < most
+
+
+def test_no_mmap_is_spelled_as_each_build_and_tool_takes_it():
+    """b11434's common/arg.cpp has -lm/--load-mode only; --no-mmap before b10105 and in
+    ik_llama.cpp; llama-bench -lm none."""
+    from cope_core.llamacpp import LlamaFlags, parse_build
+    f = LlamaFlags(n_cpu_moe=20, no_mmap=True)
+    assert parse_build("latest").spell(f).argv()[-2:] == ["--load-mode", "none"]
+    assert parse_build("b9500").spell(f).argv()[-1] == "--no-mmap"
+    assert LlamaFlags(n_cpu_moe=20, no_mmap=True, dialect="ik_llama.cpp").argv()[-1] == \
+        "--no-mmap"
+    assert LlamaFlags(n_cpu_moe=20, no_mmap=True).argv("bench")[-2:] == ["-lm", "none"]
+    assert "--no-mmap" not in LlamaFlags(n_cpu_moe=20).argv() and \
+        "--load-mode" not in LlamaFlags(n_cpu_moe=20).argv()
+
+
+def test_the_advise_command_with_ram_and_bad_ram(capsys):
+    assert main([*ISSUE, "--ram", "256"]) == 0
+    out = capsys.readouterr().out
+    cmd = out.splitlines()[out.splitlines().index("llama.cpp") + 1]
+    assert "--load-mode none" in cmd and "GiB of host experts in host memory" in out
+    for bad in ("0", "-4", "nan"):
+        assert main([*ISSUE, "--ram", bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "field '--ram'" in err
+
+
+def test_a_record_written_before_pinned_settings_reads_as_mmap():
+    rec = RequestRecord(Request(1000, 100), (setting("decode-best"), setting(ub=2048)))
+    d = rec.to_dict()
+    for s in d["settings"]:
+        del s["pinned_gib"]
+    back = RequestRecord.from_dict(d)
+    assert back == rec and not any(s.pinned for s in back.settings)

@@ -24,6 +24,7 @@ from .args import (
     llamacpp_build,
     machine_from_args,
     model_from_args,
+    refitted,
     request_from_args,
 )
 
@@ -43,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"VRAM budget (default: the card's memory less llama.cpp's "
                         f"{FIT_MARGIN / GIB:g} GiB --fit margin)")
     add_machine_options(s, ("threads",), notes={"threads": "; a hybrid part's P-cores"})
-    add_llamacpp_options(s, ("ctx", "llamacpp"),
+    add_llamacpp_options(s, ("ctx", "llamacpp", "ram"),
                          helps={"ctx": "tokens of KV cache the VRAM holds, at least the "
                                        "request's prompt and answer (default {default})"})
     add_request_options(s)
@@ -73,7 +74,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
         raise CopeInputError("needs --trace", field="--calibration")
     quant, weights = quant_of(args)
     g = model_from_args(args, quant)
-    machine = machine_from_args(args)
+    machine = refitted(args, machine_from_args(args))
     trace = parquet_io.read_trace(args.trace) if args.trace else None
     cal = parquet_io.read_trace(args.calibration) if args.calibration else None
     out = advise(g, machine, runtimes=RUNTIMES if args.runtime == "all" else (args.runtime,),
@@ -81,7 +82,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
                  seed=args.seed, with_files=args.output_dir is not None,
                  model_file=args.model if str(args.model).lower().endswith(".gguf") else None,
                  weights_source=weights, build=llamacpp_build(args),
-                 request=request_from_args(args))
+                 request=request_from_args(args), host_ram_gib=args.ram)
     written = _write_files(out, args.output_dir, args.force) if args.output_dir else []
     if args.json:
         print_json({**out.to_dict(), "written": written})

@@ -21,6 +21,7 @@ from ..llamacpp import (
     Request,
     llama_settings,
     parse_build,
+    read_prompt_refit,
 )
 from ..machine import Machine, compose_machine
 from ..matrix import get_candidate
@@ -286,6 +287,10 @@ LLAMACPP_OPTIONS: dict[str, tuple[tuple[str, ...], type, str, str]] = {
     "no-op-offload": (("--no-op-offload",), bool, "",
                       "llama.cpp's --no-op-offload: host weights are not copied to the GPU for "
                       "batches of 32 tokens or more, so the compute buffer holds no copy"),
+    "ram": (("--ram",), float, "GIB",
+            "the host's memory in GiB: the request's search then also prices --no-mmap, whose "
+            "host experts stay pinned (a faster prompt) and must fit in it beside 4 GiB for "
+            "the rest (default: not given, --no-mmap is not priced)"),
 }
 
 
@@ -295,7 +300,7 @@ def llamacpp_defaults() -> dict[str, int | str]:
     d = LlamaSettings()
     return {"ctx": DEFAULT_CONTEXT, "cache-type-k": d.type_k, "cache-type-v": d.type_v,
             "fitt": FIT_MARGIN >> 20, "llamacpp": LATEST_BUILD, "ubatch-size": d.n_ubatch,
-            "batch-size": d.n_batch, "no-op-offload": not d.op_offload}
+            "batch-size": d.n_batch, "no-op-offload": not d.op_offload, "ram": "none"}
 
 
 def add_request_options(s: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -308,6 +313,29 @@ def add_request_options(s: argparse.ArgumentParser | argparse._ArgumentGroup) ->
                         f"placement (default {DEFAULT_PROMPT_TOKENS}; 0: rank by decode alone)")
     s.add_argument("--gen-tokens", type=int, default=DEFAULT_GEN_TOKENS, metavar="G",
                    help=f"tokens in the answer (default {DEFAULT_GEN_TOKENS})")
+    s.add_argument("--prompt-refit", metavar="FILE",
+                   help="the prompt rates refitted from your own llama-bench prompt rows "
+                        "(cope evaluate --llama-bench ... --refit FILE), for this GPU")
+
+
+def refitted(args: argparse.Namespace, target: Any) -> Any:
+    """``target`` (a :class:`Machine` or a profile) with ``--prompt-refit``'s rates on its
+    platform spec; as it is when none is given or it has no spec."""
+    path = getattr(args, "prompt_refit", None)
+    if path is None:
+        return target
+    if isinstance(target, Machine):
+        if target.spec is None:
+            raise CopeInputError("prices offload prompts: a CPU-only machine has none",
+                                 field="--prompt-refit")
+        return replace(target, spec=read_prompt_refit(path, target.spec))
+    spec = (target.platform or {}).get("spec")
+    if not isinstance(spec, dict):
+        raise CopeInputError("the profile has no platform spec to refit (an analytic profile "
+                             "has one)", field="--prompt-refit")
+    from ..platforms import PlatformSpec
+    new = read_prompt_refit(path, PlatformSpec.from_dict(spec))
+    return replace(target, platform={**target.platform, "spec": new.to_dict()})
 
 
 def request_from_args(args: argparse.Namespace) -> Request | None:
@@ -339,8 +367,8 @@ def add_llamacpp_options(s: argparse.ArgumentParser | argparse._ArgumentGroup,
         if kind is bool:
             s.add_argument(*flags, action="store_true", help=text)
         else:
-            s.add_argument(*flags, type=kind, default=defaults[name], metavar=metavar,
-                           help=text)
+            default = None if name == "ram" else defaults[name]    # unknown unless given
+            s.add_argument(*flags, type=kind, default=default, metavar=metavar, help=text)
         for old in RENAMED.get(name, ()):
             renamed(s, old, flags[-1])
 
@@ -362,7 +390,8 @@ def llama_settings_from_args(args: argparse.Namespace) -> LlamaSettings:
                           build=llamacpp_build(args),
                           n_ubatch=getattr(args, "ubatch_size", d.n_ubatch),
                           n_batch=getattr(args, "batch_size", d.n_batch),
-                          op_offload=not getattr(args, "no_op_offload", False))
+                          op_offload=not getattr(args, "no_op_offload", False),
+                          host_ram_gib=getattr(args, "ram", None))
 
 
 def llamacpp_build(args: argparse.Namespace) -> Build:

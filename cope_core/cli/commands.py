@@ -21,7 +21,7 @@ from ..platforms import resolve_platform
 from ..profile.busy import busy_note
 from ..profile.raw_samples import read_raw_samples
 from . import cache_report
-from .args import llama_settings_from_args, model_from_args, priced_as_model
+from .args import llama_settings_from_args, model_from_args, priced_as_model, refitted
 from .report import format_evaluation, format_per_k, format_sweep, format_table, prediction_json
 
 
@@ -205,7 +205,7 @@ def _vram_llamacpp(args: argparse.Namespace, g) -> int:
 # --- predicting ---------------------------------------------------------------------------------
 def _load(args: argparse.Namespace):
     trace = parquet_io.read_trace(args.trace)
-    profile = parquet_io.read_profile(args.profile)
+    profile = refitted(args, parquet_io.read_profile(args.profile))
     if (note := busy_note(profile.platform)) is not None:
         print(f"warning: {args.profile}: {note}", file=sys.stderr)
     cal = parquet_io.read_trace(args.calibration) if args.calibration else None

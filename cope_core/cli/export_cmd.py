@@ -39,6 +39,7 @@ from .args import (
     add_model_options,
     add_request_options,
     priced_as_model,
+    refitted,
     request_settings,
 )
 
@@ -134,7 +135,7 @@ def _from_verify(args: argparse.Namespace):
             raise CopeInputError(f"the record names no {role} file: give --{role}",
                                  source=args.from_verify, field=f"inputs.{role}")
     trace = parquet_io.read_trace(str(paths["trace"]))
-    profile = parquet_io.read_profile(str(paths["profile"]))
+    profile = refitted(args, parquet_io.read_profile(str(paths["profile"])))
     cal = parquet_io.read_trace(str(paths["calibration"])) if paths["calibration"] else None
     verified = {"path": args.from_verify, "sha256": sha256_file(args.from_verify),
                 "measured_us": cell.measured_us,
@@ -168,7 +169,7 @@ def _policy(args: argparse.Namespace):
         raise CopeInputError(f"cope export: missing {', '.join(missing)} (or give --from-policy "
                              "FILE)")
     trace = parquet_io.read_trace(args.trace)
-    profile = parquet_io.read_profile(args.profile)
+    profile = refitted(args, parquet_io.read_profile(args.profile))
     cal = parquet_io.read_trace(args.calibration) if args.calibration else None
     spec = resolve_platform(args.spec) if args.spec else None
     trace, cal = priced_as_model(args, trace, cal)

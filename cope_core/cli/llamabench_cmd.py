@@ -12,13 +12,16 @@ import os
 
 from .. import parquet_io
 from ..errors import CopeInputError
-from ..files import print_json
+from ..files import check_writable, print_json
 from ..llamacpp import (
     BenchEvaluation,
     match_bench_rows,
     read_llama_bench,
     read_llama_model,
+    refit_lines,
+    refit_prompt,
     score_bench_rows,
+    write_prompt_refit,
 )
 from ..platforms import DEFAULT_CPU
 from .args import add_machine_options, machine_from_args, model_from_args, renamed
@@ -33,6 +36,10 @@ def add_options(s: argparse.ArgumentParser) -> None:
                "GPU (`cope parts gpus`, a GPU part file, or 'this')"},
         notes={"cpu": f" (default {DEFAULT_CPU})"}, prefix="")
     renamed(s, "--analytic", "--gpu")
+    s.add_argument("--refit", metavar="OUT.json",
+                   help="with --llama-bench and --gpu: refit the prompt model's rates (the GPU's "
+                        "prompt rate, the pageable copy) on the prompt rows and write them to "
+                        "OUT.json, for --prompt-refit")
 
 
 #: The machine flags that only --llama-bench reads
@@ -68,14 +75,32 @@ def cmd_llama_bench(args: argparse.Namespace) -> int:
                          | ({args.threads} if args.threads else set())) or [m.threads]
         profile, spec = analytic_profile(g, m.spec, cpu_threads=threads), m.spec
         what = f"analytic profile of {m.spec.name} (not measured)"
+    refit_out = getattr(args, "refit", None)
+    if refit_out is not None:
+        if spec is None:
+            raise CopeInputError("refits the prompt model on a machine's peaks: give --gpu, not "
+                                 "--profile", field="--refit")
+        check_writable(refit_out)
     ev = score_bench_rows(match_bench_rows(rows, lm, g, profile, cpu_threads=args.threads,
                                            gpu_share=args.gpu_share, spec=spec))
+    refit = None
+    if refit_out is not None:
+        assert spec is not None
+        refit = refit_prompt(ev.matches, g, spec)
+        write_prompt_refit(refit_out, refit, spec, os.fspath(args.llama_bench))
     if args.json:
         print_json({"llama_bench": os.fspath(args.llama_bench), "model": args.model,
-                    "profile": what, **ev.to_dict()})
+                    "profile": what, **ev.to_dict(),
+                    **({} if refit is None else {"prompt_refit": {
+                        "path": refit_out, "fields": refit.fields, "before": refit.before,
+                        "rows": refit.rows, "error_before_pct": refit.error_before_pct,
+                        "error_after_pct": refit.error_after_pct,
+                        "held_out_error_pct": refit.held_out_pct}})})
         return 0
     print(f"llama-bench {args.llama_bench}: {len(rows)} rows | model {args.model} | {what}")
     print("\n".join(text_lines(ev)))
+    if refit is not None and refit_out is not None:
+        print("\n".join(refit_lines(refit, refit_out)))
     return 0
 
 

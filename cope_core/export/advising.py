@@ -80,7 +80,7 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
            trace: Trace | None = None, calibration: Trace | None = None, seed: int = 0,
            with_files: bool = False, model_file: str | os.PathLike | None = None,
            weights_source: str = "as given", build: Build | None = None,
-           request: Request | None = None) -> Advice:
+           request: Request | None = None, host_ram_gib: float | None = None) -> Advice:
     """Answer ``cope advise`` (module docstring).
 
     Parameters
@@ -113,6 +113,9 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     request : Request, optional
         A prompt and answer: llama.cpp's answer is ranked by its time (``-ub`` searched beside
         the placement, :mod:`cope_core.llamacpp.answer.request`), and the context grows to hold it.
+    host_ram_gib : float, optional
+        The host's memory: with it the request's search also prices ``--no-mmap`` (pinned host
+        experts) where they fit.
     """
     build = build if build is not None else latest()
     unknown = [r for r in runtimes if r not in RUNTIMES]
@@ -157,7 +160,8 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     # K and llama.cpp's record (its -c, KV cache and compute buffer) at the asked context
     policy = build_policy(trace, profile, calibration, vram_gib=vram_gib, context=context,
                           cpu_threads=machine.threads, llamacpp="llama.cpp" in order,
-                          llama=llama_settings(model_file, n_ctx=context, build=build),
+                          llama=llama_settings(model_file, n_ctx=context, build=build,
+                                               host_ram_gib=host_ram_gib),
                           request=request)
     K = policy.experts_per_layer
     # a build before b6325 runs every weight on the CPU by default: priced as a machine without

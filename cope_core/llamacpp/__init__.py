@@ -56,6 +56,7 @@ from .bench.bench_record import (
     read_bench_record,
     write_bench_record,
 )
+from .bench.bench_refit import read_prompt_refit, refit_lines, refit_prompt, write_prompt_refit
 from .bench.bench_run import probe_bench_build, run_bench
 from .bench.bench_verify import BenchSettings, plan_bench_race, run_bench_race
 from .cache.cache_cliff import cliff_mib
@@ -88,5 +89,6 @@ __all__ = [
     "placement_tpot", "plan_bench_race", "probe_bench_build", "read_bench_record",
     "read_cache_log", "read_llama_bench", "read_llama_model", "replay_cache", "row_spread",
     "run_bench", "run_bench_race", "score_bench_rows", "search_cache", "share_text", "spread_text",
-    "write_bench_record",
+    "write_bench_record", "read_prompt_refit", "refit_lines", "refit_prompt",
+    "write_prompt_refit",
 ]

@@ -281,8 +281,10 @@ def _decide_decode(best: Offer, default: Offer | None, base: FitBaseline | None,
 
 
 def _versus(a: RequestSetting, b: RequestSetting) -> str:
+    pinned = (f"; --no-mmap pins its {a.pinned_gib:.1f} GiB of host experts in host memory"
+              if a.pinned and not b.pinned else "")
     return (f"request {a.request_s:.1f} s against {b.request_s:.1f} s, decode "
-            f"{a.decode_tokens_per_s:.1f} against {b.decode_tokens_per_s:.1f} tokens/s")
+            f"{a.decode_tokens_per_s:.1f} against {b.decode_tokens_per_s:.1f} tokens/s{pinned}")
 
 
 def _decide_request(req: RequestRecord, best: Offer, default: Offer | None, needs: str | None,
@@ -338,6 +340,6 @@ def _request_flags(r: RequestSetting, default: Offer | None, n_blocks: int, thre
     ub = None if r.n_ubatch == N_UBATCH else r.n_ubatch
     b = None if r.n_batch == N_BATCH else r.n_batch
     if default is not None and not r.n_cpu_moe and not default.host_layers:
-        return replace(default.flags, n_ubatch=ub, n_batch=b)
+        return replace(default.flags, n_ubatch=ub, n_batch=b, no_mmap=r.pinned)
     return flags(replace(LlamaFlags.placed(n_blocks, threads, r.n_cpu_moe), n_ubatch=ub,
-                         n_batch=b))
+                         n_batch=b, no_mmap=r.pinned))

@@ -187,12 +187,15 @@ class Build:
     def spell(self, flags: LlamaFlags) -> LlamaFlags:
         """``flags`` as this build takes them: before ``--n-cpu-moe`` (b6089) its placement as
         the one ``-ot`` override of the same blocks (b5028+); before ``--fit`` (b7407) no
-        ``-fit off``, a flag it does not know (and nothing to switch off)."""
+        ``-fit off``, a flag it does not know (and nothing to switch off); before
+        ``--load-mode`` (b10105) ``--no-mmap``."""
         out = flags
         if out.n_cpu_moe is not None and not self.n_cpu_moe_flag:
             out = replace(out, n_cpu_moe=None, cpu_blocks=tuple(range(out.n_cpu_moe)))
         if out.fit is False and not self.fit_flag:
             out = replace(out, fit=None)
+        if out.no_mmap and not self.has("load_mode"):
+            out = replace(out, load_mode_flag=False)
         return out
 
     def describe(self) -> str:

@@ -10,13 +10,19 @@ in host memory either
 * or run on the CPU (a smaller batch, ``--no-op-offload``, a build without op offload).
 
 Costs (seconds) come from the machine's published peaks
-(:class:`~cope_core.platforms.PlatformSpec`): a layer's GPU work is the larger of its FLOPs over
-the GPU's FLOP rate and its weights read once over the GPU's memory bandwidth, both at the spec's
-efficiency; a copy is its bytes over the link's bandwidth at :data:`BULK_LINK_EFFICIENCY`; the
-CPU's expert work is the larger of its FLOPs over the threads' FLOP rate and the distinct experts'
-bytes over the memory bandwidth. Attention over the context so far is ``4 x tokens x (context +
-tokens/2) x heads x head_dim`` FLOPs per block (causal QK^T and PV). Each batch also pays fixed
-costs: every block's kernels launched once (``gpu_kernels_per_block`` and the MoE layers'
+(:class:`~cope_core.platforms.PlatformSpec`) and the rates of :mod:`.prompt_rates`: a layer's GPU
+work is the larger of its FLOPs over the card's prompt rate (its FP16 peak times the efficiency
+llama.cpp's own fully offloaded runs reach on it, :func:`prompt_efficiency`) and its weights read
+once over the GPU's memory bandwidth; a copy is its bytes over the link from pinned memory (the
+load mode leaves the host experts pinned) or over the host's staging rate from pageable memory
+(mmap, llama.cpp's default: :func:`~.prompt_rates.copy_bandwidth`); a ubatch touches the experts
+its tokens would drawn from the family's warm share of them (:func:`prompt_experts`); the CPU's
+expert work is the larger of its FLOPs over the threads' FLOP rate and the distinct experts' bytes
+over the memory bandwidth. Attention over the context so far is ``4 x tokens x (context +
+tokens/2) x heads x head_dim`` FLOPs per full-attention block (causal QK^T and PV; a sliding
+window's at most its window), at flash attention's own rate (:data:`~.prompt_rates.
+ATTENTION_EFFICIENCY`). Each batch also pays fixed costs: every block's
+kernels launched once (``gpu_kernels_per_block`` and the MoE layers'
 ``gpu_kernels_per_expert_group`` launches of ``gpu_launch_us``), and per host layer a copy's
 latency (``link_latency_us``) or, on the CPU path, a synchronisation and a hand-off
 (``gpu_sync_us + cpu_dispatch_us``), the spec's constants decode is priced with. Copy and compute
@@ -24,20 +30,25 @@ are serial: the scheduler copies a split's inputs, then runs it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
+from statistics import median
 
 import numpy as np
 
+from ...attention import GatedDeltaNet, SlidingWindow
 from ...errors import CopeInputError
 from ...geometry import ModelGeometry
 from ...platforms import PlatformSpec
 from ..placement.vram import N_BATCH, N_UBATCH, OP_OFFLOAD_MIN_BATCH
 from .builds import Build, latest
-
-#: achieved / peak link bandwidth of a copy of many MiB (one layer's used experts): an
-#: assumption (a large pinned-memory copy reaches most of PCIe's peak; the spec's
-#: ``link_efficiency`` is for one expert's small copy)
-BULK_LINK_EFFICIENCY = 0.8
+from .prompt_rates import (
+    ATTENTION_EFFICIENCY,
+    FULL_OFFLOAD_ROWS,
+    copy_bandwidth,
+    fitted,
+    warm_share,
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,10 @@ class PromptRun:
         False: ``--no-op-offload``.
     threads : int
         CPU threads of the CPU path.
+    pinned : bool
+        The host experts sit in the GPU backend's pinned host buffer (a load mode without mmap:
+        :func:`~.prompt_rates.host_pinned`); False: llama.cpp's default, the file's pageable
+        mapping.
     """
 
     n_prompt: int
@@ -62,6 +77,7 @@ class PromptRun:
     n_batch: int = N_BATCH
     op_offload: bool = True
     threads: int = 1
+    pinned: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n_prompt", "n_ubatch", "n_batch", "threads"):
@@ -107,7 +123,7 @@ class PromptTime:
         return self.n_prompt / self.seconds
 
 
-def distinct_experts(n_tokens: int, n_experts: int, top_k: int) -> float:
+def distinct_experts(n_tokens: float, n_experts: int, top_k: int) -> float:
     """Expected distinct experts ``n_tokens`` tokens route to, each choosing ``top_k`` of
     ``n_experts`` (uniform routing: ``E (1 - (1 - k/E)^n)``; a skewed router routes to fewer)."""
     if n_experts <= 0 or top_k <= 0:
@@ -126,15 +142,25 @@ def selection_rates(routed: np.ndarray, n_experts: int) -> np.ndarray:
     return out / max(n, 1)
 
 
-def used_experts(n_tokens: int, g: ModelGeometry, rates: np.ndarray | None,
+def used_experts(n_tokens: float, g: ModelGeometry, rates: np.ndarray | None,
                  layers: range) -> float:
     """Expected distinct experts a batch of ``n_tokens`` routes to, summed over ``layers`` (MoE
-    layer indices): from each layer's selection rates (tokens independent:
-    ``sum_e 1 - (1 - p_e)^n``), else uniform routing (:func:`distinct_experts`)."""
+    layer indices) when the tokens route independently: from each layer's selection rates
+    (``sum_e 1 - (1 - p_e)^n``), else uniform routing (:func:`distinct_experts`)."""
     if rates is None:
         return len(layers) * distinct_experts(n_tokens, g.n_experts, g.top_k)
     sub = np.clip(rates[layers.start:layers.stop], 0.0, 1.0)
     return float(np.sum(1.0 - (1.0 - sub) ** n_tokens))
+
+
+def prompt_experts(n_tokens: int, g: ModelGeometry, rates: np.ndarray | None,
+                   layers: range) -> float:
+    """Distinct experts a prompt's ubatch of ``n_tokens`` touches over ``layers``: as
+    :func:`used_experts`, at most what uniform draws from the family's warm experts touch
+    (:data:`~.prompt_rates.WARM_EXPERT_SHARE`)."""
+    warm = warm_share(g.name) * g.n_experts
+    cap = len(layers) * distinct_experts(n_tokens, round(warm), g.top_k)
+    return min(used_experts(n_tokens, g, rates, layers), cap)
 
 
 def offloads(run: PromptRun, tokens: int, build: Build) -> bool:
@@ -143,7 +169,17 @@ def offloads(run: PromptRun, tokens: int, build: Build) -> bool:
 
 
 def _attention_flops(g: ModelGeometry, tokens: int, context: int) -> float:
-    return 4.0 * tokens * (context + tokens / 2) * g.n_heads * g.head_dim
+    """One block's attention FLOPs for ``tokens`` after ``context``, the mean over the blocks:
+    a sliding-window layer attends to at most its window (gpt-oss: every other layer), a Gated
+    DeltaNet layer to nothing that grows (Qwen3.5: one full layer in ``interval``)."""
+    full = 4.0 * tokens * (context + tokens / 2) * g.n_heads * g.head_dim
+    fam = g.family
+    if isinstance(fam, SlidingWindow):
+        window = 4.0 * tokens * min(context + tokens / 2, fam.window) * g.n_heads * g.head_dim
+        return full / fam.every + window * (1 - 1 / fam.every)
+    if isinstance(fam, GatedDeltaNet):
+        return full / fam.interval
+    return full
 
 
 def prompt_time(g: ModelGeometry, spec: PlatformSpec, host_layers: int, run: PromptRun,
@@ -173,12 +209,13 @@ def prompt_time(g: ModelGeometry, spec: PlatformSpec, host_layers: int, run: Pro
                              f"{host_layers}", field="--n-cpu-moe")
     b = build if build is not None else latest()
     bpp = g.weight_bytes_per_param
-    gpu_rate = spec.gpu_flops * spec.gpu_efficiency
+    gpu_rate = spec.gpu_flops * prompt_efficiency(spec)
+    attn_rate = spec.gpu_flops * ATTENTION_EFFICIENCY
     gpu_bw = spec.gpu_bandwidth * spec.gpu_efficiency
     cpu_rate = spec.cpu_flops_per_thread * run.threads * spec.cpu_efficiency
     cpu_bw = min(spec.cpu_bandwidth, spec.cpu_bandwidth_per_thread * run.threads) \
         * spec.cpu_efficiency
-    link_bw = spec.link_bandwidth * BULK_LINK_EFFICIENCY
+    link_bw = copy_bandwidth(spec, run.pinned)
     expert_params = 3 * g.hidden * g.expert_intermediate
     gpu_s = copy_s = cpu_s = 0.0
     offloaded = False
@@ -189,20 +226,21 @@ def prompt_time(g: ModelGeometry, spec: PlatformSpec, host_layers: int, run: Pro
         + g.n_layers * spec.gpu_kernels_per_expert_group
     for tokens, context in run.chunks():
         gpu_s += launches * spec.gpu_launch_us * 1e-6
-        attn = _attention_flops(g, tokens, context)
-        # every block's shared work on the GPU: weights read once, FLOPs for every token
-        shared = (g.dense_layers * (2 * tokens * g.dense_block_params + attn)
-                  + g.n_layers * (2 * tokens * g.moe_block_params + attn))
+        # every block's shared work on the GPU: weights read once, FLOPs for every token, and
+        # attention at flash attention's own rate
+        shared = 2 * tokens * (g.dense_layers * g.dense_block_params
+                               + g.n_layers * g.moe_block_params)
         shared_bytes = bpp * (g.dense_layers * g.dense_block_params
                               + g.n_layers * g.moe_block_params)
-        gpu_s += max(shared / gpu_rate, shared_bytes / gpu_bw)
+        gpu_s += max(shared / gpu_rate, shared_bytes / gpu_bw) \
+            + (g.dense_layers + g.n_layers) * _attention_flops(g, tokens, context) / attn_rate
         # the routed experts: the GPU layers' on the GPU (the used ones read once)
         expert_work = 2 * tokens * g.top_k * expert_params
         gpu_s += max(len(on_gpu) * expert_work / gpu_rate,
-                     used_experts(tokens, g, rates, on_gpu) * g.expert_bytes / gpu_bw)
+                     prompt_experts(tokens, g, rates, on_gpu) * g.expert_bytes / gpu_bw)
         if not host_layers:
             continue
-        used = used_experts(tokens, g, rates, host)
+        used = prompt_experts(tokens, g, rates, host)
         if offloads(run, tokens, b):
             offloaded = True
             moved = used if b.has("op_offload_used_experts") else host_layers * g.n_experts
@@ -216,3 +254,61 @@ def prompt_time(g: ModelGeometry, spec: PlatformSpec, host_layers: int, run: Pro
     return PromptTime(gpu_s, copy_s, cpu_s, run.n_prompt, offloaded)
 
 
+
+
+def _solve_efficiency(row_gpu: str, model: str, quant: str, ubatch: int, n_prompt: int,
+                      tokens_per_s: float) -> float:
+    """The prompt efficiency at which the model prices a fully offloaded published run at its
+    measured tokens per second (bisection on a log scale: time falls as the rate rises)."""
+    from ...machine import compose_machine
+    from ...models import resolve_model
+    from ...platforms import DEFAULT_CPU
+    g = resolve_model(model, quant)
+    m = compose_machine(gpu=row_gpu, cpu=DEFAULT_CPU)
+    assert m.spec is not None
+    run = PromptRun(n_prompt, 0, ubatch, max(ubatch, N_BATCH))
+    lo, hi = 1e-3, 2.0
+    for _ in range(60):
+        mid = (lo * hi) ** 0.5
+        t = prompt_time(g, replace(m.spec, gpu_prompt_efficiency=mid), 0, run).tokens_per_s
+        lo, hi = (mid, hi) if t < tokens_per_s else (lo, mid)
+    return (lo * hi) ** 0.5
+
+
+@cache
+def card_efficiencies() -> dict[str, float]:
+    """Each card of :data:`~.prompt_rates.FULL_OFFLOAD_ROWS`: the achieved / peak FLOP/s of
+    llama.cpp's fully offloaded prompt run on it (the mean of its rows)."""
+    by: dict[str, list[float]] = {}
+    for r in FULL_OFFLOAD_ROWS:
+        by.setdefault(r.gpu, []).append(_solve_efficiency(r.gpu, r.model, r.quant, r.ubatch,
+                                                          r.n_prompt, r.tokens_per_s))
+    return {k: sum(v) / len(v) for k, v in by.items()}
+
+
+def _vendor(gpu_name: str) -> str | None:
+    from ...parts import gpu_part
+    try:
+        return gpu_part(gpu_name).vendor
+    except CopeInputError:
+        return None
+
+
+@cache
+def card_efficiency(gpu_name: str) -> float:
+    """The published prompt efficiency of a card: its own rows', else the median of its vendor's
+    cards, else of every card (before the fitted scale)."""
+    eff = card_efficiencies()
+    if gpu_name in eff:
+        return eff[gpu_name]
+    vendor = _vendor(gpu_name)
+    same = [e for k, e in eff.items() if vendor is not None and _vendor(k) == vendor]
+    return median(same or list(eff.values()))
+
+
+def prompt_efficiency(spec: PlatformSpec) -> float:
+    """Achieved / peak FLOP/s of the spec's GPU on a prompt: a refit's
+    (``spec.gpu_prompt_efficiency``), else the card's published one times the fitted scale."""
+    if spec.gpu_prompt_efficiency is not None:
+        return spec.gpu_prompt_efficiency
+    return card_efficiency(spec.gpu_name) * fitted("gpu_rate_scale")

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import CopeInputError
-from ...geometry import ModelGeometry
+from ...geometry import GIB, ModelGeometry
 from ...placement import layer_plan
 from ...platforms import PlatformSpec
 from ..placement.vram import N_UBATCH
@@ -42,6 +42,10 @@ UBATCHES = (256, 512, 1024, 2048, 4096, 8192)
 PROMPT_ERROR = json.loads((resources.files("cope_core.llamacpp") / "data" / "prompt-error.json")
                           .read_text())
 PROMPT_RATIO_ERROR = float(PROMPT_ERROR["ratio_error"])
+#: host memory a ``--no-mmap`` setting keeps free beside its pinned host experts: the system and
+#: llama.cpp's other host buffers (an assumption: pinned memory cannot be paged out, so the
+#: rest of the machine must fit beside it)
+PINNED_RAM_MARGIN = 4 * GIB
 #: labels of a record's settings
 DECODE_BEST, DEFAULT, SEARCHED = "decode-best", "default", "searched"
 
@@ -96,7 +100,8 @@ class RequestSetting:
     the default (fit's placement, ``host_layers`` MoE layers' experts in host memory);
     ``cache_mib`` the decode-best's MoE cache; ``tpot_us`` decode at the trace's context (as the
     record's other rows), ``depth_tpot_us`` at the request's depth; ``tpot_rel`` the decode
-    prediction's relative half-interval."""
+    prediction's relative half-interval; ``pinned_gib`` the host memory ``--no-mmap`` pins for the
+    host experts (0: mmap, llama.cpp's default, the experts pageable)."""
 
     label: str
     n_cpu_moe: int | None
@@ -110,6 +115,7 @@ class RequestSetting:
     tpot_us: float
     depth_tpot_us: float
     tpot_rel: float
+    pinned_gib: float = 0.0
 
     def __post_init__(self) -> None:
         if self.label not in (DECODE_BEST, DEFAULT, SEARCHED):
@@ -122,6 +128,11 @@ class RequestSetting:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
                     or v < 0:
                 raise CopeInputError(f"expected a finite number >= 0, got {v!r}", field=f.name)
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the setting loads without mmap (``--no-mmap``), its host experts pinned."""
+        return self.pinned_gib > 0
 
     @property
     def prompt_tokens_per_s(self) -> float:
@@ -152,7 +163,8 @@ class RequestSetting:
         return {"prompt_tokens": self.prompt_tokens, "gen_tokens": self.gen_tokens,
                 "prompt_tokens_per_s": self.prompt_tokens_per_s, "ttft_s": self.ttft_s,
                 "request_s": self.request_s,
-                "ubatch": self.n_ubatch, "batch": self.n_batch}
+                "ubatch": self.n_ubatch, "batch": self.n_batch, "no_mmap": self.pinned,
+                "pinned_gib": self.pinned_gib}
 
 
 @dataclass(frozen=True)
@@ -187,8 +199,9 @@ class RequestRecord:
                                  f"settings, got {d!r}", field="request")
         rows = d["settings"]
         names = {f.name for f in fields(RequestSetting)}
+        # pinned_gib came with issue 71: a record written before it holds mmap settings only
         if not isinstance(rows, list) or not rows or not all(
-                isinstance(r, Mapping) and set(r) == names for r in rows):
+                isinstance(r, Mapping) and set(r) | {"pinned_gib"} == names for r in rows):
             raise CopeInputError(f"expected a non-empty list of objects with {sorted(names)}",
                                  field="request.settings")
         try:
@@ -209,6 +222,12 @@ def fewest_cpu_moe(g: ModelGeometry, vram_gib: float, llama: LlamaSettings) -> i
             continue
         return n
     return None
+
+
+def pinned_bytes(g: ModelGeometry, host_layers: float) -> float:
+    """Host memory ``--no-mmap`` pins for the routed experts of ``host_layers`` MoE layers (the
+    GPU backend's host buffer holds them whole: src/llama-model.cpp, make_cpu_buft_list)."""
+    return float(host_layers) * g.n_experts * g.expert_bytes
 
 
 def search_request(g: ModelGeometry, spec: PlatformSpec, request: Request, *, vram_gib: float,
@@ -251,13 +270,14 @@ def search_request(g: ModelGeometry, spec: PlatformSpec, request: Request, *, vr
     depth = request.depth
 
     def setting(label: str, n_cpu_moe: int | None, host: float, cache_mib: int, ub: int,
-                b: int, tpot: float, rel: float) -> RequestSetting:
-        run = PromptRun(request.prompt_tokens, 0, ub, b, threads=threads)
+                b: int, tpot: float, rel: float, pinned_gib: float = 0.0) -> RequestSetting:
+        run = PromptRun(request.prompt_tokens, 0, ub, b, threads=threads,
+                        pinned=pinned_gib > 0)
         pt = prompt_time(g, spec, int(round(host)), run, build, rates)
         deep = tpot + tpot_at(host, depth) - tpot_at(host, context0)
         return RequestSetting(label, n_cpu_moe, float(host), cache_mib, ub, b,
                               request.prompt_tokens, request.gen_tokens, pt.seconds, tpot,
-                              deep, rel)
+                              deep, rel, pinned_gib)
 
     n, cache, host, tpot, rel = decode_best
     out = [setting(DECODE_BEST, n, host, cache, llama.n_ubatch, llama.n_batch, tpot, rel)]
@@ -273,6 +293,11 @@ def search_request(g: ModelGeometry, spec: PlatformSpec, request: Request, *, vr
         host = max(fewest - g.dense_layers, 0)
         searched.append(setting(SEARCHED, fewest, host, 0, ub, s.n_batch,
                                 tpot_at(host, context0), rel))
+        pinned = pinned_bytes(g, host)
+        if host and llama.host_ram_bytes is not None \
+                and pinned + PINNED_RAM_MARGIN <= llama.host_ram_bytes:
+            searched.append(setting(SEARCHED, fewest, host, 0, ub, s.n_batch,
+                                    tpot_at(host, context0), rel, pinned / GIB))
     searched.sort(key=lambda x: x.request_s)
     return RequestRecord(request, tuple(out + searched))
 

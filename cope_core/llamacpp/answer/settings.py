@@ -33,7 +33,9 @@ class LlamaSettings:
     (``-c``) and KV cache types (``-ctk``/``-ctv``), ``--fit``'s margin (``-fitt``), the
     build (:mod:`~cope_core.llamacpp.answer.builds`: its flags, cache and default; None: the newest
     known, :attr:`runs_on`), and the batch the compute buffer is reserved for (``-ub``, ``-b``;
-    ``op_offload`` False: ``--no-op-offload``)."""
+    ``op_offload`` False: ``--no-op-offload``), and the host memory (bytes; None: not known)
+    that ``--no-mmap``'s pinned host experts must fit in (the request's search prices it only
+    when it is known)."""
 
     model: LlamaModel | None = None
     n_ctx: int = DEFAULT_CONTEXT
@@ -44,6 +46,7 @@ class LlamaSettings:
     n_ubatch: int = N_UBATCH
     n_batch: int = N_BATCH
     op_offload: bool = True
+    host_ram_bytes: float | None = None
 
     @property
     def runs_on(self) -> Build:
@@ -67,7 +70,8 @@ def llama_settings(model: str | os.PathLike | LlamaModel | None, *,
                    type_v: str = LlamaSettings.type_v, build: Build | None = None,
                    n_ubatch: int = LlamaSettings.n_ubatch,
                    n_batch: int = LlamaSettings.n_batch,
-                   op_offload: bool = LlamaSettings.op_offload) -> LlamaSettings:
+                   op_offload: bool = LlamaSettings.op_offload,
+                   host_ram_gib: float | None = None) -> LlamaSettings:
     """:class:`LlamaSettings` from a GGUF file's path (its header is read), a table, or None
     (made from the priced geometry); the context must be a positive whole number; ``build`` the
     llama.cpp build assumed (None: the newest known)."""
@@ -83,9 +87,14 @@ def llama_settings(model: str | os.PathLike | LlamaModel | None, *,
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise CopeInputError(f"expected a positive whole number of tokens, got {n!r}",
                                  field=flag)
+    if host_ram_gib is not None and (isinstance(host_ram_gib, bool) or not isinstance(
+            host_ram_gib, (int, float)) or not 0 < host_ram_gib < float("inf")):
+        raise CopeInputError(f"expected GiB of host memory > 0, got {host_ram_gib!r}",
+                             field="--ram")
     table = read_llama_model(model) if isinstance(model, (str, os.PathLike)) else model
     return LlamaSettings(table, n_ctx, type_k, type_v, int(margin_bytes), build, n_ubatch,
-                         n_batch, bool(op_offload))
+                         n_batch, bool(op_offload),
+                         None if host_ram_gib is None else float(host_ram_gib) * GIB)
 
 
 def n_cpu_moe_memory(g: ModelGeometry, n_cpu_moe: int, vram_gib: float,

@@ -208,7 +208,8 @@ def match_bench_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeo
         if r.kind == "pp":
             assert spec is not None and threads is not None
             run = PromptRun(r.n_prompt, r.n_depth, r.n_ubatch, r.n_batch,
-                            op_offload=not r.no_op_offload, threads=threads)
+                            op_offload=not r.no_op_offload, threads=threads,
+                            pinned=r.pinned)
             build = Build(r.build_number, "the row's") if r.build_number else None
             pt = prompt_time(geometry, spec, n_cpu, run, build)
             out.append(BenchMatch(r, "", n_cpu, blocks, r.n_depth + r.n_prompt / 2,

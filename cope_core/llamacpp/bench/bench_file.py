@@ -28,13 +28,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import CopeInputError
+from ..answer.prompt_rates import host_pinned
+from .bench_values import as_bool, as_float, as_int, fail, read_load_mode
 
 #: the formats :func:`read_llama_bench` reads
 FORMATS = ("json", "jsonl", "csv", "md")
@@ -121,6 +122,13 @@ class BenchRow:
     samples_ts: tuple[float, ...] = ()
     build: str = ""
     no_op_offload: bool = False
+    load_mode: str = "auto"
+    no_host: bool = False
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the host experts were pinned (a load mode without mmap, no ``--no-host``)."""
+        return host_pinned(self.load_mode, self.no_host)
 
     @property
     def build_number(self) -> int:
@@ -189,18 +197,14 @@ def parse_llama_bench(text: str, src: str) -> tuple[BenchRow, ...]:
     return tuple(rows)
 
 
-def _fail(src: str, line: int, field: str | None, message: str) -> CopeInputError:
-    return CopeInputError(f"line {line}: {message}", source=src, field=field)
-
-
 def _json(src: str, text: str) -> list[BenchRow]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise _fail(src, exc.lineno, None, f"expected llama-bench's -o json output (a JSON "
+        raise fail(src, exc.lineno, None, f"expected llama-bench's -o json output (a JSON "
                     f"array of tests): {exc.msg}") from None
     if not isinstance(data, list):
-        raise _fail(src, 1, None, "expected a JSON array of tests (llama-bench -o json)")
+        raise fail(src, 1, None, "expected a JSON array of tests (llama-bench -o json)")
     # the array's elements start on their own lines: name each by its line
     starts = [i + 1 for i, s in enumerate(text.splitlines()) if s.strip() in ("{", ",{")]
     return [_typed(src, starts[i] if i < len(starts) else i + 1, obj)
@@ -215,7 +219,7 @@ def _jsonl(src: str, text: str) -> list[BenchRow]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise _fail(src, n, None, f"expected one JSON object per line (llama-bench -o "
+            raise fail(src, n, None, f"expected one JSON object per line (llama-bench -o "
                         f"jsonl): {exc.msg}") from None
         rows.append(_typed(src, n, obj))
     return rows
@@ -225,7 +229,7 @@ def _csv(src: str, text: str) -> list[BenchRow]:
     lines = list(csv.reader(io.StringIO(text)))
     header = lines[0] if lines else []
     if "avg_ts" not in header or "n_gen" not in header:
-        raise _fail(src, 1, None, "expected llama-bench's output: a JSON array (-o json), JSON "
+        raise fail(src, 1, None, "expected llama-bench's output: a JSON array (-o json), JSON "
                     "lines (-o jsonl), a markdown table (-o md) or a CSV header of its fields "
                     f"(-o csv), got {(header[0] if header else '')[:40]!r}")
     rows = []
@@ -233,7 +237,7 @@ def _csv(src: str, text: str) -> list[BenchRow]:
         if not values:
             continue
         if len(values) != len(header):
-            raise _fail(src, n, None, f"expected {len(header)} values as the header has, got "
+            raise fail(src, n, None, f"expected {len(header)} values as the header has, got "
                         f"{len(values)}")
         rows.append(_typed(src, n, dict(zip(header, values))))
     return rows
@@ -242,70 +246,39 @@ def _csv(src: str, text: str) -> list[BenchRow]:
 def _typed(src: str, line: int, obj: Any) -> BenchRow:
     """A row from JSON/JSONL/CSV fields (CSV's values are all strings)."""
     if not isinstance(obj, dict):
-        raise _fail(src, line, None, f"expected a test object, got {type(obj).__name__}")
+        raise fail(src, line, None, f"expected a test object, got {type(obj).__name__}")
     for f in _REQUIRED:
         if f not in obj:
-            raise _fail(src, line, f, "missing: expected llama-bench's fields (-o json, jsonl "
+            raise fail(src, line, f, "missing: expected llama-bench's fields (-o json, jsonl "
                         "or csv)")
     v = {**_OPTIONAL, **obj}
-    ints = {f: _int(src, line, f, v[f], _LEAST.get(f)) for f in _INT if f in v}
+    ints = {f: as_int(src, line, f, v[f], _LEAST.get(f)) for f in _INT if f in v}
     samples = v.get("samples_ts", [])
     if not isinstance(samples, list):
-        raise _fail(src, line, "samples_ts", f"expected a list of numbers, got {samples!r}")
+        raise fail(src, line, "samples_ts", f"expected a list of numbers, got {samples!r}")
     return BenchRow(
         line=line, model_filename=str(v["model_filename"]), model_type=str(v["model_type"]),
         model_size=float(ints["model_size"]), model_size_tol=0.0, backends=str(v["backends"]),
         gpu_info=str(v["gpu_info"]), n_threads=ints["n_threads"],
         n_gpu_layers=ints["n_gpu_layers"], n_cpu_moe=ints["n_cpu_moe"],
         overrides=_overrides(src, line, v["tensor_buft_overrides"]),
-        no_kv_offload=_bool(src, line, "no_kv_offload", v["no_kv_offload"]),
+        no_kv_offload=as_bool(src, line, "no_kv_offload", v["no_kv_offload"]),
         type_k=str(v["type_k"]), type_v=str(v["type_v"]), n_batch=ints["n_batch"],
         n_ubatch=ints["n_ubatch"], flash_attn=ints["flash_attn"], n_prompt=ints["n_prompt"],
         n_gen=ints["n_gen"], n_depth=ints["n_depth"],
-        avg_ts=_float(src, line, "avg_ts", v["avg_ts"], positive=True),
-        stddev_ts=_float(src, line, "stddev_ts", v["stddev_ts"]),
-        samples_ts=tuple(_float(src, line, "samples_ts", s) for s in samples),
+        avg_ts=as_float(src, line, "avg_ts", v["avg_ts"], positive=True),
+        stddev_ts=as_float(src, line, "stddev_ts", v["stddev_ts"]),
+        samples_ts=tuple(as_float(src, line, "samples_ts", s) for s in samples),
         build=f"{v['build_commit']} ({v['build_number']})",
-        no_op_offload=_bool(src, line, "no_op_offload", v["no_op_offload"]))
-
-
-def _int(src: str, line: int, field: str, value: Any, least: int | None = None) -> int:
-    """A whole number (at least ``least`` when given)."""
-    want = "a whole number" + ("" if least is None else f" >= {least}")
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise _fail(src, line, field, f"expected {want}, got {value!r}")
-    try:
-        n = int(value)
-    except ValueError:
-        raise _fail(src, line, field, f"expected {want}, got {value!r}") from None
-    if least is not None and n < least:
-        raise _fail(src, line, field, f"expected {want}, got {value!r}")
-    return n
-
-
-def _float(src: str, line: int, field: str, value: Any, *, positive: bool = False) -> float:
-    try:
-        x = float(value) if not isinstance(value, bool) else math.nan
-    except (TypeError, ValueError):
-        x = math.nan
-    if not math.isfinite(x) or x < 0 or (positive and x == 0):
-        raise _fail(src, line, field, f"expected a finite number of tokens per second "
-                    f"{'> 0' if positive else '>= 0'}, got {value!r}")
-    return x
-
-
-def _bool(src: str, line: int, field: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if value in ("0", "1", 0, 1):    # CSV: std::to_string(bool); JSON's no_op_offload: an int
-        return value in ("1", 1)
-    raise _fail(src, line, field, f"expected true/false (or 0/1), got {value!r}")
+        no_op_offload=as_bool(src, line, "no_op_offload", v["no_op_offload"]),
+        load_mode=read_load_mode(src, line, v),
+        no_host=as_bool(src, line, "no_host", v.get("no_host", False)))
 
 
 def _overrides(src: str, line: int, text: Any) -> tuple[tuple[str, str], ...]:
     """``pattern=BUFFER;...`` or ``none`` (l. 1654-1673) -> ((pattern, buffer), ...)."""
     if not isinstance(text, str):
-        raise _fail(src, line, "tensor_buft_overrides", f"expected a string, got {text!r}")
+        raise fail(src, line, "tensor_buft_overrides", f"expected a string, got {text!r}")
     if text in ("none", ""):
         return ()
     out = []
@@ -314,12 +287,12 @@ def _overrides(src: str, line: int, text: Any) -> tuple[tuple[str, str], ...]:
         if part == "none":
             continue
         if not eq or not pattern or not buft:
-            raise _fail(src, line, "tensor_buft_overrides",
+            raise fail(src, line, "tensor_buft_overrides",
                         f"expected pattern=BUFFER entries joined by ';', got {part!r}")
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise _fail(src, line, "tensor_buft_overrides",
+            raise fail(src, line, "tensor_buft_overrides",
                         f"expected a regular expression, got {pattern!r} ({exc})") from None
         out.append((pattern, buft))
     return tuple(out)
@@ -331,7 +304,7 @@ def _markdown(src: str, text: str) -> list[BenchRow]:
     header = [c.strip() for c in table[0][1].strip("|").split("|")]
     for need in ("model", "size", "test", "t/s"):
         if need not in header:
-            raise _fail(src, table[0][0], need, "missing column: expected llama-bench's "
+            raise fail(src, table[0][0], need, "missing column: expected llama-bench's "
                         "markdown table (-o md)")
     fields = [MD_NAMES.get(h, h) for h in header]
     build = next((s[7:].strip() for s in text.splitlines() if s.startswith("build: ")), "")
@@ -343,7 +316,7 @@ def _markdown(src: str, text: str) -> list[BenchRow]:
             i = fields.index("tensor_buft_overrides")
             cells[i:i + extra + 1] = ["|".join(cells[i:i + extra + 1])]
         if len(cells) != len(fields):
-            raise _fail(src, n, None, f"expected {len(fields)} cells as the header has, got "
+            raise fail(src, n, None, f"expected {len(fields)} cells as the header has, got "
                         f"{len(cells)}")
         rows.append(_md_row(src, n, dict(zip(fields, cells)), build))
     return rows
@@ -353,31 +326,33 @@ def _md_row(src: str, n: int, cell: dict[str, str], build: str) -> BenchRow:
     v: dict[str, Any] = {**MD_DEFAULTS, **cell}
     size = _SIZE.match(cell["size"])
     if not size:
-        raise _fail(src, n, "size", f"expected '<number> MiB' or '<number> GiB', got "
+        raise fail(src, n, "size", f"expected '<number> MiB' or '<number> GiB', got "
                     f"{cell['size']!r}")
     unit = 2.0 ** (20 if size.group(2) == "MiB" else 30)
     test = _TEST.match(cell["test"])
     if not test or not (test.group(1) or test.group(2)):
-        raise _fail(src, n, "test", f"expected pp<N>, tg<N> or pp<N>+tg<N> (optionally "
+        raise fail(src, n, "test", f"expected pp<N>, tg<N> or pp<N>+tg<N> (optionally "
                     f"' @ d<N>'), got {cell['test']!r}")
     ts = _TS.match(cell["t/s"])
     if not ts:
-        raise _fail(src, n, "t/s", f"expected '<mean> ± <std>', got {cell['t/s']!r}")
+        raise fail(src, n, "t/s", f"expected '<mean> ± <std>', got {cell['t/s']!r}")
     return BenchRow(
         line=n, model_filename="", model_type=cell["model"],
         model_size=float(size.group(1)) * unit, model_size_tol=0.005 * unit,
         backends=cell.get("backends", ""), gpu_info="",
-        n_threads=None if v["n_threads"] is None else _int(src, n, "threads", v["n_threads"]),
-        n_gpu_layers=None if v["n_gpu_layers"] is None else _int(src, n, "ngl",
+        n_threads=None if v["n_threads"] is None else as_int(src, n, "threads", v["n_threads"]),
+        n_gpu_layers=None if v["n_gpu_layers"] is None else as_int(src, n, "ngl",
                                                                   v["n_gpu_layers"]),
-        n_cpu_moe=_int(src, n, "n_cpu_moe", v["n_cpu_moe"]),
+        n_cpu_moe=as_int(src, n, "n_cpu_moe", v["n_cpu_moe"]),
         overrides=_overrides(src, n, v["tensor_buft_overrides"]),
-        no_kv_offload=_bool(src, n, "nkvo", v["no_kv_offload"]), type_k=str(v["type_k"]),
-        type_v=str(v["type_v"]), n_batch=_int(src, n, "n_batch", v["n_batch"], 1),
-        n_ubatch=_int(src, n, "n_ubatch", v["n_ubatch"], 1),
-        flash_attn=_int(src, n, "fa", v["flash_attn"]) if str(v["flash_attn"]).lstrip(
+        no_kv_offload=as_bool(src, n, "nkvo", v["no_kv_offload"]), type_k=str(v["type_k"]),
+        type_v=str(v["type_v"]), n_batch=as_int(src, n, "n_batch", v["n_batch"], 1),
+        n_ubatch=as_int(src, n, "n_ubatch", v["n_ubatch"], 1),
+        flash_attn=as_int(src, n, "fa", v["flash_attn"]) if str(v["flash_attn"]).lstrip(
             "-").isdigit() else -1,
         n_prompt=int(test.group(1) or 0), n_gen=int(test.group(2) or 0),
-        n_depth=int(test.group(3) or 0), avg_ts=_float(src, n, "t/s", ts.group(1), positive=True),
-        stddev_ts=_float(src, n, "t/s", ts.group(2)), build=build,
-        no_op_offload=_bool(src, n, "nopo", v["no_op_offload"]))
+        n_depth=int(test.group(3) or 0), avg_ts=as_float(src, n, "t/s", ts.group(1), positive=True),
+        stddev_ts=as_float(src, n, "t/s", ts.group(2)), build=build,
+        no_op_offload=as_bool(src, n, "nopo", v["no_op_offload"]),
+        load_mode=read_load_mode(src, n, v),
+        no_host=as_bool(src, n, "noh", v.get("no_host", False)))

@@ -47,16 +47,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...placement import LayerPlan, int_set_regex
+from .dialects import DIALECTS as DIALECTS
+from .dialects import EXPERT_TENSORS as EXPERT_TENSORS
+from .dialects import IK as IK
+from .dialects import IK_EXPERT_TENSORS as IK_EXPERT_TENSORS
+from .dialects import MAINLINE as MAINLINE
+from .dialects import Dialect as Dialect
 
-#: The routed-expert tensors llama.cpp's own ``--n-cpu-moe`` matches (``LLM_FFN_EXPS_REGEX``).
-EXPERT_TENSORS = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 #: The same tensors as ``--fit`` spells them when it moves a layer's experts (fit.cpp).
 FIT_EXPERT_TENSORS = r"\.ffn_(up|down|gate_up|gate)_(ch|)exps"
 #: Every block's routed experts, in fit's spelling (what the MoE cache's fit and ours count).
 ALL_EXPERTS = r"blk\.\d+" + FIT_EXPERT_TENSORS
-#: A block's routed experts as ik_llama.cpp's ``-ncmoe`` names them, weights and scales
-#: (src/llama-load-tensors.cpp @ da2293ded).
-IK_EXPERT_TENSORS = r"\.ffn_(up|down|gate|gate_up)_exps\.(weight|scale)"
 #: What fit moves of a block (``{}``) to host memory, by how much of the layer overflows
 #: (fit.cpp l. 493-530): everything but attention, all but ``ffn_up``, ``ffn_down``, or the
 #: routed experts.
@@ -67,40 +68,14 @@ FIT_OVERFLOW = {"attn": r"blk\.{}\.ffn_(gate|up|gate_up|down).*",
 #: The tools whose command lines are written here, and the order each is given its flags in.
 TOOLS = ("server", "bench")
 _ORDER = {"server": ("ctx", "ngl", "fit", "threads", "n_cpu_moe", "ot", "cache", "share",
-                     "batch", "ubatch", "op_offload"),
+                     "batch", "ubatch", "op_offload", "no_mmap"),
           # as llama-bench runs have always been recorded (a race's state file names them)
-          "bench": ("ngl", "n_cpu_moe", "fit", "threads", "batch", "ubatch", "op_offload")}
+          "bench": ("ngl", "n_cpu_moe", "fit", "threads", "batch", "ubatch", "op_offload",
+                    "no_mmap")}
 #: llama-bench's ``-o`` formats
 BENCH_OUTPUTS = ("csv", "json", "jsonl", "md", "sql")
 
 
-@dataclass(frozen=True)
-class Dialect:
-    """How one runtime of the llama.cpp family spells the flags written here (module
-    docstring): its ``--n-cpu-moe``, what ``fit`` off and on write (and whether ``-fitt``
-    exists), the explicit override of a set of blocks (``head`` + blocks + ``tail``), ``-ngl``
-    for every layer, and the keys of :data:`_ORDER` it has for ``server`` (None: all) and
-    whether its llama-bench is written here."""
-
-    name: str
-    n_cpu_moe: str
-    fit_off: tuple[str, ...]
-    fit_on: tuple[str, ...]
-    fit_margin: bool
-    ot_head: str
-    ot_tail: str
-    every_layer: int
-    keys: tuple[str, ...] | None = None
-    bench: bool = True
-
-
-#: mainline llama.cpp (ggml-org/llama.cpp)
-MAINLINE = Dialect("llama.cpp", "--n-cpu-moe", ("-fit", "off"), ("--fit", "on"), True,
-                   r"^blk\.", EXPERT_TENSORS, 99)
-#: ik_llama.cpp: -ncmoe takes the last N, no -fit off, its own expert pattern, -ngl 999
-IK = Dialect("ik_llama.cpp", "-ncmoe", (), ("--fit",), False, r"blk\.", IK_EXPERT_TENSORS, 999,
-             keys=("ctx", "ngl", "fit", "threads", "n_cpu_moe", "ot"), bench=False)
-DIALECTS = {d.name: d for d in (MAINLINE, IK)}
 
 
 def block_pattern(block: int) -> str:
@@ -167,6 +142,12 @@ class LlamaFlags:
         ``-b`` and ``-ub`` (None: not given, the build's defaults).
     op_offload : bool
         False: ``--no-op-offload`` (llama-bench: ``-nopo 1``).
+    no_mmap : bool
+        True: load without mmap, so the host experts stay in the GPU backend's pinned host buffer
+        (``--load-mode none``, b10105 on; llama-bench ``-lm none``; docs/prompt-sources.md, Q1).
+    load_mode_flag : bool
+        How ``no_mmap`` is spelled: ``--load-mode none`` (True) or, before b10105 and in
+        ik_llama.cpp, ``--no-mmap`` (:meth:`~cope_core.llamacpp.answer.builds.Build.spell`).
     dialect : str
         The runtime the flags are spelled for (:data:`DIALECTS`: ``llama.cpp``,
         ``ik_llama.cpp``).
@@ -185,6 +166,8 @@ class LlamaFlags:
     n_batch: int | None = None
     n_ubatch: int | None = None
     op_offload: bool = True
+    no_mmap: bool = False
+    load_mode_flag: bool = True
     dialect: str = MAINLINE.name
 
     def __post_init__(self) -> None:
@@ -284,7 +267,10 @@ class LlamaFlags:
                              f"{self.cpu_share:g}" if self.cpu_share else None),
                 "batch": opt("-b", self.n_batch), "ubatch": opt("-ub", self.n_ubatch),
                 "op_offload": [] if self.op_offload else
-                ["-nopo", "1"] if bench else ["--no-op-offload"]}
+                ["-nopo", "1"] if bench else ["--no-op-offload"],
+                "no_mmap": [] if not self.no_mmap else ["-lm", "none"] if bench
+                else ["--load-mode", "none"] if self.load_mode_flag and d is MAINLINE
+                else ["--no-mmap"]}
 
     def argv(self, tool: str = "server") -> list[str]:
         """The arguments, in the order ``tool`` (``server``: llama-server and llama-cli;
