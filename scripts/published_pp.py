@@ -26,12 +26,16 @@ from doc_blocks import block_main  # beside this script, on sys.path when it run
 from scipy.optimize import least_squares
 
 from cope_core.geometry import ModelGeometry
-from cope_core.llamacpp import Build, PromptRun, latest, prompt_time, selection_rates
-from cope_core.llamacpp.answer.prompt import card_efficiency
-from cope_core.llamacpp.answer.prompt_rates import (
+from cope_core.llamacpp import (
     PAGEABLE_COPIES,
     PAGEABLE_PRIOR_GBS,
+    Build,
+    PromptRun,
+    card_efficiency,
     host_pinned,
+    latest,
+    prompt_time,
+    selection_rates,
     unpriced_reason,
 )
 from cope_core.machine import compose_machine

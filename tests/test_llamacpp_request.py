@@ -12,6 +12,7 @@ from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.llamacpp import CacheRecord, LlamaSettings, Request, RequestSetting
 from cope_core.llamacpp.answer.request import (
+    PROMPT_ABS_ERROR,
     PROMPT_RATIO_ERROR,
     RequestRecord,
     fewest_cpu_moe,
@@ -51,6 +52,10 @@ def test_request_time_and_its_bounds_by_hand():
     assert s.decode_tokens_per_s == pytest.approx(100.0)
     e = PROMPT_RATIO_ERROR
     assert s.bounds() == pytest.approx((2 * (1 - e) + 0.9, 2 * (1 + e) + 1.1))
+    # the time to first token carries the model's held-out error on tokens/s
+    a = PROMPT_ABS_ERROR
+    assert s.ttft_range() == pytest.approx((2 * (1 - a), 2 * (1 + a)))
+    assert s.summary()["ttft_range_s"] == pytest.approx([2 * (1 - a), 2 * (1 + a)])
     fast, slow = setting(ttft=0.5, rel=0.0), setting(ttft=4.0, rel=0.0)
     assert RequestRecord.surely_faster(fast, slow)       # 0.5*1.29+1 < 4*0.71+1
     assert not RequestRecord.surely_faster(setting(ttft=1.5), setting(ttft=2.0))

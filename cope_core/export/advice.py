@@ -18,7 +18,8 @@ from .upgrades import Upgrade
 def request_fields(r: RequestSetting | None) -> dict[str, Any]:
     """The request's figures ``--json`` gives an answer (each None when not priced)."""
     # decode is the answer's tokens_per_s (at the request's depth): one key, one figure
-    keys = ("prompt_tokens_per_s", "ttft_s", "request_s", "ubatch", "batch")
+    keys = ("prompt_tokens_per_s", "ttft_s", "ttft_range_s", "request_s", "ubatch", "batch",
+            "no_mmap", "pinned_gib")
     return dict.fromkeys(keys) if r is None else {k: r.summary()[k] for k in keys}
 
 

@@ -77,8 +77,10 @@ def lead_line(policy: Policy) -> str | None:
 
 def request_line(r: RequestSetting) -> str:
     """A request's figures in one line."""
+    e = 100 * (r.ttft_range()[1] / r.ttft_s - 1)
     return (f"request ({r.prompt_tokens:,}-token prompt, {r.gen_tokens:,}-token answer): first "
-            f"token in {r.ttft_s:.1f} s ({r.prompt_tokens_per_s:,.0f} prompt tokens/s), then "
+            f"token in {r.ttft_s:.1f} s ±{e:.0f} % ({r.prompt_tokens_per_s:,.0f} prompt "
+            f"tokens/s), then "
             f"{r.decode_tokens_per_s:.1f} tokens/s decoding at {r.prompt_tokens:,}-"
             f"{r.prompt_tokens + r.gen_tokens:,} tokens of context; {r.request_s:.1f} s in all")
 

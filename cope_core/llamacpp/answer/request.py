@@ -42,6 +42,9 @@ UBATCHES = (256, 512, 1024, 2048, 4096, 8192)
 PROMPT_ERROR = json.loads((resources.files("cope_core.llamacpp") / "data" / "prompt-error.json")
                           .read_text())
 PROMPT_RATIO_ERROR = float(PROMPT_ERROR["ratio_error"])
+#: its mean error on tokens/s itself, each published point priced by the fit that left its source
+#: out: the spread a time to first token carries
+PROMPT_ABS_ERROR = float(PROMPT_ERROR["abs_error"])
 #: host memory a ``--no-mmap`` setting keeps free beside its pinned host experts: the system and
 #: llama.cpp's other host buffers (an assumption: pinned memory cannot be paged out, so the
 #: rest of the machine must fit beside it)
@@ -147,6 +150,10 @@ class RequestSetting:
         """Time to the first token plus the answer's other tokens at the request's depth."""
         return self.ttft_s + self.gen_tokens * self.depth_tpot_us / 1e6
 
+    def ttft_range(self) -> tuple[float, float]:
+        """The time to the first token ± :data:`PROMPT_ABS_ERROR`, seconds."""
+        return self.ttft_s * (1 - PROMPT_ABS_ERROR), self.ttft_s * (1 + PROMPT_ABS_ERROR)
+
     def bounds(self) -> tuple[float, float]:
         """The request's fastest and slowest plausible time (:data:`PROMPT_RATIO_ERROR` on the
         prompt, the decode interval on the answer)."""
@@ -162,6 +169,7 @@ class RequestSetting:
         ``tokens_per_s``, one key for one figure)."""
         return {"prompt_tokens": self.prompt_tokens, "gen_tokens": self.gen_tokens,
                 "prompt_tokens_per_s": self.prompt_tokens_per_s, "ttft_s": self.ttft_s,
+                "ttft_range_s": list(self.ttft_range()),
                 "request_s": self.request_s,
                 "ubatch": self.n_ubatch, "batch": self.n_batch, "no_mmap": self.pinned,
                 "pinned_gib": self.pinned_gib}
