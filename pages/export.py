@@ -30,7 +30,7 @@ with c4:
 with session.user_errors():
     df = results.predict_at(ds, k, op, "cope", CANDIDATE_IDS)
     policy = policies.policy_for(ds, gib, op, cand, your_machine.llamacpp_build(),
-                                     your_machine.request())
+                                     your_machine.request(), your_machine.host_ram())
 chosen = policy.candidate
 row = df[df["candidate"] == chosen].iloc[0]
 st.markdown(f"**{chosen}** at K = {k} ({gib:g} GiB): predicted {whatif.speed(row.tpot_us)} "

@@ -47,7 +47,7 @@ if est != "cope":
 else:
     with session.user_errors():
         policy = policies.policy_for(ds, gib, op, "best", your_machine.llamacpp_build(),
-                                     your_machine.request())
+                                     your_machine.request(), your_machine.host_ram())
     rec, answer = policy.llamacpp_cache, policy.llamacpp_answer
     if lead := lead_sentence(answer):      # the answer's verdict, as every surface says it
         assert answer is not None

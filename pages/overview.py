@@ -70,7 +70,7 @@ first = None
 if req is not None and est == "cope" and ds.profile.analytic:
     with session.user_errors():
         answer = policies.policy_for(ds, gib, op, "best", your_machine.llamacpp_build(),
-                                     req).llamacpp_answer
+                                     req, your_machine.host_ram()).llamacpp_answer
         first = None if answer is None else answer.recommended.request
 for col, (label, value, why) in zip((c6, c7), whatif.request_metrics(first, req, est)):
     col.metric(label, value, help=why)

@@ -48,6 +48,18 @@ def test_the_request_is_kept_in_the_url_across_pages():
     assert not at.exception and at.query_params["gtok"] == "256"
 
 
+@pytest.mark.slow
+def test_host_memory_in_the_sidebar_prices_the_pinned_load():
+    """The sidebar's host memory (``ramgib``) is `cope advise --ram`: with room for the host
+    experts the Export page's llama.cpp command loads without mmap."""
+    at = open_app("export", **MINE, ptok="16384", gtok="512", ramgib="256")
+    assert not at.exception and at.query_params["ramgib"] == "256"
+    box = {n.label: n for n in at.sidebar.number_input}
+    assert box["Host memory (GiB)"].value == 256
+    tab = next(t for t in at.tabs if t.label == LLAMACPP_TAB)
+    assert "--load-mode none" in tab.code[0].value
+
+
 def test_a_zero_prompt_ranks_by_decode_and_says_so():
     at = open_app(None, **MINE, ptok="0")
     metric = {x.label: x.value for x in at.metric}

@@ -95,6 +95,7 @@ CODECS: dict[str, Codec] = {
     "llamacpp": _TEXT,         # the llama.cpp build the answers are for ("latest" or bNNNN)
     "ptok": _INT,              # Your request: prompt tokens (0: rank llama.cpp by decode alone)
     "gtok": _INT,              # Your request: answer tokens
+    "ramgib": _INT,            # Your request: host memory, GiB (0: not known, no --load-mode none)
     "yaxis": _choice(("tpot", "request")),   # Landscape: the budget chart's y axis
 }
 

@@ -125,6 +125,26 @@ def _request_choice() -> None:
               valid=lambda v: isinstance(v, int) and 1 <= v <= MAX_CONTEXT, coerce=int,
               label="Answer (tokens)", min_value=1, max_value=MAX_CONTEXT, step=128,
               help="Tokens decoded after the prompt (`--gen-tokens`).")
+    bound("ramgib", st.sidebar.number_input, default=0, valid=_ram_ok, coerce=int,
+          label="Host memory (GiB)", min_value=0, max_value=MAX_RAM_GIB, step=16,
+          help="Your machine's RAM: llama.cpp's answer then also prices loading without mmap "
+               "(--load-mode none), whose host experts stay pinned and copy faster to the GPU "
+               "for a prompt, where they fit beside 4 GiB for the rest (`cope advise --ram`). "
+               "0: not known, not priced.")
+
+
+#: the largest host memory the sidebar takes (GiB)
+MAX_RAM_GIB = 4096
+
+
+def _ram_ok(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_RAM_GIB
+
+
+def host_ram() -> float | None:
+    """The host memory chosen in the sidebar, GiB (None: not given, 0)."""
+    v = resolve("ramgib", 0, _ram_ok, int)
+    return float(v) if v else None
 
 
 def request() -> Request | None:
