@@ -1,7 +1,9 @@
 """The prompt model against published llama-bench prompt-processing sweeps (docs/design.md#prompt-
-processing): its two fitted rates (the host's pageable copy, the scale on every card's published
-prompt rate: cope_core/llamacpp/answer/prompt_rates.py) fitted on the sweeps, and every point
-priced by a fit that left the point's source out, so each error is on data the fit did not see.
+processing): the pageable copy's share of the host's staging bandwidth derived from the one
+published same-machine A/B of pinned against pageable host experts, the scale on every card's
+published prompt rate (cope_core/llamacpp/answer/prompt_rates.py) fitted on the sweeps, and every
+point priced by a fit that left the point's source out, so each error is on data the fit did not
+see.
 
     python scripts/published_pp.py [--write | --check]
 
@@ -27,8 +29,7 @@ from scipy.optimize import least_squares
 
 from cope_core.geometry import ModelGeometry
 from cope_core.llamacpp import (
-    PAGEABLE_COPIES,
-    PAGEABLE_PRIOR_GBS,
+    PAGEABLE_PRIOR_SHARE,
     Build,
     PromptRun,
     card_efficiency,
@@ -36,6 +37,7 @@ from cope_core.llamacpp import (
     latest,
     prompt_time,
     selection_rates,
+    staging_bandwidth,
     unpriced_reason,
 )
 from cope_core.machine import compose_machine
@@ -49,28 +51,30 @@ DATA = ROOT / "data" / "published" / "llamacpp-pp-sweeps.json"
 FIT_FILE = ROOT / "cope_core" / "llamacpp" / "data" / "prompt-fit.json"
 ERROR_FILE = ROOT / "cope_core" / "llamacpp" / "data" / "prompt-error.json"
 START, END = "<!-- published-pp:start -->", "<!-- published-pp:end -->"
-#: the fitted rates' bounds: the pageable copy within the published pageable copies' range; the
-#: scale within a factor of two of the cards' published prompt rates
-PAGEABLE_BOUNDS = (min(m.value for m in PAGEABLE_COPIES), max(m.value for m in PAGEABLE_COPIES))
+#: the fitted rates' bounds: the pageable copy's share of the staging bandwidth, the scale within
+#: a factor of two of the cards' published prompt rates
+SHARE_BOUNDS = (0.1, 1.0)
 SCALE_BOUNDS = (0.5, 2.0)
-PRIOR = (PAGEABLE_PRIOR_GBS, 1.0)
+PRIOR = (PAGEABLE_PRIOR_SHARE, 1.0)
 
 
 @dataclass(frozen=True)
 class Sweep:
-    """A sweep ready to price: its record, model, machine, build, router skew and threads."""
+    """A sweep ready to price: its record, model, each point's machine, build, router skew and
+    threads, and why it is not priced (None: it is)."""
 
     rec: dict
     g: ModelGeometry
-    spec: PlatformSpec
+    specs: tuple[PlatformSpec, ...]
     build: Build
     rates: np.ndarray
     threads: int
     unpriced: str | None
 
     @property
-    def source(self) -> str:
-        return self.rec["source"].split(" (")[0]
+    def group(self) -> str:
+        """The source a held-out fit leaves out (records of one box by one author are one)."""
+        return self.rec["group"]
 
 
 @functools.cache
@@ -78,31 +82,59 @@ def sweeps() -> tuple[Sweep, ...]:
     out = []
     for s in json.loads(DATA.read_text())["sweeps"]:
         g = resolve_model(s["model"], s["quant"])
-        m = compose_machine(gpu=s["gpu"], cpu=s["cpu"] or DEFAULT_CPU, link=s["pcie"])
-        assert m.spec is not None
+        machines = {}
+        for p in s["points"]:
+            mem = p.get("memory", s["memory"])
+            if mem not in machines:
+                machines[mem] = compose_machine(gpu=s["gpu"], cpu=s["cpu"] or DEFAULT_CPU,
+                                                memory=mem, link=s["pcie"])
+        m0 = next(iter(machines.values()))
+        specs = tuple(machines[p.get("memory", s["memory"])].spec for p in s["points"])
         build = Build(s["build"], "the sweep's") if s["build"] else latest()
         # the router's skew: the model's synthetic trace, made as the shipped examples' are
         trace, _ = synthetic_inputs(g)
-        out.append(Sweep(s, g, m.spec, build, selection_rates(trace.routed, g.n_experts),
-                         s["threads"] or m.threads,
+        out.append(Sweep(s, g, specs, build, selection_rates(trace.routed, g.n_experts),
+                         s["threads"] or m0.threads,
                          unpriced_reason(g.name, gpu_part(s["gpu"]).vendor)))
     return tuple(out)
 
 
 def price(sw: Sweep, params: tuple[float, float]) -> list[float]:
-    """Each point's predicted tokens/s with the pageable copy (GB/s) and the scale."""
-    pageable, scale = params
-    spec = replace(sw.spec, host_copy_bandwidth=pageable * 1e9,
-                   gpu_prompt_efficiency=card_efficiency(sw.spec.gpu_name) * scale)
-    pinned = host_pinned(sw.rec["load_mode"])
+    """Each point's predicted tokens/s with the pageable share and the scale."""
+    share, scale = params
     out = []
-    for p in sw.rec["points"]:
+    for p, spec in zip(sw.rec["points"], sw.specs):
+        spec = replace(spec, host_copy_bandwidth=share * staging_bandwidth(spec),
+                       gpu_prompt_efficiency=card_efficiency(spec.gpu_name) * scale)
         host = sw.g.n_layers if p["n_cpu_moe"] == "all" \
             else max(p["n_cpu_moe"] - sw.g.dense_layers, 0)
         run = PromptRun(p["n_prompt"], p.get("depth", 0), p["ubatch"], p["batch"],
-                        threads=sw.threads, pinned=pinned)
+                        threads=sw.threads,
+                        pinned=host_pinned(p.get("load_mode", sw.rec["load_mode"])))
         out.append(prompt_time(sw.g, spec, host, run, sw.build, sw.rates).tokens_per_s)
     return out
+
+
+def _setting(p: dict, sw: Sweep) -> tuple:
+    return (p["n_cpu_moe"], p["ubatch"], p["n_prompt"], p.get("memory", sw.rec["memory"]),
+            p.get("load_mode", sw.rec["load_mode"]))
+
+
+def pairs(sw: Sweep) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(point, reference) index pairs: a setting's ratio to the sweep's first point at the same
+    depth, and a depth's ratio to the same setting at its shallowest depth."""
+    pts = sw.rec["points"]
+    settings, depths = [], []
+    for i, p in enumerate(pts):
+        d = p.get("depth", 0)
+        first = next(j for j, q in enumerate(pts) if q.get("depth", 0) == d)
+        if first != i:
+            settings.append((i, first))
+        twins = [j for j, q in enumerate(pts) if _setting(q, sw) == _setting(p, sw)]
+        shallow = min(twins, key=lambda j: pts[j].get("depth", 0))
+        if shallow != i:
+            depths.append((i, shallow))
+    return settings, depths
 
 
 def residuals(params: tuple[float, float], use: list[Sweep]) -> np.ndarray:
@@ -116,14 +148,34 @@ def residuals(params: tuple[float, float], use: list[Sweep]) -> np.ndarray:
     return np.concatenate(res)
 
 
+@functools.cache
+def pageable_share() -> tuple[float, str]:
+    """The pageable copy's share of the staging bandwidth, from the one published same-machine
+    A/B of pinned against pageable host experts (the sweep marked ``derive``): the share at which
+    the model gives its measured pinned / pageable ratios (the scale at its prior, 1), and that
+    sweep's source."""
+    sw = next(s for s in sweeps() if s.rec.get("derive") == "pageable_share")
+    m = [p["tokens_per_s"] for p in sw.rec["points"]]
+    pins = [i for i, p in enumerate(sw.rec["points"]) if p.get("load_mode") == "none"]
+    twin = {i: next(j for j, q in enumerate(sw.rec["points"]) if j not in pins
+                    and _setting(q, sw)[:3] == _setting(sw.rec["points"][i], sw)[:3])
+            for i in pins}
+
+    def res(x: np.ndarray) -> np.ndarray:
+        q = price(sw, (float(np.exp(x[0])), PRIOR[1]))
+        return np.array([math.log((q[i] / q[j]) / (m[i] / m[j])) for i, j in twin.items()])
+    r = least_squares(res, [math.log(PRIOR[0])], bounds=(math.log(SHARE_BOUNDS[0]),
+                                                           math.log(SHARE_BOUNDS[1])))
+    return float(np.exp(r.x[0])), sw.rec["source"]
+
+
 def fit(use: list[Sweep]) -> tuple[float, float]:
-    """The pageable copy (GB/s) and the scale that fit ``use`` best, within their bounds."""
-    lo = np.log([PAGEABLE_BOUNDS[0], SCALE_BOUNDS[0]])
-    hi = np.log([PAGEABLE_BOUNDS[1], SCALE_BOUNDS[1]])
-    r = least_squares(lambda x: residuals(tuple(np.exp(x)), use), np.log(PRIOR),
-                      bounds=(lo, hi), diff_step=1e-3)
-    a, b = np.exp(r.x)
-    return float(a), float(b)
+    """The scale that fits ``use`` best within its bounds, with the derived pageable share."""
+    share = pageable_share()[0]
+    r = least_squares(lambda x: residuals((share, float(np.exp(x[0]))), use), [0.0],
+                      bounds=(math.log(SCALE_BOUNDS[0]), math.log(SCALE_BOUNDS[1])),
+                      diff_step=1e-3)
+    return share, float(np.exp(r.x[0]))
 
 
 @functools.cache
@@ -131,25 +183,27 @@ def evaluation() -> dict:
     """The fit on every priced sweep, the fit without each source, and every point priced by
     the fit that left its source out."""
     priced = [s for s in sweeps() if s.unpriced is None]
-    sources = sorted({s.source for s in priced})
+    groups = sorted({s.group for s in priced})
     full = fit(priced)
-    held = {src: fit([s for s in priced if s.source != src]) for src in sources}
+    held = {grp: fit([s for s in priced if s.group != grp]) for grp in groups}
     return {"full": full, "held": held}
 
 
-def _errors(by: dict[str, list[float]]) -> tuple[list[float], list[float], list[float]]:
+def _errors(by: dict[str, tuple[float, float]]
+            ) -> tuple[list[float], list[float], list[float]]:
     """Absolute, ratio (settings) and depth-ratio errors (%) of the priced sweeps, each sweep
-    priced with the parameters ``by[source]``."""
+    priced with the parameters ``by[group]``."""
     errs, ratios, depths = [], [], []
     for sw in sweeps():
         if sw.unpriced is not None:
             continue
-        q = price(sw, by[sw.source])
+        q = price(sw, by[sw.group])
         m = [p["tokens_per_s"] for p in sw.rec["points"]]
         if sw.rec["gpu_stated"]:
             errs += [abs(100 * (a / b - 1)) for a, b in zip(q, m)]
-        r = [abs(100 * ((a / q[0]) / (b / m[0]) - 1)) for a, b in zip(q[1:], m[1:])]
-        (depths if sw.rec["kind"] == "depth" else ratios).extend(r)
+        sets, deps = pairs(sw)
+        ratios += [abs(100 * ((q[i] / q[j]) / (m[i] / m[j]) - 1)) for i, j in sets]
+        depths += [abs(100 * ((q[i] / q[j]) / (m[i] / m[j]) - 1)) for i, j in deps]
     return errs, ratios, depths
 
 
@@ -157,62 +211,74 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
+def _cell(q: list[float], m: list[float], i: int, j: int | None) -> list[str]:
+    if j is None:
+        return ["", "", ""]
+    rm, rp = m[i] / m[j], q[i] / q[j]
+    return [f"{rm:.2f}", f"{rp:.2f}", f"{100 * (rp / rm - 1):+.1f} %"]
+
+
 @functools.cache
 def table() -> tuple[str, dict]:
     """The Markdown block and the summary the data files carry."""
     ev = evaluation()
     held = ev["held"]
-    lines = ["| sweep | --n-cpu-moe | -ub | test | measured t/s | predicted t/s | error | "
-             "ratio to the first, measured | predicted | ratio error |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| sweep | --n-cpu-moe | -ub | test | setting | measured t/s | predicted t/s | "
+             "error | ratio, measured | predicted | error | depth ratio, measured | predicted "
+             "| error |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
     for sw in sweeps():
         pts = sw.rec["points"]
-        q = [math.nan] * len(pts) if sw.unpriced else price(sw, held[sw.source])
-        for i, (p, x) in enumerate(zip(pts, q)):
+        m = [p["tokens_per_s"] for p in pts]
+        q = [math.nan] * len(pts) if sw.unpriced else price(sw, held[sw.group])
+        sets, deps = (dict(x) for x in pairs(sw))
+        for i, p in enumerate(pts):
             test = f"pp{p['n_prompt']}" + (f" @ d{p['depth']}" if p.get("depth") else "")
-            rm = p["tokens_per_s"] / pts[0]["tokens_per_s"]
+            what = ", ".join(x for x in (p.get("memory"), {"none": "pinned"}.get(
+                p.get("load_mode", ""))) if x) or ""
             if sw.unpriced:
-                cells = ["not priced", "", f"{rm:.2f}", "", ""]
+                cells = ["not priced", "", "", "", "", "", "", ""]
             else:
-                rp = x / q[0]
-                err = f"{100 * (x / p['tokens_per_s'] - 1):+.1f} %" if sw.rec["gpu_stated"] \
+                err = f"{100 * (q[i] / m[i] - 1):+.1f} %" if sw.rec["gpu_stated"] \
                     else "(GPU not stated)"
-                cells = [f"{x:.1f}", err, f"{rm:.2f}", f"{rp:.2f}",
-                         "" if i == 0 else f"{100 * (rp / rm - 1):+.1f} %"]
+                cells = [f"{q[i]:.1f}", err, *_cell(q, m, i, sets.get(i)),
+                         *_cell(q, m, i, deps.get(i))]
             lines.append(f"| {sw.rec['name']} | {p['n_cpu_moe']} | {p['ubatch']} | {test} | "
-                         f"{p['tokens_per_s']:.1f} | " + " | ".join(cells) + " |")
+                         f"{what} | {m[i]:.1f} | " + " | ".join(cells) + " |")
         why = f" **Not priced**: {sw.unpriced}." if sw.unpriced else ""
         notes.append(f"* `{sw.rec['name']}` ({sw.rec['runtime']}, load mode "
                      f"{sw.rec['load_mode']}): {sw.rec['what']} ([source]({sw.rec['source']}))."
                      + why)
     skipped = [f"* {x['source']}: {x['why']}." for x in
                json.loads(DATA.read_text()).get("not_priced", [])]
-    srcs = sorted({s.source for s in sweeps() if s.unpriced is None})
+    groups = sorted({s.group for s in sweeps() if s.unpriced is None})
     loso = _errors(held)
-    inside = _errors({s: ev["full"] for s in srcs})
-    prior = _errors({s: PRIOR for s in srcs})
+    inside = _errors({g: ev["full"] for g in groups})
+    prior = _errors({g: PRIOR for g in groups})
     full = ev["full"]
 
     def summary(e: tuple[list[float], list[float], list[float]]) -> str:
         return (f"tokens/s {_mean(e[0]):.1f} % over {len(e[0])} points, ratios between "
                 f"settings {_mean(e[1]):.1f} % over {len(e[1])}, depth ratios "
                 f"{_mean(e[2]):.1f} % over {len(e[2])}")
-    held_lines = [f"* without {src}: pageable copy {held[src][0]:.2f} GB/s, scale "
-                  f"{held[src][1]:.3f}" for src in srcs]
+    held_lines = [f"* without {g}: scale {held[g][1]:.3f}" for g in groups]
+    share, share_source = pageable_share()
     text = "\n".join(lines + [
-        "", "Each point is priced by the fit that left its source out. Mean absolute error, "
-        "held out: " + summary(loso) + " (targets 15 %, 10 %, 10 %).",
+        "", "A setting's ratio is to the sweep's first point at the same depth; a depth's to the "
+        "same setting at its shallowest depth. Each point is priced by the fit that left its "
+        "source out. Mean absolute error, held out: " + summary(loso)
+        + " (targets 15 %, 10 %, 10 %).",
         f"With every source in the fit: {summary(inside)}. With the sources' values alone "
-        f"(pageable copy {PRIOR[0]:.2f} GB/s, the median of the published pageable copies; "
-        f"scale 1): {summary(prior)}.",
-        "", f"Fitted on every priced source: pageable copy {full[0]:.2f} GB/s (bounds "
-        f"{PAGEABLE_BOUNDS[0]:g}-{PAGEABLE_BOUNDS[1]:g}, the published pageable copies' range), "
-        f"scale on the cards' published prompt rates {full[1]:.3f} (bounds "
-        f"{SCALE_BOUNDS[0]:g}-{SCALE_BOUNDS[1]:g}); each source left out:", *held_lines,
+        f"(pageable share {PRIOR[0]:.2f}, scale 1): {summary(prior)}.",
+        "", f"The pageable copy runs at {share:.3f} of the host's staging bandwidth: the share at "
+        "which the model gives the one published same-machine A/B of pinned against pageable "
+        f"host experts ([source]({share_source}); its pinned / pageable ratios are therefore "
+        "not held out of this constant). Fitted on every priced source: the cards' published "
+        f"prompt rates scaled by {full[1]:.3f} (bounds {SCALE_BOUNDS[0]:g}-{SCALE_BOUNDS[1]:g});"
+        " each source left out:", *held_lines,
         "", *notes, "", "Published rows not priced:", *skipped])
-    data = {"full": full, "held": {s: held[s] for s in srcs}, "loso": loso, "inside": inside,
-            "prior": prior}
+    data = {"full": full, "held": {g: held[g] for g in groups}, "loso": loso,
+            "inside": inside, "prior": prior}
     return text, data
 
 
@@ -222,11 +288,14 @@ def data_files(write: bool) -> list[str]:
     _, d = table()
     fit_text = json.dumps({
         "fitted": {
-            "pageable_gbs": {"value": round(d["full"][0], 3), "prior": round(PRIOR[0], 3),
-                             "bounds": list(PAGEABLE_BOUNDS),
-                             "held_out": {s: round(v[0], 3) for s, v in d["held"].items()},
-                             "what": "bytes/s (1e9) of a many-MiB host-to-device copy from "
-                                     "pageable memory"},
+            "pageable_share": {"value": round(d["full"][0], 4), "prior": PRIOR[0],
+                               "bounds": list(SHARE_BOUNDS),
+                               "derived_from": pageable_share()[1],
+                               "what": "a many-MiB host-to-device copy from pageable memory, "
+                                       "as a share of the host's staging bandwidth "
+                                       "(prompt_rates.staging_bandwidth): the share at which "
+                                       "the model gives the published pinned / pageable "
+                                       "ratios of one machine"},
             "gpu_rate_scale": {"value": round(d["full"][1], 4), "prior": PRIOR[1],
                                "bounds": list(SCALE_BOUNDS),
                                "held_out": {s: round(v[1], 4) for s, v in d["held"].items()},

@@ -26,6 +26,7 @@ from cope_core.llamacpp.answer.prompt_rates import (
     fitted,
     host_pinned,
     link_generation,
+    staging_bandwidth,
     unpriced_reason,
     warm_share,
 )
@@ -86,8 +87,17 @@ def test_the_copy_from_pinned_and_from_pageable_memory_by_hand():
     pinned = copy_bandwidth(SPEC, pinned=True)
     assert pinned == pytest.approx(SPEC.link_bandwidth * 0.83)
     assert PINNED_LINK_EFFICIENCY[4].value == 0.83
+    # pageable: the driver's staging copy, at most half the host's bandwidth and one thread's
+    staging = min(SPEC.cpu_bandwidth / 2, SPEC.cpu_bandwidth_per_thread)
+    assert staging_bandwidth(SPEC) == staging
     assert copy_bandwidth(SPEC, pinned=False) == pytest.approx(
-        min(pinned, fitted("pageable_gbs") * 1e9))
+        min(pinned, fitted("pageable_share") * staging))
+    # a slower memory clock slows the pageable copy, never the pinned one
+    slow_mem = compose_machine(gpu="rtx3090", cpu="ryzen-7-5700x", memory="ddr4-2133x2").spec
+    fast_mem = compose_machine(gpu="rtx3090", cpu="ryzen-7-5700x", memory="ddr4-3000x2").spec
+    assert staging_bandwidth(slow_mem) == pytest.approx(34.128e9 / 2)
+    assert copy_bandwidth(slow_mem, pinned=False) < copy_bandwidth(fast_mem, pinned=False)
+    assert copy_bandwidth(slow_mem, pinned=True) == copy_bandwidth(fast_mem, pinned=True)
     import dataclasses
     slow = dataclasses.replace(SPEC, host_copy_bandwidth=2e9)          # a refit's host rate
     assert copy_bandwidth(slow, pinned=False) == 2e9

@@ -40,9 +40,9 @@ from .answer.cache_notes import build_lines, cache_note_lines, row_spread, sprea
 from .answer.cache_record import CLASS_LRU_CANDIDATE, CacheRecord, llamacpp_record
 from .answer.prompt import PromptRun, card_efficiency, prompt_time, selection_rates
 from .answer.prompt_rates import (
-    PAGEABLE_COPIES,
-    PAGEABLE_PRIOR_GBS,
+    PAGEABLE_PRIOR_SHARE,
     host_pinned,
+    staging_bandwidth,
     unpriced_reason,
 )
 from .answer.request import (
@@ -83,8 +83,8 @@ from .placement.vram import read_llama_model
 
 __all__ = [
     "LATEST_BUILD", "LlamaAnswer", "Offer", "Kind", "Verdict", "cpu_only_answer",
-    "PromptRun", "prompt_time", "selection_rates", "card_efficiency", "PAGEABLE_COPIES",
-    "PAGEABLE_PRIOR_GBS", "host_pinned", "unpriced_reason",
+    "PromptRun", "prompt_time", "selection_rates", "card_efficiency",
+    "PAGEABLE_PRIOR_SHARE", "host_pinned", "staging_bandwidth", "unpriced_reason",
     "Request", "RequestSetting", "ttft_by_experts", "DEFAULT_GEN_TOKENS", "DEFAULT_PROMPT_TOKENS",
     "BUILD_EVIDENCE", "build_rows",
     "CACHE_LABEL", "CLASS_LRU_CANDIDATE", "FIT_MARGIN", "FIT_NAME", "READINGS",

@@ -9,10 +9,11 @@
 * how many distinct experts a ubatch touches (:data:`WARM_EXPERT_SHARE`);
 * what cannot be priced (:func:`unpriced_reason`).
 
-Two of them are fitted, not read: the pageable copy bandwidth and the scale on every card's
-prompt rate. ``scripts/published_pp.py --write`` fits them on the published prompt sweeps
-(``data/published/llamacpp-pp-sweeps.json``) and writes ``data/prompt-fit.json``, each with the
-value the sources alone give and its error when each source is left out of the fit.
+Two of them are not read from a datasheet: the pageable copy's share of the host's staging
+bandwidth, derived from the one published same-machine A/B of pinned against pageable host
+experts, and the scale on every card's prompt rate, fitted on the published prompt sweeps
+(``data/published/llamacpp-pp-sweeps.json``). ``scripts/published_pp.py --write`` writes both to
+``data/prompt-fit.json``, with the scale fitted again with each source left out.
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ import json
 import re
 from dataclasses import dataclass
 from importlib import resources
-from statistics import median
 from typing import Any
 
 from ...errors import CopeInputError
@@ -72,8 +72,11 @@ PINNED_LINK_EFFICIENCY: dict[int, Measured] = {
 #: a link whose generation the name does not say: the middle generation's
 _DEFAULT_GEN = 4
 #: pageable host-to-device copies of large buffers, GB/s: the driver stages them through a pinned
-#: buffer with a CPU copy, so the host, not the link, sets the rate (njuffa on the NVIDIA forum);
-#: their median is the fit's starting point (``PAGEABLE`` in data/prompt-fit.json)
+#: buffer with a CPU copy, so the host, not the link, sets the rate (njuffa on the NVIDIA forum)
+#: and they spread widely by host (3.2-10 GB/s); the same memory clock's effect on a prompt with
+#: its experts mmapped (+29 % pp512 from DDR4-2133 to DDR4-3000, nothing with them resident:
+#: msb-msb/insiderllm-bench-results, tamanna-ram-speed-offload-2026-10-09) says the copy is the
+#: host memory's
 PAGEABLE_COPIES = (
     Measured(10.0, "A100-SXM4 (DGX A100, PCIe 4.0), bandwidthTest 32 MB",
              "gengwg/gpu nvda_gpu_benchmark.md"),
@@ -87,7 +90,15 @@ PAGEABLE_COPIES = (
     Measured(3.2, "GTX 1660 Ti Max-Q laptop (PCIe 3.0), bandwidthTest pageable 32 MB",
              "file-index id 43535836697"),
 )
-PAGEABLE_PRIOR_GBS = median(m.value for m in PAGEABLE_COPIES)
+#: the staging copy's share of :func:`staging_bandwidth` before the fit: the DGX A100's 10.0 GB/s
+#: over its EPYC 7742's one-thread bandwidth as COPE prices it (18.2 GB/s)
+PAGEABLE_PRIOR_SHARE = 0.55
+
+
+def staging_bandwidth(spec: PlatformSpec) -> float:
+    """What the driver's staging copy can move, bytes/s: a copy in host memory (it reads and
+    writes, so at most half the host's bandwidth) on one thread (at most one thread's)."""
+    return min(spec.cpu_bandwidth / 2, spec.cpu_bandwidth_per_thread)
 
 
 def link_generation(spec: PlatformSpec) -> int:
@@ -101,12 +112,13 @@ def link_generation(spec: PlatformSpec) -> int:
 def copy_bandwidth(spec: PlatformSpec, pinned: bool) -> float:
     """Bytes per second of a many-MiB host-to-device copy of host experts: the link at the
     pinned efficiency of its generation, and from pageable memory at most the host's staging
-    rate (the spec's ``host_copy_bandwidth`` where a refit set it, else the fitted one)."""
+    rate (the spec's ``host_copy_bandwidth`` where a refit set it, else the fitted share of
+    :func:`staging_bandwidth`)."""
     fast = spec.link_bandwidth * PINNED_LINK_EFFICIENCY[link_generation(spec)].value
     if pinned:
         return fast
     staged = spec.host_copy_bandwidth if spec.host_copy_bandwidth is not None \
-        else fitted("pageable_gbs") * 1e9
+        else fitted("pageable_share") * staging_bandwidth(spec)
     return min(fast, staged)
 
 
@@ -188,7 +200,7 @@ _FIT: dict[str, Any] = json.loads(
 
 
 def fitted(name: str) -> float:
-    """A fitted constant of data/prompt-fit.json (``pageable_gbs``, ``gpu_rate_scale``)."""
+    """A fitted constant of data/prompt-fit.json (``pageable_share``, ``gpu_rate_scale``)."""
     return float(_FIT["fitted"][name]["value"])
 
 
