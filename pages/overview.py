@@ -72,7 +72,8 @@ if req is not None and est == "cope" and ds.profile.analytic:
         answer = policies.policy_for(ds, gib, op, "best", your_machine.llamacpp_build(),
                                      req, your_machine.host_ram()).llamacpp_answer
         first = None if answer is None else answer.recommended.request
-for col, (label, value, why) in zip((c6, c7), whatif.request_metrics(first, req, est)):
+for col, (label, value, why) in zip((c6, c7), whatif.request_metrics(
+        first, req, est, whatif.unpriced_of(ds.trace.model, ds.profile.platform))):
     col.metric(label, value, help=why)
 # icon="": none. Without it Streamlit looks for a leading emoji in any non-ASCII text and loads
 # its emoji table for that (about 0.3 s of a server's first page)

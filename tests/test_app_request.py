@@ -89,6 +89,15 @@ def test_the_overviews_request_metrics_say_why_when_not_priced():
     assert [v for _, v, _ in none] == ["—", "—"] and "prompt is 0" in none[0][2]
     assert "cope estimator" in request_metrics(None, Request(), "hrm")[0][2]
     assert "measured profile" in request_metrics(None, Request(), "cope")[1][2]
+    # a backend the prompt model does not price says so (issue 71)
+    from cope_core.app.whatif import unpriced_of
+    g = resolve_model("qwen3.5-35b-a3b", "Q4_K_M")
+    amd = compose_machine(gpu="rx9070xt", cpu="ryzen-9-7950x").spec
+    why = unpriced_of(g, {"spec": amd.to_dict()})
+    assert why is not None and "20292" in why
+    assert why in request_metrics(None, Request(), "cope", why)[0][2]
+    nv = compose_machine(gpu="rtx4090", cpu="ryzen-9-7950x").spec
+    assert unpriced_of(g, {"spec": nv.to_dict()}) is None and unpriced_of(g, None) is None
     from cope_core.llamacpp import RequestSetting
     s = RequestSetting("searched", 3, 3.0, 0, 1024, 2048, 1000, 100, 2.0, 10_000.0, 10_000.0,
                        0.1)

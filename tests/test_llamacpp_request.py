@@ -211,3 +211,21 @@ def test_a_record_written_before_pinned_settings_reads_as_mmap():
         del s["pinned_gib"]
     back = RequestRecord.from_dict(d)
     assert back == rec and not any(s.pinned for s in back.settings)
+
+
+def test_a_prompt_the_backend_runs_unpriced_is_said_and_ranked_by_decode(capsys):
+    """Qwen3.5 on an AMD GPU (ROCm runs its delta net op by op, ggml-org/llama.cpp#20292): the
+    request line says so, and llama.cpp's answer carries no request figures."""
+    argv = ["advise", "--model", "qwen3.5-35b-a3b", "--gpu", "rx9070xt", "--cpu",
+            "ryzen-9-7950x", "--runtime", "llama.cpp"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "is not priced: Qwen3.5's gated delta net" in out and "20292" in out
+    assert "ranked by decode" in out and "first token in" not in out
+    assert main([*argv, "--json"]) == 0
+    (r,) = _strict(capsys.readouterr().out)["runtimes"]
+    assert r["ttft_s"] is None and r["request_s"] is None
+    # on an NVIDIA card the same model's prompt is priced
+    assert main([*argv[:4], "rtx4090", *argv[5:], "--json"]) == 0
+    (r,) = _strict(capsys.readouterr().out)["runtimes"]
+    assert r["ttft_s"] > 0

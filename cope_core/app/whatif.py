@@ -15,9 +15,9 @@ import pandas as pd
 from ..estimate.ranking import Verdict, frame_runner_up
 from ..estimate.speed import speed, tokens_per_s  # noqa: F401  (the app's pages read them here)
 from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
-from ..llamacpp import Request, RequestSetting
+from ..llamacpp import Request, RequestSetting, prompt_unpriced
 from ..matrix import CANDIDATES, LAYER_PARTITION
-from ..platforms import GPUS
+from ..platforms import GPUS, PlatformSpec
 
 #: The slider's resolution in GiB.
 BUDGET_STEP = 0.25
@@ -334,16 +334,26 @@ def hit_rates(sweep: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def request_metrics(first: RequestSetting | None, request: Request | None, estimator: str
-                    ) -> list[tuple[str, str, str]]:
+def unpriced_of(model: ModelGeometry, platform: dict | None) -> str | None:
+    """Why the prompt of ``model`` on a profile's machine is not priced (its backend runs it
+    in a way the prompt model does not price), or None (also without a machine's peaks)."""
+    spec = (platform or {}).get("spec")
+    return None if not isinstance(spec, dict) else prompt_unpriced(
+        model, PlatformSpec.from_dict(spec))
+
+
+def request_metrics(first: RequestSetting | None, request: Request | None, estimator: str,
+                    unpriced: str | None = None) -> list[tuple[str, str, str]]:
     """The Overview's time to first token and request time of llama.cpp's command, each as
     ``(label, value, help)``: ``first`` its request's figures (None: not priced, and the help
-    says why: no prompt, another estimator, or a measured profile without a machine's peaks)."""
+    says why: no prompt, another estimator, a backend the prompt model does not price
+    (``unpriced``), or a measured profile without a machine's peaks)."""
     labels = ("First token (s), llama.cpp", "Request (s), llama.cpp")
     if first is None:
         why = "Not priced: " + (
             "the request's prompt is 0 (decode alone)" if request is None else
             "choose the cope estimator" if estimator != "cope" else
+            unpriced if unpriced is not None else
             "a measured profile holds decode costs only; the prompt is priced from a machine's "
             "peaks (choose your machine in the sidebar)")
         return [(label, "—", why) for label in labels]

@@ -12,7 +12,7 @@ from ..estimate.speed import rate
 from ..export import RUNTIMES, Advice, RuntimeAnswer, Speed, request_line
 from ..files import check_writable, print_json, write_atomic
 from ..geometry import GIB
-from ..llamacpp import FIT_MARGIN
+from ..llamacpp import FIT_MARGIN, prompt_unpriced
 from ..machine import THIS
 from ..models import published_preset
 from .args import (
@@ -175,7 +175,11 @@ def text_lines(out: Advice, detected: bool = False, explain: bool = False) -> li
         lines.append(f"VRAM budget {out.vram_gib:.2f} GiB ({out.vram_source}): K = "
                      f"{out.experts_per_layer} of {g.n_experts} experts per MoE layer with "
                      f"{out.context} tokens of KV cache")
-    if out.request is not None and not m.cpu_only:
+    unpriced = None if m.spec is None else prompt_unpriced(g, m.spec)
+    if out.request is not None and not m.cpu_only and unpriced is not None:
+        lines.append(f"request: {out.request.describe()} (--prompt-tokens, --gen-tokens) is "
+                     f"not priced: {unpriced}; llama.cpp's answer is ranked by decode")
+    elif out.request is not None and not m.cpu_only:
         lines.append(f"request: {out.request.describe()} (--prompt-tokens, --gen-tokens): "
                      "llama.cpp's answer is ranked by its time, -ub searched beside the "
                      "placement; prompt processing is priced for llama.cpp only")

@@ -38,7 +38,13 @@ from .answer.builds import (
 )
 from .answer.cache_notes import build_lines, cache_note_lines, row_spread, spread_text
 from .answer.cache_record import CLASS_LRU_CANDIDATE, CacheRecord, llamacpp_record
-from .answer.prompt import PromptRun, card_efficiency, prompt_time, selection_rates
+from .answer.prompt import (
+    PromptRun,
+    card_efficiency,
+    prompt_time,
+    prompt_unpriced,
+    selection_rates,
+)
 from .answer.prompt_rates import (
     PAGEABLE_PRIOR_SHARE,
     host_pinned,
@@ -83,7 +89,7 @@ from .placement.vram import read_llama_model
 
 __all__ = [
     "LATEST_BUILD", "LlamaAnswer", "Offer", "Kind", "Verdict", "cpu_only_answer",
-    "PromptRun", "prompt_time", "selection_rates", "card_efficiency",
+    "PromptRun", "prompt_time", "prompt_unpriced", "selection_rates", "card_efficiency",
     "PAGEABLE_PRIOR_SHARE", "host_pinned", "staging_bandwidth", "unpriced_reason",
     "Request", "RequestSetting", "ttft_by_experts", "DEFAULT_GEN_TOKENS", "DEFAULT_PROMPT_TOKENS",
     "BUILD_EVIDENCE", "build_rows",

@@ -34,7 +34,7 @@ from ..cache.moe_cache import CacheVersion
 from ..placement.command import LlamaFlags
 from ..placement.fit import FIT_NAME, FitDefault, fit_default
 from .builds import Build, Newer, default_before_fit, latest, newer_than, runs_mask
-from .prompt import selection_rates
+from .prompt import prompt_unpriced, selection_rates
 from .request import Request, RequestRecord, search_request
 from .settings import LlamaSettings
 
@@ -369,9 +369,11 @@ def llamacpp_record(trace: Trace, profile: Profile, calibration: Trace | None, *
     spec = (profile.platform or {}).get("spec")
     if request is None or vram_gib is None or not profile.analytic or not isinstance(spec, dict):
         return rec                          # a measured profile holds no peaks for a prompt
-    return replace(rec, request=_request(rec, trace, profile, PlatformSpec.from_dict(spec),
-                                         request, vram_gib, llama or LlamaSettings(),
-                                         cpu_threads, gpu_share))
+    peaks = PlatformSpec.from_dict(spec)
+    if prompt_unpriced(trace.model, peaks) is not None:
+        return rec                          # ranked by decode; advise says why
+    return replace(rec, request=_request(rec, trace, profile, peaks, request, vram_gib,
+                                         llama or LlamaSettings(), cpu_threads, gpu_share))
 
 
 def _rel(v: Versus) -> float:

@@ -39,7 +39,10 @@ import numpy as np
 from ...attention import GatedDeltaNet, SlidingWindow
 from ...errors import CopeInputError
 from ...geometry import ModelGeometry
-from ...platforms import PlatformSpec
+from ...machine import compose_machine
+from ...models import resolve_model
+from ...parts import gpu_part
+from ...platforms import DEFAULT_CPU, PlatformSpec
 from ..placement.vram import N_BATCH, N_UBATCH, OP_OFFLOAD_MIN_BATCH
 from .builds import Build, latest
 from .prompt_rates import (
@@ -47,6 +50,7 @@ from .prompt_rates import (
     FULL_OFFLOAD_ROWS,
     copy_bandwidth,
     fitted,
+    unpriced_reason,
     warm_share,
 )
 
@@ -254,15 +258,10 @@ def prompt_time(g: ModelGeometry, spec: PlatformSpec, host_layers: int, run: Pro
     return PromptTime(gpu_s, copy_s, cpu_s, run.n_prompt, offloaded)
 
 
-
-
 def _solve_efficiency(row_gpu: str, model: str, quant: str, ubatch: int, n_prompt: int,
                       tokens_per_s: float) -> float:
     """The prompt efficiency at which the model prices a fully offloaded published run at its
     measured tokens per second (bisection on a log scale: time falls as the rate rises)."""
-    from ...machine import compose_machine
-    from ...models import resolve_model
-    from ...platforms import DEFAULT_CPU
     g = resolve_model(model, quant)
     m = compose_machine(gpu=row_gpu, cpu=DEFAULT_CPU)
     assert m.spec is not None
@@ -287,7 +286,6 @@ def card_efficiencies() -> dict[str, float]:
 
 
 def _vendor(gpu_name: str) -> str | None:
-    from ...parts import gpu_part
     try:
         return gpu_part(gpu_name).vendor
     except CopeInputError:
@@ -304,6 +302,12 @@ def card_efficiency(gpu_name: str) -> float:
     vendor = _vendor(gpu_name)
     same = [e for k, e in eff.items() if vendor is not None and _vendor(k) == vendor]
     return median(same or list(eff.values()))
+
+
+def prompt_unpriced(g: ModelGeometry, spec: PlatformSpec) -> str | None:
+    """Why a prompt of ``g`` on ``spec``'s GPU is not priced (its backend runs it in a way the
+    model does not price: :data:`~.prompt_rates.UNPRICED`), or None."""
+    return unpriced_reason(g.name, _vendor(spec.gpu_name))
 
 
 def prompt_efficiency(spec: PlatformSpec) -> float:

