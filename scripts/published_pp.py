@@ -308,8 +308,9 @@ def data_files(write: bool) -> list[str]:
         "depth_ratio_error": round(_mean(loso[2]) / 100, 3), "depth_ratios": len(loso[2]),
         "what": "mean |predicted / measured - 1| on the published pp sweeps of docs/results.md, "
                 "each point priced by the fit that left its source out: tokens/s "
-                "(abs_error), the ratio between settings of one machine to its sweep's first "
-                "(ratio_error), the ratio between depths (depth_ratio_error)",
+                "(abs_error), a setting's ratio to its sweep's first setting at the same depth "
+                "(ratio_error), a depth's ratio to the same setting's shallowest "
+                "(depth_ratio_error)",
         "written_by": "python scripts/published_pp.py --write"}, indent=1) + "\n"
     stale = []
     for path, text in ((FIT_FILE, fit_text), (ERROR_FILE, err_text)):

@@ -47,13 +47,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...placement import LayerPlan, int_set_regex
-from .dialects import DIALECTS as DIALECTS
-from .dialects import EXPERT_TENSORS as EXPERT_TENSORS
-from .dialects import IK as IK
-from .dialects import IK_EXPERT_TENSORS as IK_EXPERT_TENSORS
-from .dialects import MAINLINE as MAINLINE
-from .dialects import Dialect as Dialect
+from .dialects import Dialect
 
+#: The routed-expert tensors llama.cpp's own ``--n-cpu-moe`` matches (``LLM_FFN_EXPS_REGEX``).
+EXPERT_TENSORS = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+#: A block's routed experts as ik_llama.cpp's ``-ncmoe`` names them, weights and scales
+#: (src/llama-load-tensors.cpp @ da2293ded).
+IK_EXPERT_TENSORS = r"\.ffn_(up|down|gate|gate_up)_exps\.(weight|scale)"
 #: The same tensors as ``--fit`` spells them when it moves a layer's experts (fit.cpp).
 FIT_EXPERT_TENSORS = r"\.ffn_(up|down|gate_up|gate)_(ch|)exps"
 #: Every block's routed experts, in fit's spelling (what the MoE cache's fit and ours count).
@@ -74,6 +74,14 @@ _ORDER = {"server": ("ctx", "ngl", "fit", "threads", "n_cpu_moe", "ot", "cache",
                     "no_mmap")}
 #: llama-bench's ``-o`` formats
 BENCH_OUTPUTS = ("csv", "json", "jsonl", "md", "sql")
+
+#: mainline llama.cpp (ggml-org/llama.cpp)
+MAINLINE = Dialect("llama.cpp", "--n-cpu-moe", ("-fit", "off"), ("--fit", "on"), True,
+                   r"^blk\.", EXPERT_TENSORS, 99)
+#: ik_llama.cpp: -ncmoe takes the last N, no -fit off, its own expert pattern, -ngl 999
+IK = Dialect("ik_llama.cpp", "-ncmoe", (), ("--fit",), False, r"blk\.", IK_EXPERT_TENSORS, 999,
+             keys=("ctx", "ngl", "fit", "threads", "n_cpu_moe", "ot", "no_mmap"), bench=False)
+DIALECTS = {d.name: d for d in (MAINLINE, IK)}
 
 
 
