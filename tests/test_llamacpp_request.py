@@ -150,9 +150,9 @@ def test_explain_adds_the_search_in_words(capsys):
 
 # --- --no-mmap: the host experts pinned (issue 71) ----------------------------------------------
 def test_no_mmap_is_searched_only_where_the_host_memory_holds_it(capsys):
-    """With --ram the search prices each -ub's placement again with its host experts pinned
+    """With --ram-gib the search prices each -ub's placement again with its host experts pinned
     (their bytes plus PINNED_RAM_MARGIN must fit); the pinned setting's prompt is faster (the
-    copy crosses from pinned memory) and its decode the same. Without --ram, or with too little,
+    copy crosses from pinned memory) and its decode the same. Without --ram-gib, or with too little,
     nothing is pinned."""
     from cope_core.export.advising import advise
     from cope_core.llamacpp.answer.request import PINNED_RAM_MARGIN, pinned_bytes
@@ -194,14 +194,14 @@ def test_no_mmap_is_spelled_as_each_build_and_tool_takes_it():
 
 
 def test_the_advise_command_with_ram_and_bad_ram(capsys):
-    assert main([*ISSUE, "--ram", "256"]) == 0
+    assert main([*ISSUE, "--ram-gib", "256"]) == 0
     out = capsys.readouterr().out
     cmd = out.splitlines()[out.splitlines().index("llama.cpp") + 1]
-    assert "--load-mode none" in cmd and "GiB of host experts in host memory" in out
+    assert "--load-mode none" in cmd and "GiB of host experts in" in out
     for bad in ("0", "-4", "nan"):
-        assert main([*ISSUE, "--ram", bad]) == 2
+        assert main([*ISSUE, "--ram-gib", bad]) == 2
         err = capsys.readouterr().err.strip()
-        assert "\n" not in err and "field '--ram'" in err
+        assert "\n" not in err and "field '--ram-gib'" in err
 
 
 def test_a_record_written_before_pinned_settings_reads_as_mmap():

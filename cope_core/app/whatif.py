@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..errors import CopeInputError
 from ..estimate.ranking import Verdict, frame_runner_up
 from ..estimate.speed import speed, tokens_per_s  # noqa: F401  (the app's pages read them here)
 from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
@@ -336,10 +337,14 @@ def hit_rates(sweep: pd.DataFrame) -> pd.DataFrame:
 
 def unpriced_of(model: ModelGeometry, platform: dict | None) -> str | None:
     """Why the prompt of ``model`` on a profile's machine is not priced (its backend runs it
-    in a way the prompt model does not price), or None (also without a machine's peaks)."""
+    in a way the prompt model does not price), or None (also without a machine's peaks: a
+    measured profile's spec may name only its parts)."""
     spec = (platform or {}).get("spec")
-    return None if not isinstance(spec, dict) else prompt_unpriced(
-        model, PlatformSpec.from_dict(spec))
+    try:
+        return None if not isinstance(spec, dict) else prompt_unpriced(
+            model, PlatformSpec.from_dict(spec))
+    except CopeInputError:
+        return None
 
 
 def request_metrics(first: RequestSetting | None, request: Request | None, estimator: str,

@@ -129,7 +129,7 @@ def _request_choice() -> None:
           label="Host memory (GiB)", min_value=0, max_value=MAX_RAM_GIB, step=16,
           help="Your machine's RAM: llama.cpp's answer then also prices loading without mmap "
                "(--load-mode none), whose host experts stay pinned and copy faster to the GPU "
-               "for a prompt, where they fit beside 4 GiB for the rest (`cope advise --ram`). "
+               "for a prompt, where they fit beside 4 GiB for the rest (`cope advise --ram-gib`). "
                "0: not known, not priced.")
 
 

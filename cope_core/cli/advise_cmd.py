@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"VRAM budget (default: the card's memory less llama.cpp's "
                         f"{FIT_MARGIN / GIB:g} GiB --fit margin)")
     add_machine_options(s, ("threads",), notes={"threads": "; a hybrid part's P-cores"})
-    add_llamacpp_options(s, ("ctx", "llamacpp", "ram"),
+    add_llamacpp_options(s, ("ctx", "llamacpp", "ram-gib"),
                          helps={"ctx": "tokens of KV cache the VRAM holds, at least the "
                                        "request's prompt and answer (default {default})"})
     add_request_options(s)
@@ -82,7 +82,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
                  seed=args.seed, with_files=args.output_dir is not None,
                  model_file=args.model if str(args.model).lower().endswith(".gguf") else None,
                  weights_source=weights, build=llamacpp_build(args),
-                 request=request_from_args(args), host_ram_gib=args.ram)
+                 request=request_from_args(args), host_ram_gib=args.ram_gib)
     written = _write_files(out, args.output_dir, args.force) if args.output_dir else []
     if args.json:
         print_json({**out.to_dict(), "written": written})

@@ -287,7 +287,7 @@ LLAMACPP_OPTIONS: dict[str, tuple[tuple[str, ...], type, str, str]] = {
     "no-op-offload": (("--no-op-offload",), bool, "",
                       "llama.cpp's --no-op-offload: host weights are not copied to the GPU for "
                       "batches of 32 tokens or more, so the compute buffer holds no copy"),
-    "ram": (("--ram",), float, "GIB",
+    "ram-gib": (("--ram-gib",), float, "GIB",
             "the host's memory in GiB: the request's search then also prices --no-mmap, whose "
             "host experts stay pinned (a faster prompt) and must fit in it beside 4 GiB for "
             "the rest (default: not given, --no-mmap is not priced)"),
@@ -300,7 +300,7 @@ def llamacpp_defaults() -> dict[str, int | str]:
     d = LlamaSettings()
     return {"ctx": DEFAULT_CONTEXT, "cache-type-k": d.type_k, "cache-type-v": d.type_v,
             "fitt": FIT_MARGIN >> 20, "llamacpp": LATEST_BUILD, "ubatch-size": d.n_ubatch,
-            "batch-size": d.n_batch, "no-op-offload": not d.op_offload, "ram": "none"}
+            "batch-size": d.n_batch, "no-op-offload": not d.op_offload, "ram-gib": "none"}
 
 
 def add_request_options(s: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -367,7 +367,7 @@ def add_llamacpp_options(s: argparse.ArgumentParser | argparse._ArgumentGroup,
         if kind is bool:
             s.add_argument(*flags, action="store_true", help=text)
         else:
-            default = None if name == "ram" else defaults[name]    # unknown unless given
+            default = None if name == "ram-gib" else defaults[name]    # unknown unless given
             s.add_argument(*flags, type=kind, default=default, metavar=metavar, help=text)
         for old in RENAMED.get(name, ()):
             renamed(s, old, flags[-1])
@@ -391,7 +391,7 @@ def llama_settings_from_args(args: argparse.Namespace) -> LlamaSettings:
                           n_ubatch=getattr(args, "ubatch_size", d.n_ubatch),
                           n_batch=getattr(args, "batch_size", d.n_batch),
                           op_offload=not getattr(args, "no_op_offload", False),
-                          host_ram_gib=getattr(args, "ram", None))
+                          host_ram_gib=getattr(args, "ram_gib", None))
 
 
 def llamacpp_build(args: argparse.Namespace) -> Build:

@@ -281,7 +281,8 @@ def _decide_decode(best: Offer, default: Offer | None, base: FitBaseline | None,
 
 
 def _versus(a: RequestSetting, b: RequestSetting) -> str:
-    pinned = (f"; --no-mmap pins its {a.pinned_gib:.1f} GiB of host experts in host memory"
+    pinned = (f"; loaded without mmap, it pins its {a.pinned_gib:.1f} GiB of host experts in "
+              "host memory"
               if a.pinned and not b.pinned else "")
     return (f"request {a.request_s:.1f} s against {b.request_s:.1f} s, decode "
             f"{a.decode_tokens_per_s:.1f} against {b.decode_tokens_per_s:.1f} tokens/s{pinned}")

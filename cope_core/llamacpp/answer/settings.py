@@ -90,7 +90,7 @@ def llama_settings(model: str | os.PathLike | LlamaModel | None, *,
     if host_ram_gib is not None and (isinstance(host_ram_gib, bool) or not isinstance(
             host_ram_gib, (int, float)) or not 0 < host_ram_gib < float("inf")):
         raise CopeInputError(f"expected GiB of host memory > 0, got {host_ram_gib!r}",
-                             field="--ram")
+                             field="--ram-gib")
     table = read_llama_model(model) if isinstance(model, (str, os.PathLike)) else model
     return LlamaSettings(table, n_ctx, type_k, type_v, int(margin_bytes), build, n_ubatch,
                          n_batch, bool(op_offload),
