@@ -294,13 +294,14 @@ LLAMACPP_OPTIONS: dict[str, tuple[tuple[str, ...], type, str, str]] = {
 }
 
 
-def llamacpp_defaults() -> dict[str, int | str]:
+def llamacpp_defaults() -> dict[str, int | str | None]:
     """Each option's default in its flag's unit (``--fitt`` in MiB): the context is
-    :data:`cope_core.geometry.DEFAULT_CONTEXT`, the rest :class:`LlamaSettings`' and --fit's."""
+    :data:`cope_core.geometry.DEFAULT_CONTEXT`, the rest :class:`LlamaSettings`' and --fit's
+    (the host memory: None, not known unless given)."""
     d = LlamaSettings()
     return {"ctx": DEFAULT_CONTEXT, "cache-type-k": d.type_k, "cache-type-v": d.type_v,
             "fitt": FIT_MARGIN >> 20, "llamacpp": LATEST_BUILD, "ubatch-size": d.n_ubatch,
-            "batch-size": d.n_batch, "no-op-offload": not d.op_offload, "ram-gib": "none"}
+            "batch-size": d.n_batch, "no-op-offload": not d.op_offload, "ram-gib": None}
 
 
 def add_request_options(s: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -367,8 +368,8 @@ def add_llamacpp_options(s: argparse.ArgumentParser | argparse._ArgumentGroup,
         if kind is bool:
             s.add_argument(*flags, action="store_true", help=text)
         else:
-            default = None if name == "ram-gib" else defaults[name]    # unknown unless given
-            s.add_argument(*flags, type=kind, default=default, metavar=metavar, help=text)
+            s.add_argument(*flags, type=kind, default=defaults[name], metavar=metavar,
+                           help=text)
         for old in RENAMED.get(name, ()):
             renamed(s, old, flags[-1])
 

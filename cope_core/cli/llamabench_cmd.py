@@ -92,10 +92,7 @@ def cmd_llama_bench(args: argparse.Namespace) -> int:
         print_json({"llama_bench": os.fspath(args.llama_bench), "model": args.model,
                     "profile": what, **ev.to_dict(),
                     **({} if refit is None else {"prompt_refit": {
-                        "path": refit_out, "fields": refit.fields, "before": refit.before,
-                        "rows": refit.rows, "error_before_pct": refit.error_before_pct,
-                        "error_after_pct": refit.error_after_pct,
-                        "held_out_error_pct": refit.held_out_pct}})})
+                        "path": refit_out, **refit.to_dict()}})})
         return 0
     print(f"llama-bench {args.llama_bench}: {len(rows)} rows | model {args.model} | {what}")
     print("\n".join(text_lines(ev)))

@@ -72,25 +72,12 @@ PINNED_LINK_EFFICIENCY: dict[int, Measured] = {
 }
 #: a link whose generation the name does not say: the middle generation's
 _DEFAULT_GEN = 4
-#: pageable host-to-device copies of large buffers, GB/s: the driver stages them through a pinned
-#: buffer with a CPU copy, so the host, not the link, sets the rate (njuffa on the NVIDIA forum)
-#: and they spread widely by host (3.2-10 GB/s); the same memory clock's effect on a prompt with
-#: its experts mmapped (+29 % pp512 from DDR4-2133 to DDR4-3000, nothing with them resident:
-#: msb-msb/insiderllm-bench-results, tamanna-ram-speed-offload-2026-10-09) says the copy is the
-#: host memory's
-PAGEABLE_COPIES = (
-    Measured(10.0, "A100-SXM4 (DGX A100, PCIe 4.0), bandwidthTest 32 MB",
-             "gengwg/gpu nvda_gpu_benchmark.md"),
-    Measured(3.3, "A100 80GB PCIe (Dell XE, PCIe 4.0), bandwidthTest 32 MB",
-             "gengwg/gpu nvda_gpu_benchmark.md"),
-    Measured(3.86, "'Graphics Device' (about PCIe 3.0 by magnitude), bandwidthTest 32 MB",
-             "file-index id 27759903867"),
-    Measured(8.3, "buffers of 64 MB and more, pageable only",
-             "forums.developer.nvidia.com/t/56270"),
-    Measured(9.6, "RTX 5090 under WSL2, one expert, pageable mmap", "kekzl/imp#1409"),
-    Measured(3.2, "GTX 1660 Ti Max-Q laptop (PCIe 3.0), bandwidthTest pageable 32 MB",
-             "file-index id 43535836697"),
-)
+#: a pageable host-to-device copy is staged by the driver through a pinned buffer with a CPU copy,
+#: so the host, not the link, sets its rate (njuffa on the NVIDIA forum; published pageable copies
+#: spread 3.2-10 GB/s by host, docs/prompt-sources.md, Q2); the same memory clock's effect on a
+#: prompt with its experts mmapped (+29 % pp512 from DDR4-2133 to DDR4-3000, nothing with them
+#: resident: msb-msb/insiderllm-bench-results, tamanna-ram-speed-offload-2026-10-09) says the
+#: copy is the host memory's
 #: the staging copy's share of :func:`staging_bandwidth` where its derivation starts: the DGX
 #: A100's 10.0 GB/s over its EPYC 7742's one-thread bandwidth as COPE prices it (18.2 GB/s)
 PAGEABLE_PRIOR_SHARE = 0.55
@@ -203,8 +190,3 @@ _FIT: dict[str, Any] = json.loads(
 def fitted(name: str) -> float:
     """A fitted constant of data/prompt-fit.json (``pageable_share``, ``gpu_rate_scale``)."""
     return float(_FIT["fitted"][name]["value"])
-
-
-def fit_record() -> dict[str, Any]:
-    """data/prompt-fit.json as read."""
-    return _FIT

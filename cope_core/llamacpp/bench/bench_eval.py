@@ -44,7 +44,7 @@ def host_buffer(name: str) -> bool:
 @dataclass(frozen=True)
 class BenchMatch:
     """One row and what COPE made of it: the MoE layers it ran on the CPU and the prediction,
-    or why it was not matched (``reason``)."""
+    or why it was not matched (``reason``), and the thread count it was priced at."""
 
     row: BenchRow
     reason: str = ""
@@ -52,6 +52,7 @@ class BenchMatch:
     cpu_blocks: tuple[int, ...] = ()
     context: float | None = None
     predicted_ts: float | None = None
+    threads: int | None = None
 
     @property
     def matched(self) -> bool:
@@ -148,6 +149,14 @@ def placement_of(row: BenchRow, m: LlamaModel) -> tuple[tuple[int, ...], str]:
     return tuple(b for b, s in sorted(host.items()) if True in s), ""
 
 
+def prompt_run(r: BenchRow, threads: int) -> tuple[PromptRun, Build | None]:
+    """The prompt a ``pp`` row ran (its ``-p``, ``-d``, ``-ub``, ``-b``, op offload and load mode)
+    at ``threads``, and its build (None: not said, the newest known is priced)."""
+    run = PromptRun(r.n_prompt, r.n_depth, r.n_ubatch, r.n_batch, op_offload=not r.no_op_offload,
+                    threads=threads, pinned=r.pinned)
+    return run, (Build(r.build_number, "the row's") if r.build_number else None)
+
+
 def match_bench_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeometry,
                      profile: Profile, *, cpu_threads: int | None = None,
                      gpu_share: float | None = None,
@@ -207,13 +216,10 @@ def match_bench_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeo
         n_cpu = len(blocks)
         if r.kind == "pp":
             assert spec is not None and threads is not None
-            run = PromptRun(r.n_prompt, r.n_depth, r.n_ubatch, r.n_batch,
-                            op_offload=not r.no_op_offload, threads=threads,
-                            pinned=r.pinned)
-            build = Build(r.build_number, "the row's") if r.build_number else None
+            run, build = prompt_run(r, threads)
             pt = prompt_time(geometry, spec, n_cpu, run, build)
             out.append(BenchMatch(r, "", n_cpu, blocks, r.n_depth + r.n_prompt / 2,
-                                  pt.tokens_per_s))
+                                  pt.tokens_per_s, threads))
             continue
         # decode token i of tg<n> @ d<d> attends to d + i + 1 tokens: the mean over the test
         context = r.n_depth + (r.n_gen + 1) / 2

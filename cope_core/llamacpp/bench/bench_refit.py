@@ -29,7 +29,7 @@ from ...version import __version__
 from ..answer.builds import Build, latest
 from ..answer.prompt import PromptRun, offloads, prompt_efficiency, prompt_time
 from ..answer.prompt_rates import copy_bandwidth
-from .bench_eval import BenchMatch
+from .bench_eval import BenchMatch, prompt_run
 
 SCHEMA = "cope.prompt-refit/1"
 #: the refitted rates' bounds: an efficiency of the FP16 peak, a pageable copy in bytes/s
@@ -50,8 +50,10 @@ class PromptRefit:
     error_after_pct: float
     held_out_pct: float | None
 
-    def apply(self, spec: PlatformSpec) -> PlatformSpec:
-        return with_rates(spec, self.fields)
+    def to_dict(self) -> dict[str, Any]:
+        return {"fields": self.fields, "before": self.before, "rows": self.rows,
+                "error_before_pct": self.error_before_pct,
+                "error_after_pct": self.error_after_pct, "held_out_error_pct": self.held_out_pct}
 
 
 def with_rates(spec: PlatformSpec, fields: Mapping[str, float]) -> PlatformSpec:
@@ -61,10 +63,8 @@ def with_rates(spec: PlatformSpec, fields: Mapping[str, float]) -> PlatformSpec:
 
 
 def _run(m: BenchMatch) -> tuple[PromptRun, Build | None]:
-    r = m.row
-    run = PromptRun(r.n_prompt, r.n_depth, r.n_ubatch, r.n_batch, op_offload=not r.no_op_offload,
-                    threads=r.n_threads or 1, pinned=r.pinned)
-    return run, (Build(r.build_number, "the row's") if r.build_number else None)
+    # the prompt as the match priced it, at the match's thread count
+    return prompt_run(m.row, m.threads or 1)
 
 
 def _copies_pageable(m: BenchMatch) -> bool:
@@ -132,9 +132,7 @@ def write_prompt_refit(path: str, r: PromptRefit, spec: PlatformSpec, source: st
                              source=path, field="--refit")
     record = {"schema": SCHEMA, "created": datetime.now(UTC).isoformat(timespec="seconds"),
               "tool": {"name": "cope", "version": __version__}, "llama_bench": source,
-              "gpu": spec.gpu_name, "link": spec.link_name, "fields": r.fields,
-              "before": r.before, "rows": r.rows, "error_before_pct": r.error_before_pct,
-              "error_after_pct": r.error_after_pct, "held_out_error_pct": r.held_out_pct}
+              "gpu": spec.gpu_name, "link": spec.link_name, **r.to_dict()}
     write_atomic(path, json.dumps(record, indent=1, allow_nan=False) + "\n")
 
 

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from ...errors import CopeInputError
-from ..answer.prompt_rates import LOAD_MODES
+from ..answer.prompt_rates import DEFAULT_LOAD_MODE, LOAD_MODES
 
 
 def fail(src: str, line: int, field: str | None, message: str) -> CopeInputError:
@@ -57,4 +57,4 @@ def read_load_mode(src: str, line: int, v: dict[str, Any]) -> str:
         return mode
     if "use_mmap" in v:
         return "mmap" if as_bool(src, line, "use_mmap", v["use_mmap"]) else "none"
-    return "auto"
+    return DEFAULT_LOAD_MODE
