@@ -152,10 +152,14 @@ class LlamaFlags:
         False: ``--no-op-offload`` (llama-bench: ``-nopo 1``).
     no_mmap : bool
         True: load without mmap, so the host experts stay in the GPU backend's pinned host buffer
-        (``--load-mode none``, b10105 on; llama-bench ``-lm none``; docs/prompt-sources.md, Q1).
+        (``--load-mode none``, b10105 on: common/arg.cpp l. 2693-2711 of b11434; llama-bench
+        ``-lm none``: tools/llama-bench/llama-bench.cpp l. 778-809 of b11434;
+        docs/prompt-sources.md, Q1).
     load_mode_flag : bool
         How ``no_mmap`` is spelled: ``--load-mode none`` (True) or, before b10105 and in
-        ik_llama.cpp, ``--no-mmap`` (:meth:`~cope_core.llamacpp.answer.builds.Build.spell`).
+        ik_llama.cpp, ``--no-mmap`` (:meth:`~cope_core.llamacpp.answer.builds.Build.spell`;
+        ik_llama.cpp's common/common.cpp ``gpt_params_find_arg`` at
+        007d640098cbea95157d81846ada7fe50b9fed08: ``--no-mmap`` sets ``use_mmap = false``).
     dialect : str
         The runtime the flags are spelled for (:data:`DIALECTS`: ``llama.cpp``,
         ``ik_llama.cpp``).
