@@ -13,6 +13,7 @@ CPU-only (``spec`` is None, and the facts say so).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,10 +37,27 @@ class Machine:
     threads: int
     spec: PlatformSpec | None      # None: CPU-only
     facts: tuple[Fact, ...]
+    #: the second card on (``--gpu a,b``), each with the link it runs at, in device order
+    more: tuple[tuple[GpuPart, LinkPart], ...] = ()
 
     @property
     def cpu_only(self) -> bool:
         return self.gpu is None
+
+    @property
+    def cards(self) -> tuple[tuple[GpuPart, LinkPart], ...]:
+        """Every card with its link, in llama.cpp's device order (CUDA0 first)."""
+        if self.gpu is None or self.link is None:
+            return ()
+        return ((self.gpu, self.link), *self.more)
+
+    def card_specs(self) -> tuple[PlatformSpec, ...]:
+        """One platform per card: that card and its link with this machine's CPU and memory
+        (``spec`` is the first's)."""
+        return tuple(self.spec if i == 0 and self.spec is not None else
+                     spec_from_parts(g, lk, self.cpu, self.memory,
+                                     name=f"{g.name}+{lk.name}+{self.cpu.name}+{self.memory.name}")
+                     for i, (g, lk) in enumerate(self.cards))
 
     @property
     def vram_bytes(self) -> float:
@@ -54,7 +72,9 @@ class Machine:
 
     def to_dict(self) -> dict[str, Any]:
         return {"gpu": self.gpu.name if self.gpu else None,
-                "link": self.link.name if self.link else None, "cpu": self.cpu.name,
+                "link": self.link.name if self.link else None,
+                "gpus": [{"gpu": g.name, "link": lk.name, "vram_gib": g.memory_bytes / 2**30}
+                         for g, lk in self.cards], "cpu": self.cpu.name,
                 "memory": self.memory.name, "threads": self.threads, "cpu_only": self.cpu_only,
                 "vram_gib": self.vram_bytes / 2**30,
                 "spec": self.spec.to_dict() if self.spec else None,
@@ -84,7 +104,16 @@ def compose_machine(*, gpu: str | GpuPart | None, cpu: str | CpuPart,
         How long the memory probe of ``"this"`` runs.
     this : ThisMachine, optional
         Already detected parts (tests, or a caller that detected once); default detect now.
+
+    Several cards: ``gpu`` lists them, comma-separated (``"rtx3090,rtx3060-12gb"``, names or
+    part files in any mix) in llama.cpp's device order, and ``link`` gives one slot for all or
+    one per card; ``"this"`` finds every card. The first card is ``gpu``/``link``/``spec``,
+    the others :attr:`Machine.more`.
     """
+    gpus, links = _listed(gpu), _listed(link)
+    if len(gpus) > 1 or len(links) > 1:
+        return _several(gpus, links, cpu=cpu, memory=memory, threads=threads,
+                        probe_seconds=probe_seconds, this=this)
     want = {k for k, v in (("gpu", gpu), ("cpu", cpu), ("memory", memory))
             if isinstance(v, str) and v.strip().lower() == THIS}
     if want and this is None:
@@ -149,7 +178,48 @@ def compose_machine(*, gpu: str | GpuPart | None, cpu: str | CpuPart,
     spec = None
     if g is not None and lk is not None:
         spec = spec_from_parts(g, lk, c, m, name=f"{g.name}+{lk.name}+{c.name}+{m.name}")
-    return Machine(gpu=g, link=lk, cpu=c, memory=m, threads=t, spec=spec, facts=tuple(facts))
+    more = tuple(_card(x, x.link, i + 1, facts) for i, x in
+                 enumerate(this.more_gpus)) if "gpu" in want and this is not None else ()
+    return Machine(gpu=g, link=lk, cpu=c, memory=m, threads=t, spec=spec, facts=tuple(facts),
+                   more=more)
+
+
+def _listed(v: Any) -> list[Any]:
+    """A part's value as a list: ``"a,b"`` split, a sequence as is, one value alone."""
+    if isinstance(v, str):
+        return [x.strip() for x in v.split(",")] if "," in v else [v]
+    if isinstance(v, (list, tuple)):
+        return list(v)
+    return [v]
+
+
+def _several(gpus: list[Any], links: list[Any], **rest: Any) -> Machine:
+    """:func:`compose_machine` of several cards: the first as one machine, the rest beside it."""
+    names = [x if isinstance(x, str) else x.name for x in gpus]
+    if any(not n or n.lower() in (THIS, "none") for n in names if isinstance(n, str)):
+        raise CopeInputError(f"expected card names or part files, got {','.join(names)!r}"
+                             " ('this' finds every card; 'none' stands alone)", field="--gpu")
+    if len(links) not in (1, len(gpus)) or (len(links) > 1 and len(gpus) == 1):
+        raise CopeInputError(f"{len(links)} slots for {len(gpus)} card"
+                             f"{'s' if len(gpus) > 1 else ''}: give one --pcie for every card "
+                             "or one per card, comma-separated", field="--pcie")
+    one = compose_machine(gpu=gpus[0], link=links[0], **rest)
+    facts = list(one.facts)
+    more = tuple(_card(parts.gpu_part(x), links[0] if len(links) == 1 else links[i + 1], i + 1,
+                       facts) for i, x in enumerate(gpus[1:]))
+    return dataclasses.replace(one, more=more, facts=tuple(facts))
+
+
+def _card(g: GpuPart, link: str | LinkPart | None, i: int, facts: list[Fact]
+          ) -> tuple[GpuPart, LinkPart]:
+    """Card ``i`` (from 1) and its negotiated link; its facts appended to ``facts``."""
+    slot = link if isinstance(link, LinkPart) else parts.link_part(link or g.link)
+    lk = parts.link_between(slot, g)
+    if g.origin != "detected":
+        facts += [f._replace(part=f"gpu{i}") for f in _catalog_facts("gpu", g)]
+    facts.append(Fact(f"gpu{i}", "link per direction", f"{lk.name}: {lk.bandwidth / GB:.2f} "
+                      "GB/s", "derived", lk.note))
+    return g, lk
 
 
 def _gpu(gpu: str | GpuPart | None, this: Any) -> GpuPart | None:

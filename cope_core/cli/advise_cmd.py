@@ -165,14 +165,16 @@ def text_lines(out: Advice, detected: bool = False, explain: bool = False) -> li
     mem = (f"memory measured at {m.memory.bandwidth / 1e9:.1f} GB/s" if m.memory.measured
            else m.memory.name)
     parts = (f"{cpu}, {mem}, no GPU (CPU only)" if m.cpu_only else
-             f"{m.gpu.name if m.gpu else ''} on {m.link.name if m.link else ''}, {cpu}, {mem}")
+             f"{' + '.join(g.name for g, _ in m.cards)} on "
+             f"{', '.join(lk.name for _, lk in m.cards)}, {cpu}, {mem}")
     said = "" if out.weights_source.startswith("as ") else f"; {out.weights_source}"
     lines = [f"{g.name} ({g.format_name}{said}): {g.n_layers} MoE layers, top-{g.top_k} of "
              f"{g.n_experts} experts", f"machine: {parts}; {out.threads} CPU threads"]
     if detected:
         lines += ["", m.describe(), ""]
     if out.vram_gib is not None:
-        lines.append(f"VRAM budget {out.vram_gib:.2f} GiB ({out.vram_source}): K = "
+        first = "" if len(m.cards) < 2 else "the first card's "
+        lines.append(f"{first}VRAM budget {out.vram_gib:.2f} GiB ({out.vram_source}): K = "
                      f"{out.experts_per_layer} of {g.n_experts} experts per MoE layer with "
                      f"{out.context} tokens of KV cache")
     unpriced = None if m.spec is None else prompt_unpriced(g, m.spec)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from .. import parquet_io
+from .. import parquet_io, parts
 from ..errors import CopeInputError
 from ..estimate.evaluate import evaluate
 from ..estimate.predict import predict
@@ -15,7 +15,7 @@ from ..estimate.quality import check_lines, checks_to_dict, measurement_checks
 from ..estimate.uncertainty import check_draws
 from ..files import print_json
 from ..geometry import CATALOG, GIB
-from ..llamacpp import LlamaFlags, LlamaSettings, n_cpu_moe_memory
+from ..llamacpp import LlamaFlags, LlamaSettings, device_names, devices_memory, n_cpu_moe_memory
 from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
 from ..platforms import resolve_platform
 from ..profile.busy import busy_note
@@ -89,6 +89,11 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_vram(args: argparse.Namespace) -> int:
     g = model_from_args(args)
+    if args.gpu is not None or args.tensor_split is not None:
+        return _vram_devices(args, g)
+    if args.gib is None and args.k is None:
+        raise CopeInputError("needs --gib, --experts-per-layer, or --gpu with --n-cpu-moe",
+                             field="vram")
     if args.n_cpu_moe is not None:
         return _vram_llamacpp(args, g)
     if not (args.workspace_gib >= 0 and args.workspace_gib < float("inf")):
@@ -199,6 +204,52 @@ def _vram_llamacpp(args: argparse.Namespace, g) -> int:
               f"(weights {mem.model / GIB:.2f} without the token embedding, KV cache "
               f"{mem.context / GIB:.2f} at -c {args.ctx}, compute buffer "
               f"{mem.compute / GIB:.2f}), {(args.gib * GIB - mem.total) / GIB:.2f} GiB left")
+    return 0
+
+
+def _vram_devices(args: argparse.Namespace, g) -> int:
+    """``cope vram --gpu a,b [-ts ...] --n-cpu-moe N``: each card's count under llama.cpp's
+    layer split (:func:`cope_core.llamacpp.devices_memory`)."""
+    if args.gpu is None:
+        raise CopeInputError("needs --gpu with the cards it splits", field="--tensor-split")
+    if args.n_cpu_moe is None or args.gib is not None or args.k is not None:
+        raise CopeInputError("takes --n-cpu-moe N, and no --gib or --experts-per-layer (each "
+                             "card's memory is its budget)", field="--gpu")
+    cards = [parts.gpu_part(x) for x in args.gpu.split(",")]
+    ts = None
+    if args.tensor_split is not None:
+        try:
+            ts = [float(x) for x in args.tensor_split.replace("/", ",").split(",")]
+        except ValueError:
+            raise CopeInputError(f"expected numbers separated by commas, got "
+                                 f"{args.tensor_split!r}", field="--tensor-split") from None
+    names = device_names([c.vendor for c in cards])
+    llama = llama_settings_from_args(args)
+    layout, mem = devices_memory(g, [c.memory_bytes for c in cards],
+                                 [f"{n} ({c.name})" for n, c in zip(names, cards)],
+                                 n_cpu_moe=args.n_cpu_moe, tensor_split=ts, llama=llama)
+    rows: list[dict[str, Any]] = []
+    for i, (r, x) in enumerate(zip(layout.ranges(), mem)):
+        blocks = [b for b in r if b < g.dense_layers + g.n_layers]
+        rows.append({"device": names[i], "gpu": cards[i].name,
+                     "blocks": [blocks[0], blocks[-1]] if blocks else [],
+                     "host_expert_blocks": sum(b in layout.host_blocks for b in blocks),
+                     "gib": x.total / GIB, "weights_gib": x.model / GIB,
+                     "kv_cache_gib": x.context / GIB, "compute_gib": x.compute / GIB,
+                     "card_gib": cards[i].memory_bytes / GIB})
+    if args.json:
+        print_json({"model": g.name, "weights": g.format_name, "n_cpu_moe": args.n_cpu_moe,
+                    "tensor_split": list(layout.counts), "context": args.ctx, "fits": True,
+                    "devices": rows})
+        return 0
+    print(f"{g.name} ({g.format_name}): -ngl 99 --n-cpu-moe {args.n_cpu_moe} split -ts "
+          f"{','.join(str(c) for c in layout.counts)} fits every card:")
+    for row in rows:
+        span = "-".join(str(b) for b in row["blocks"]) or "none"
+        print(f"  {row['device']} {row['gpu']}: blocks {span}, {row['host_expert_blocks']} "
+              f"with experts in host memory; {row['gib']:.2f} of {row['card_gib']:.2f} GiB "
+              f"(weights {row['weights_gib']:.2f}, KV {row['kv_cache_gib']:.2f}, compute "
+              f"{row['compute_gib']:.2f})")
     return 0
 
 

@@ -66,8 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("vram", help="convert a VRAM budget to experts per layer (K) and back")
     add_model_options(s, required=True)
-    g = s.add_mutually_exclusive_group(required=True)
-    g.add_argument("--gib", type=float, help="VRAM budget in GiB")
+    g = s.add_mutually_exclusive_group(required=False)
+    g.add_argument("--gib", type=float, help="VRAM budget in GiB (one of --gib, "
+                   "--experts-per-layer, or --gpu with --n-cpu-moe)")
     g.add_argument("--experts-per-layer", type=int, dest="k",
                    help="experts per layer K (prints the VRAM it needs)")
     add_llamacpp_options(s, ("ctx",), helps={"ctx": "KV-cache tokens (default {default})"})
@@ -77,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --gib: llama.cpp's own count of -ngl 99 --n-cpu-moe N (the token "
                         "embedding in host memory, the KV cache at --ctx, the compute "
                         "buffer); refused with how much it is over")
+    s.add_argument("--gpu", help="with --n-cpu-moe: several cards, comma-separated (catalog "
+                                 "names or part files, in device order): each card's count "
+                                 "under llama.cpp's layer split, refused when any card is over "
+                                 "(its memory, all free, is the budget; --gib is not given)")
+    s.add_argument("--tensor-split", "-ts", metavar="A,B,...",
+                   help="with --gpu: llama.cpp's -ts, one value per card (default: the split "
+                        "by each card's free memory)")
     add_llamacpp_options(s, ("cache-type-k", "cache-type-v", "ubatch-size", "batch-size",
                              "no-op-offload"), helps={
         "cache-type-k": "with --n-cpu-moe: llama.cpp's K cache type (default {default})",

@@ -56,8 +56,8 @@ def cmd_parts(args: argparse.Namespace) -> int:
         print_json(m.to_dict())
         return 0
     head = (f"{m.cpu.label}, {m.memory.name}, {m.threads} threads, CPU-only (no GPU)"
-            if m.cpu_only else f"{m.gpu.label if m.gpu else ''} on {m.link.name if m.link else ''}"
-            f", {m.cpu.label}, {m.memory.name}, {m.threads} threads")
+            if m.cpu_only else " + ".join(f"{g.label} on {lk.name}" for g, lk in m.cards)
+            + f", {m.cpu.label}, {m.memory.name}, {m.threads} threads")
     print(head)
     print(m.describe())
     return 0

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..estimate.speed import tokens_per_s
 from ..geometry import ModelGeometry
-from ..llamacpp import Build, Request, RequestSetting
+from ..llamacpp import Build, DevicesAnswer, Request, RequestSetting
 from ..machine import Machine
 from .policy import Policy
 from .upgrades import Upgrade
@@ -134,6 +134,7 @@ class Advice:
     build: Build | None = None         # the llama.cpp build assumed
     request: Request | None = None     # the prompt and answer llama.cpp's answer is ranked by
     helps: tuple[Upgrade, ...] = ()    # llama.cpp's command with one part changed, fastest first
+    devices: DevicesAnswer | None = None   # several cards: llama.cpp's answer across them
 
     @property
     def threads(self) -> int:
@@ -177,4 +178,5 @@ class Advice:
                 "runtimes": [{**a.to_dict(), **each} for a in self.answers],
                 "policy_matrix_winner": win,
                 "what_would_help": [{"change": u.label, "tokens_per_s": u.tokens_per_s,
-                                     "gain_pct": u.gain_pct} for u in self.helps]}
+                                     "gain_pct": u.gain_pct} for u in self.helps],
+                "devices": None if self.devices is None else self.devices.to_dict()}

@@ -58,6 +58,7 @@ from .build import build_policy
 from .formats import EXPORT_FORMATS, get_format, render
 from .llamacpp import cache_lines
 from .policy import Policy
+from .several import across_cards, machine_devices, relative_half_interval
 from .upgrades import as_fast_as, upgrades
 
 #: The runtimes ``cope advise`` answers for, in the order it prints them.
@@ -158,11 +159,10 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     model.experts_per_layer_for_vram(vram_gib * GIB, context=context)
     profile = analytic_profile(model, machine.spec, cpu_threads=[machine.threads])
     # K and llama.cpp's record (its -c, KV cache and compute buffer) at the asked context
+    settings = llama_settings(model_file, n_ctx=context, build=build, host_ram_gib=host_ram_gib)
     policy = build_policy(trace, profile, calibration, vram_gib=vram_gib, context=context,
                           cpu_threads=machine.threads, llamacpp="llama.cpp" in order,
-                          llama=llama_settings(model_file, n_ctx=context, build=build,
-                                               host_ram_gib=host_ram_gib),
-                          request=request)
+                          llama=settings, request=request)
     K = policy.experts_per_layer
     # a build before b6325 runs every weight on the CPU by default: priced as a machine without
     cpu_default = None      # a GPU is (the profile holds no CPU attention to price it with)
@@ -171,8 +171,14 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
                                float(trace.context.mean()))
         cpu_default = Speed(price.tpot_us, price.tpot_ci_us)
     answers = tuple(_answer(policy, r, with_files, context, build, cpu_default) for r in order)
-    la = next((a for a in answers if a.runtime == "llama.cpp" and a.host_layers), None)
     at = request.depth if request is not None else float(trace.context.mean())
+    one = next((a for a in answers if a.runtime == "llama.cpp"), None)
+    devices = None if one is None else machine_devices(
+        model, machine, vram_gib=None if source != "--vram-gib" else vram_gib, context=at,
+        llama=settings, rel=relative_half_interval(one.speed))
+    if devices is not None:
+        answers = tuple(across_cards(a, devices) if a is one else a for a in answers)
+    la = next((a for a in answers if a.runtime == "llama.cpp" and a.host_layers), None)
     host = None if la is None else la.host_layers
     if la is not None and la.speed is not None and la.cache_mib:
         # a MoE cache keeps some host experts on the GPU: priced as the plain placement that
@@ -182,7 +188,7 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     winner = (policy.candidate, _speed(policy, policy.candidate))
     return Advice(model, machine, float(vram_gib), source, K, context, routing, answers, winner,
                   policy, _default_at_trace(policy, cpu_default), weights_source, build,
-                  request, helps)
+                  request, helps, devices)
 
 
 def _default_at_trace(policy: Policy, cpu_default: Speed | None) -> Speed | None:

@@ -233,6 +233,22 @@ def _torch_gpus() -> list[GpuInfo]:
             for i in range(torch.cuda.device_count())]
 
 
+def this_gpus(found: list[GpuInfo]) -> tuple[tuple[GpuPart, ...], list[Fact]]:
+    """A GPU part for every GPU found, in the order the tool lists them (llama.cpp's device
+    order under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``), each :func:`this_gpu`'s; none found: the
+    machine is CPU-only."""
+    if len(found) <= 1:
+        one, facts = this_gpu(found)
+        return (() if one is None else (one,)), facts
+    parts_, facts = [], [Fact("gpu", "GPUs found", str(len(found)), "detected", found[0].via)]
+    for i, info in enumerate(found):
+        part, f = this_gpu([info])
+        assert part is not None
+        parts_.append(replace(part, name=f"this{i} ({part.name.removeprefix('this (')}"))
+        facts += [x._replace(part=f"gpu{i}") for x in f]
+    return tuple(parts_), facts
+
+
 def this_gpu(found: list[GpuInfo]) -> tuple[GpuPart | None, list[Fact]]:
     """A GPU part for the first GPU found: the catalog's numbers with the memory reported here.
     None found: the machine is CPU-only."""
@@ -245,9 +261,6 @@ def this_gpu(found: list[GpuInfo]) -> tuple[GpuPart | None, list[Fact]]:
     names = [n for n in gpus() if best is not None and keys[n] == keys[best]]
     facts = [Fact("gpu", "model", g.name, "detected", g.via),
              Fact("gpu", "memory", f"{g.memory_bytes / 2**30:.1f} GiB", "detected", g.via)]
-    if len(found) > 1:
-        facts.append(Fact("gpu", "GPUs found", f"{len(found)} (the first is used)", "detected",
-                          g.via))
     if not names:
         raise CopeInputError(f"this machine's GPU {g.name!r} is not in the catalog; give --gpu "
                              "NAME of a similar card or a GPU part file (docs/parts.md)",
@@ -284,6 +297,7 @@ class ThisMachine:
     cpu: CpuPart | None
     memory: MemoryPart | None
     facts: tuple[Fact, ...]
+    more_gpus: tuple[GpuPart, ...] = ()     # the second card on, in the tool's order
 
 
 def this_machine(*, gpu: bool = True, cpu: bool = True, memory: bool = True,
@@ -299,9 +313,10 @@ def this_machine(*, gpu: bool = True, cpu: bool = True, memory: bool = True,
     :func:`cope_core.mechanisms.probe.probe_host_kernel`'s (not run when a ``probe`` is given
     without one: a stand-in machine has no kernel)."""
     facts: list[Fact] = []
-    g = None
+    g, more = None, tuple[GpuPart, ...]()
     if gpu:
-        g, f = this_gpu(detect_gpus(run, torch_probe))
+        cards, f = this_gpus(detect_gpus(run, torch_probe))
+        g, more = (cards[0] if cards else None), cards[1:]
         facts += f
     bw = None
     if cpu or memory:
@@ -315,7 +330,7 @@ def this_machine(*, gpu: bool = True, cpu: bool = True, memory: bool = True,
     if memory and bw:
         m, f = this_memory(bw[0], bw[2], bw[3])
         facts += f
-    return ThisMachine(gpu=g, cpu=c, memory=m, facts=tuple(facts))
+    return ThisMachine(gpu=g, cpu=c, memory=m, facts=tuple(facts), more_gpus=more)
 
 
 def _probe(seconds: float) -> Probed:

@@ -25,8 +25,9 @@ import pandas as pd
 from ...errors import CopeInputError
 from ...geometry import GIB
 from ..cache.moe_cache import TUNER_SHARES, CacheVersion
-from ..placement.command import LlamaFlags, tool_env
+from ..placement.command import LlamaFlags
 from ..placement.fit import FitArgs, FitDefault
+from ..placement.tools import tool_env
 from ..placement.vram import N_BATCH, N_UBATCH, LlamaModel, Placement, device_memory
 
 DATA = Path(__file__).parents[1] / "data" / "builds.csv"

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import CopeInputError
-from ..placement.command import LlamaFlags, tool_env
+from ..placement.command import LlamaFlags
+from ..placement.tools import tool_env
 from .bench_file import BenchRow, parse_llama_bench
 
 _VERSION = re.compile(r"version:\s*(\S+)\s*\(build\s*(\d+),\s*commit\s*(\S+?)\)")

@@ -134,9 +134,21 @@ def placement_tpot(profile: Profile, model: ModelGeometry, n_cpu: Sequence[float
     if n.size == 0 or (n < 0).any() or (n > model.n_layers).any():
         raise CopeInputError(f"--n-cpu-moe layers must be in [0, {model.n_layers}], got "
                              f"{list(n_cpu)}", field="n_cpu_moe")
+    shared, gpu_layer, cpu_layer = placement_parts(profile, model, context,
+                                                   cpu_threads=cpu_threads, gpu_share=gpu_share)
+    return shared + (model.n_layers - n) * gpu_layer + n * cpu_layer
+
+
+def placement_parts(profile: Profile, model: ModelGeometry, context: float, *,
+                    cpu_threads: int | None = None, gpu_share: float | None = None
+                    ) -> tuple[float, float, float]:
+    """What :func:`placement_tpot` adds up, in microseconds per token: the shared work of every
+    block at ``context``, one MoE layer's routed experts on the GPU, and on the CPU (with
+    llama.cpp's split hand-off)."""
     op = profile.resolve(cpu_threads, gpu_share, model=model)
-    shared = cope_costs(op).shared_at(np.array([float(context)]))[0]
-    return shared + _placed(cache_costs(op), model.n_layers - n, n)
+    costs = cache_costs(op)
+    return (float(cope_costs(op).shared_at(np.array([float(context)]))[0]),
+            float(costs.gpu_layer), float(costs.cpu_layer))
 
 
 def search_space(g: ModelGeometry, budget_bytes: float, *,

@@ -42,9 +42,8 @@ from __future__ import annotations
 import math
 import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from ...placement import LayerPlan, int_set_regex
 from .dialects import Dialect
@@ -67,8 +66,8 @@ FIT_OVERFLOW = {"attn": r"blk\.{}\.ffn_(gate|up|gate_up|down).*",
                 "moe": r"blk\.{}" + FIT_EXPERT_TENSORS}
 #: The tools whose command lines are written here, and the order each is given its flags in.
 TOOLS = ("server", "bench")
-_ORDER = {"server": ("ctx", "ngl", "fit", "threads", "n_cpu_moe", "ot", "cache", "share",
-                     "batch", "ubatch", "op_offload", "no_mmap"),
+_ORDER = {"server": ("ctx", "ngl", "dev", "ts", "fit", "threads", "n_cpu_moe", "ot", "cache",
+                     "share", "batch", "ubatch", "op_offload", "no_mmap"),
           # as llama-bench runs have always been recorded (a race's state file names them)
           "bench": ("ngl", "n_cpu_moe", "fit", "threads", "batch", "ubatch", "op_offload",
                     "no_mmap")}
@@ -163,6 +162,9 @@ class LlamaFlags:
     dialect : str
         The runtime the flags are spelled for (:data:`DIALECTS`: ``llama.cpp``,
         ``ik_llama.cpp``).
+    tensor_split, devices : tuple or None
+        ``-ts`` (whole layer counts per device; llama-bench separates them with ``/``) and
+        ``-dev`` (the devices used, when a card is left out); None: not given.
     """
 
     n_ctx: int | None = None
@@ -181,6 +183,8 @@ class LlamaFlags:
     no_mmap: bool = False
     load_mode_flag: bool = True
     dialect: str = MAINLINE.name
+    tensor_split: tuple[int, ...] | None = None
+    devices: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.dialect not in DIALECTS:
@@ -271,7 +275,11 @@ class LlamaFlags:
 
         def opt(flag: str, v: object) -> list[str]:
             return [] if v is None else [flag, str(v)]
+        ts = None if self.tensor_split is None else \
+            ("/" if bench else ",").join(str(x) for x in self.tensor_split)
         return {"ctx": opt("-c", self.n_ctx), "ngl": opt("-ngl", self.n_gpu_layers), "fit": fit,
+                "dev": opt("-dev", None if self.devices is None else ",".join(self.devices)),
+                "ts": opt("-ts", ts),
                 "threads": opt("-t", self.threads),
                 "n_cpu_moe": opt("-ncmoe" if bench else d.n_cpu_moe, self.n_cpu_moe), "ot": ot,
                 "cache": opt("--moe-cache-mib", self.cache_mib or None),
@@ -385,12 +393,3 @@ class LlamaFlags:
         if self.cpu_share:
             out += f" --moe-cache-cpu-share {self.cpu_share:g}"
         return out
-
-
-def tool_env(exe: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
-    """The environment a llama.cpp tool runs in: the build's own folder first on the library
-    path (a build run from its folder finds its libggml there), plus ``extra``."""
-    lib = str(exe.parent)
-    old = os.environ.get("LD_LIBRARY_PATH")
-    return {**os.environ, "LD_LIBRARY_PATH": f"{lib}{os.pathsep}{old}" if old else lib,
-            **(extra or {})}

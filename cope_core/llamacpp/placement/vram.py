@@ -254,10 +254,11 @@ def kv_bytes(m: LlamaModel, blocks: range | list[int], n_ctx: int, type_k: str =
 
 def compute_estimate(m: LlamaModel, n_ctx: int, placement: Placement | None = None,
                      n_ubatch: int = N_UBATCH, type_k: str = "f16", type_v: str = "f16",
-                     n_batch: int = N_BATCH, op_offload: bool = True) -> int:
+                     n_batch: int = N_BATCH, op_offload: bool = True, output: bool = True) -> int:
     """The GPU's compute buffer as llama.cpp b11434 reserves it for ``placement`` (the default:
     every layer on the GPU), flash attention on (``-fa auto``, common/common.h l. 504), at
-    ``-ub n_ubatch`` and ``-b n_batch``; ``op_offload`` False is ``--no-op-offload``.
+    ``-ub n_ubatch`` and ``-b n_batch``; ``op_offload`` False is ``--no-op-offload``;
+    ``output`` False: a device without the output layer (no logits; several GPUs).
 
     llama.cpp sizes it by allocating the worst-case graph of ``t = min(n_ctx, n_ubatch)``
     tokens (``sched_reserve``, src/llama-context.cpp l. 631-700), where ``n_ubatch`` is already
@@ -297,7 +298,7 @@ def compute_estimate(m: LlamaModel, n_ctx: int, placement: Placement | None = No
     f32 = 4 * t
     hidden = f32 * m.n_embd
     ffn = f32 * (m.top_k * m.n_ff_exp if m.n_expert else m.n_ff)
-    logits = f32 * m.n_vocab
+    logits = f32 * m.n_vocab if output else 0
     p = Placement() if placement is None else placement
     # the token embedding is read by GET_ROWS, which is never offloaded (ggml-vulkan-debug.cpp
     # l. 766-779): it is not copied. The last block's copies come after the last attention,

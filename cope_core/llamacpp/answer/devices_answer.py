@@ -1,0 +1,237 @@
+"""Several GPUs in one box, priced and answered (docs/design.md#several-gpus).
+
+**Decode across cards.** With ``--split-mode layer`` one token passes the cards in turn: no card
+works while another does (a single sequence has nothing to overlap, and any tensor override,
+``--n-cpu-moe`` and ``--fit``'s own included, turns the scheduler's pipeline parallelism off:
+``llama_context`` in src/llama-context.cpp l. 432-459 of b11434). So a token costs each block at
+its own card's rates, priced by that card's analytic profile (:func:`card_costs`: the block's
+share of the shared work, and its routed experts on the card or on the CPU as
+:func:`~cope_core.llamacpp.cache.cache_search.placement_parts` prices them on one card), plus one
+hand-off per boundary between cards in use (:func:`handoff_us`): the scheduler waits for the
+previous split and copies its output, the hidden state, to the next card
+(``ggml_backend_sched_compute_splits``, ggml/src/ggml-backend.cpp l. 1802-1994), peer to peer
+where the driver allows it, else staged through host memory (two link crossings): consumer
+GeForce cards have peer copies off on Windows and on the stock Linux driver.
+
+**The answer** (:func:`devices_answer`): the fastest placement every card holds by the project's
+own count (:func:`~cope_core.llamacpp.placement.device_search.search_devices`), against what
+``--fit`` places on the same cards (the baseline: memory only, no notion of a card's speed,
+ggml-org/llama.cpp#18914) and against the fastest single card; a card given no layer is better
+left out, and the command says so with ``-dev``.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import CopeInputError
+from ...geometry import GIB, ModelGeometry
+from ...platforms import PlatformSpec
+from ...profile.analytic import analytic_profile
+from ..cache.cache_search import placement_parts
+from ..placement.command import LlamaFlags, all_layers
+from ..placement.device_search import BlockCosts, DevicePlan, plan_cost, search_devices
+from ..placement.devices import (
+    Buffers,
+    DeviceLayout,
+    check_split,
+    device_memories,
+    n_cpu_moe_layout,
+)
+from ..placement.fit_devices import DevicesFit, fit_devices
+from ..placement.vram import DeviceMemory
+from .settings import LlamaSettings
+
+#: llama.cpp's backend names by vendor, as ``--list-devices`` prints them (CUDA0, ROCm0, ...)
+BACKENDS = {"nvidia": "CUDA", "amd": "ROCm", "intel": "SYCL"}
+
+
+def device_names(vendors: Sequence[str]) -> tuple[str, ...]:
+    """Each card's llama.cpp device name, numbered per backend in device order."""
+    seen: dict[str, int] = {}
+    out = []
+    for v in vendors:
+        b = BACKENDS.get(v, "Vulkan")
+        out.append(f"{b}{seen.get(b, 0)}")
+        seen[b] = seen.get(b, 0) + 1
+    return tuple(out)
+
+
+def handoff_us(a: PlatformSpec, b: PlatformSpec, hidden_bytes: float, peer: bool = False
+               ) -> float:
+    """Microseconds one token's hand-off from card ``a`` to card ``b`` costs: a wait on the
+    previous split's event, and the hidden state copied over the links (peer to peer, or
+    staged through host memory: down one link and up the other)."""
+    crossings = 1 if peer else 2
+    link = min(a.link_bandwidth, b.link_bandwidth) * a.link_efficiency
+    return a.gpu_sync_us + crossings * (a.link_latency_us + hidden_bytes / link * 1e6)
+
+
+def card_costs(g: ModelGeometry, spec: PlatformSpec, threads: int, context: float
+               ) -> BlockCosts:
+    """One block's cost per token on the card of ``spec``: its share of the shared work
+    (attention, norms, router; spread evenly over the blocks) and, for a MoE block, its routed
+    experts on the card or in host memory, from the card's analytic profile."""
+    profile = analytic_profile(g, spec, cpu_threads=[threads])
+    shared, gpu_layer, cpu_layer = placement_parts(profile, g, context, cpu_threads=threads)
+    s = shared / (g.dense_layers + g.n_layers)
+    return BlockCosts(full=s + gpu_layer, host=s + cpu_layer, dense=s)
+
+
+@dataclass(frozen=True)
+class DevicesAnswer:
+    """Several cards' answer: the placement to run, fit's, the fastest single card's, each
+    device's bytes, and the flags."""
+
+    cards: tuple[str, ...]
+    names: tuple[str, ...]
+    caps: tuple[int, ...]
+    best: DevicePlan
+    memory: tuple[DeviceMemory, ...]
+    fit: DevicesFit
+    fit_tpot_us: float | None
+    one_card: DevicePlan | None
+    rel: float
+    n_blocks: int
+    threads: int
+
+    @property
+    def left_out(self) -> tuple[int, ...]:
+        return tuple(i for i in range(len(self.cards)) if i not in self.best.used)
+
+    def flags(self) -> LlamaFlags:
+        """``-dev`` (a card left out), ``-ts`` of whole layers and the host blocks' ``-ot``."""
+        used = self.best.used
+        counts = tuple(self.best.layout.counts[i] for i in used)
+        host = tuple(sorted(self.best.layout.host_blocks))
+        return LlamaFlags(n_gpu_layers=all_layers(self.n_blocks), fit=False,
+                          threads=self.threads, cpu_blocks=host or None,
+                          tensor_split=counts,
+                          devices=tuple(self.names[i] for i in used) if self.left_out else None)
+
+    def gain_over_fit(self) -> float | None:
+        return None if self.fit_tpot_us is None else self.fit_tpot_us / self.best.tpot_us
+
+    def gain_over_one(self) -> float | None:
+        return None if self.one_card is None else self.one_card.tpot_us / self.best.tpot_us
+
+    def lines(self) -> list[str]:
+        """What advise prints for the cards."""
+        tps = 1e6 / self.best.tpot_us
+        lo, hi = tps / (1 + self.rel), tps / max(1 - self.rel, 1e-9)
+        out = [f"several GPUs (--split-mode layer): {self.flags().command()}",
+               f"  predicted {tps:.1f} tokens/s [{lo:.1f}, {hi:.1f}]"]
+        out += [f"  {line}" for line in self.device_lines(self.best.layout, self.memory)]
+        fit = self.gain_over_fit()
+        out.append("  llama.cpp's --fit on these cards: "
+                   + _ts(self.fit.layout) + ("" if fit is None else
+                                             f", {1e6 / self.fit_tpot_us:.1f} tokens/s; "  # type: ignore[operator]
+                                             f"x{fit:.2f} faster with the command"))
+        one = self.gain_over_one()
+        if self.one_card is not None and one is not None:
+            i = self.one_card.used[0]
+            out.append(f"  the fastest single card, {self.cards[i]} ({self.names[i]}): "
+                       f"{1e6 / self.one_card.tpot_us:.1f} tokens/s; x{one:.2f} faster on "
+                       f"{len(self.best.used)} cards")
+        for i in self.left_out:
+            out.append(f"  {self.cards[i]} ({self.names[i]}) is better left out: its layers "
+                       "decode faster elsewhere than its memory saves (-dev lists the others)")
+        return out
+
+    def device_lines(self, layout: DeviceLayout, memory: Sequence[DeviceMemory]) -> list[str]:
+        out = []
+        for i, (r, mem) in enumerate(zip(layout.ranges(), memory)):
+            blocks = [b for b in r if b < self.n_blocks]
+            host = sum(b in layout.host_blocks for b in blocks)
+            where = (f"blocks {blocks[0]}-{blocks[-1]}" if blocks else "no blocks") + \
+                (" and the output" if self.n_blocks in r else "")
+            out.append(f"{self.names[i]} {self.cards[i]}: {where}, {host} with experts in host "
+                       f"memory; {mem.total / GIB:.2f} of {self.caps[i] / GIB:.2f} GiB "
+                       f"(weights {mem.model / GIB:.2f}, KV {mem.context / GIB:.2f}, compute "
+                       f"{mem.compute / GIB:.2f})")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        def devices(layout: DeviceLayout, memory: Sequence[DeviceMemory]) -> list[dict]:
+            return [{"device": self.names[i], "gpu": self.cards[i],
+                     "blocks": [b for b in r if b < self.n_blocks],
+                     "output": self.n_blocks in r,
+                     "host_expert_blocks": sorted(b for b in r if b in layout.host_blocks),
+                     "weights_gib": m.model / GIB, "kv_gib": m.context / GIB,
+                     "compute_gib": m.compute / GIB, "total_gib": m.total / GIB,
+                     "budget_gib": self.caps[i] / GIB}
+                    for i, (r, m) in enumerate(zip(layout.ranges(), memory))]
+        return {"command": self.flags().command(), "tokens_per_s": 1e6 / self.best.tpot_us,
+                "tpot_us": self.best.tpot_us, "devices": devices(self.best.layout, self.memory),
+                "left_out": [self.names[i] for i in self.left_out],
+                "fit": {"tensor_split": list(self.fit.layout.counts),
+                        "host_expert_blocks": sorted(self.fit.layout.host_blocks),
+                        "tokens_per_s": None if self.fit_tpot_us is None
+                        else 1e6 / self.fit_tpot_us, "gain": self.gain_over_fit()},
+                "one_card": None if self.one_card is None else
+                {"device": self.names[self.one_card.used[0]],
+                 "tokens_per_s": 1e6 / self.one_card.tpot_us, "gain": self.gain_over_one()}}
+
+
+def _ts(layout: DeviceLayout) -> str:
+    host = len(layout.host_blocks)
+    return (f"-ts {','.join(str(c) for c in layout.counts)}, {host} blocks' experts in host "
+            "memory" + ("" if not layout.start else f", {layout.start} blocks wholly on the CPU "
+                        "(not priced)"))
+
+
+def devices_answer(g: ModelGeometry, specs: Sequence[PlatformSpec], card_bytes: Sequence[float],
+                   vendors: Sequence[str], *, threads: int, context: float,
+                   llama: LlamaSettings, rel: float = 0.0, peer: bool = False
+                   ) -> DevicesAnswer | None:
+    """The answer for ``specs``' cards (device order) of ``card_bytes`` memory each, the margin
+    of ``llama`` kept free on every card (module docstring); None when no placement fits."""
+    m = llama.table(g)
+    buffers = Buffers(llama.n_ctx, llama.type_k, llama.type_v, llama.n_ubatch, llama.n_batch,
+                      llama.op_offload)
+    caps = tuple(int(b) - llama.margin_bytes for b in card_bytes)
+    costs = [card_costs(g, s, threads, context) for s in specs]
+    hand = max((handoff_us(a, b, 4 * g.hidden, peer) for a in specs for b in specs),
+               default=0.0)
+    best = search_devices(m, caps, costs, hand, buffers)
+    if best is None:
+        return None
+    singles = [search_devices(m, tuple(c if j == i else -1 for j, c in enumerate(caps)), costs,
+                              hand, buffers) for i in range(len(caps))]
+    one = min((p for p in singles if p is not None), key=lambda p: p.tpot_us, default=None)
+    fit = fit_devices(m, [int(b) for b in card_bytes], buffers, llama.margin_bytes)
+    fit_cost = plan_cost(m, fit.layout, costs, hand)
+    names = device_names(vendors)
+    return DevicesAnswer(tuple(s.gpu_name for s in specs), names, caps, best,
+                         device_memories(m, best.layout, buffers, best.used[0]), fit,
+                         None if fit_cost == float("inf") else fit_cost, one, rel,
+                         m.n_layer, threads)
+
+
+def devices_memory(g: ModelGeometry, card_bytes: Sequence[float], names: Sequence[str], *,
+                   n_cpu_moe: int, tensor_split: Sequence[float] | None,
+                   llama: LlamaSettings) -> tuple[DeviceLayout, tuple[DeviceMemory, ...]]:
+    """llama.cpp's count of each card under ``-ngl 99 [-ts ...] --n-cpu-moe N``: the split by
+    ``-ts`` (else by each card's memory, all of it free), then the first N blocks' experts to
+    host memory; refused, naming the card, when any card cannot hold its share."""
+    m = llama.table(g)
+    if isinstance(n_cpu_moe, bool) or not 0 <= n_cpu_moe <= m.n_layer:
+        raise CopeInputError(f"expected a whole number of blocks in [0, {m.n_layer}], got "
+                             f"{n_cpu_moe!r}", field="--n-cpu-moe")
+    weights = check_split(tensor_split, len(card_bytes)) if tensor_split is not None \
+        else tuple(card_bytes)
+    layout = n_cpu_moe_layout(m, weights, n_cpu_moe)
+    buffers = Buffers(llama.n_ctx, llama.type_k, llama.type_v, llama.n_ubatch, llama.n_batch,
+                      llama.op_offload)
+    mem = device_memories(m, layout, buffers)
+    over = [(i, x.total - b) for i, (x, b) in enumerate(zip(mem, card_bytes)) if x.total > b]
+    if over:
+        i, by = max(over, key=lambda t: t[1])
+        r = [b for b in layout.ranges()[i] if b < m.n_layer]
+        raise CopeInputError(
+            f"--n-cpu-moe {n_cpu_moe} does not fit {names[i]}: llama.cpp splits the layers "
+            f"-ts {','.join(str(c) for c in layout.counts)} and counts "
+            f"{mem[i].total / GIB:.2f} GiB there (blocks {r[0]}-{r[-1]}) of its "
+            f"{card_bytes[i] / GIB:.2f}: over by {by / GIB:.2f} GiB", field="--n-cpu-moe")
+    return layout, mem
