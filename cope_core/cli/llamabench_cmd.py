@@ -15,6 +15,7 @@ from ..errors import CopeInputError
 from ..files import check_writable, print_json
 from ..llamacpp import (
     BenchEvaluation,
+    Cards,
     match_bench_rows,
     read_llama_bench,
     read_llama_model,
@@ -61,6 +62,7 @@ def cmd_llama_bench(args: argparse.Namespace) -> int:
         raise CopeInputError("--llama-bench needs the machine: --profile FILE or --gpu GPU "
                              "(one of them)", field="--profile")
     spec = None                                   # prompt rows are priced from its peaks
+    cards = None                                  # several cards: rows on several devices
     if args.profile is not None:
         profile = parquet_io.read_profile(args.profile)
         what = f"profile {args.profile}"
@@ -74,6 +76,7 @@ def cmd_llama_bench(args: argparse.Namespace) -> int:
         threads = sorted({r.n_threads for r in rows if r.n_threads is not None}
                          | ({args.threads} if args.threads else set())) or [m.threads]
         profile, spec = analytic_profile(g, m.spec, cpu_threads=threads), m.spec
+        cards = Cards.of(m) if len(m.cards) > 1 else None
         what = f"analytic profile of {m.spec.name} (not measured)"
     refit_out = getattr(args, "refit", None)
     if refit_out is not None:
@@ -82,7 +85,7 @@ def cmd_llama_bench(args: argparse.Namespace) -> int:
                                  "--profile", field="--refit")
         check_writable(refit_out)
     ev = score_bench_rows(match_bench_rows(rows, lm, g, profile, cpu_threads=args.threads,
-                                           gpu_share=args.gpu_share, spec=spec))
+                                           gpu_share=args.gpu_share, spec=spec, cards=cards))
     refit = None
     if refit_out is not None:
         assert spec is not None

@@ -38,7 +38,13 @@ from .answer.builds import (
 )
 from .answer.cache_notes import build_lines, cache_note_lines, row_spread, spread_text
 from .answer.cache_record import CLASS_LRU_CANDIDATE, CacheRecord, llamacpp_record
-from .answer.devices_answer import DevicesAnswer, device_names, devices_answer, devices_memory
+from .answer.devices_answer import (
+    Cards,
+    DevicesAnswer,
+    device_names,
+    devices_answer,
+    devices_memory,
+)
 from .answer.prompt import (
     PromptRun,
     card_efficiency,
@@ -89,7 +95,7 @@ from .placement.fit import FIT_MARGIN, FIT_NAME
 from .placement.vram import read_llama_model
 
 __all__ = [
-    "DevicesAnswer", "device_names", "devices_answer", "devices_memory",
+    "Cards", "DevicesAnswer", "device_names", "devices_answer", "devices_memory",
     "LATEST_BUILD", "LlamaAnswer", "Offer", "Kind", "Verdict", "cpu_only_answer",
     "PromptRun", "prompt_time", "prompt_unpriced", "selection_rates", "card_efficiency",
     "PAGEABLE_PRIOR_SHARE", "host_pinned", "staging_bandwidth", "unpriced_reason",

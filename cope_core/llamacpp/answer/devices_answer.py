@@ -27,6 +27,7 @@ from typing import Any
 
 from ...errors import CopeInputError
 from ...geometry import GIB, ModelGeometry
+from ...machine import Machine
 from ...platforms import PlatformSpec
 from ...profile.analytic import analytic_profile
 from ..cache.cache_search import placement_parts
@@ -58,14 +59,25 @@ def device_names(vendors: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+#: One hand-off between cards per token, as llama.cpp's own decode measures it: gpt-oss-120b
+#: MXFP4 fully offloaded on 2, 4 and 6 Radeon MI50 (ggml-org/llama.cpp PR #19922, its baseline
+#: table before the change: tg1024 82.44, 76.84 and 73.43 tokens/s, 12.13, 13.01 and 13.62 ms a
+#: token, the same weights on more cards) costs 0.44 and 0.305 ms per added boundary; the mean.
+#: The wait and the staged copy of the hidden state account for some 25 µs of it on a PCIe card
+#: (:func:`handoff_us`'s parts); the rest is inferred to be the next card's launches, which the
+#: wait exposes (each card's split is launched only after its input arrived).
+HANDOFF_MEASURED_US = (0.44 + 0.305) / 2 * 1e3
+
+
 def handoff_us(a: PlatformSpec, b: PlatformSpec, hidden_bytes: float, peer: bool = False
                ) -> float:
-    """Microseconds one token's hand-off from card ``a`` to card ``b`` costs: a wait on the
-    previous split's event, and the hidden state copied over the links (peer to peer, or
-    staged through host memory: down one link and up the other)."""
-    crossings = 1 if peer else 2
+    """Microseconds one token's hand-off from card ``a`` to card ``b`` costs: the measured
+    boundary (:data:`HANDOFF_MEASURED_US`, cards without peer copies), of which a peer copy
+    saves one link crossing of the hidden state (staged through host memory it goes down one
+    link and up the other)."""
     link = min(a.link_bandwidth, b.link_bandwidth) * a.link_efficiency
-    return a.gpu_sync_us + crossings * (a.link_latency_us + hidden_bytes / link * 1e6)
+    crossing = a.link_latency_us + hidden_bytes / link * 1e6
+    return HANDOFF_MEASURED_US - (crossing if peer else 0.0)
 
 
 def card_costs(g: ModelGeometry, spec: PlatformSpec, threads: int, context: float
@@ -77,6 +89,50 @@ def card_costs(g: ModelGeometry, spec: PlatformSpec, threads: int, context: floa
     shared, gpu_layer, cpu_layer = placement_parts(profile, g, context, cpu_threads=threads)
     s = shared / (g.dense_layers + g.n_layers)
     return BlockCosts(full=s + gpu_layer, host=s + cpu_layer, dense=s)
+
+
+@dataclass(frozen=True)
+class Cards:
+    """A machine's cards as llama.cpp sees them, in device order: each one's platform, memory
+    (bytes) and device name (``CUDA0``...)."""
+
+    specs: tuple[PlatformSpec, ...]
+    memory: tuple[float, ...]
+    names: tuple[str, ...]
+
+    @classmethod
+    def of(cls, machine: Machine) -> Cards:
+        return cls(machine.card_specs(), tuple(g.memory_bytes for g, _ in machine.cards),
+                   device_names([g.vendor for g, _ in machine.cards]))
+
+    def costs(self, g: ModelGeometry, threads: int, context: float) -> list[BlockCosts]:
+        return [card_costs(g, s, threads, context) for s in self.specs]
+
+    def handoff(self, g: ModelGeometry) -> float:
+        return max(handoff_us(a, b, 4 * g.hidden) for a in self.specs for b in self.specs)
+
+
+def blocks_tpot(costs: Sequence[BlockCosts], attention: Sequence[int],
+                experts: Sequence[int | None], hand_us: float) -> float:
+    """Microseconds per token of any placement, block by block: block ``b``'s shared work on
+    card ``attention[b]``, its routed experts on card ``experts[b]`` (-1: in host memory, priced
+    with the attention card's link; None: a block without routed experts), and one hand-off
+    each time the token moves from one card to another (a CPU split in between is in the host
+    layer's own price). Covers what ``-ot ...=CUDA1`` writes: experts on another card than the
+    layer's attention, each such block crossing twice."""
+    total, hops, at = 0.0, 0, None
+    for a, e in zip(attention, experts):
+        c = costs[a]
+        total += c.dense
+        visits = [a]
+        if e is not None:
+            total += (c.host - c.dense) if e < 0 else (costs[e].full - costs[e].dense)
+            if e >= 0 and e != a:
+                visits += [e, a]            # out to the experts' card and back
+        for v in visits:
+            hops += at is not None and v != at
+            at = v
+    return total + hops * hand_us
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,12 @@ from ...geometry import ModelGeometry
 from ...platforms import PlatformSpec
 from ...profile.data import Profile
 from ..answer.builds import Build
+from ..answer.devices_answer import Cards, blocks_tpot
 from ..answer.prompt import PromptRun, prompt_time
 from ..cache.cache_search import placement_tpot
 from ..placement.command import EXPERT_TENSORS, n_cpu_moe_patterns
 from ..placement.vram import LlamaModel
+from .bench_devices import row_blocks, uses_several
 from .bench_file import BenchRow
 
 #: a routed-expert tensor's name, its block captured
@@ -160,7 +162,8 @@ def prompt_run(r: BenchRow, threads: int) -> tuple[PromptRun, Build | None]:
 def match_bench_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeometry,
                      profile: Profile, *, cpu_threads: int | None = None,
                      gpu_share: float | None = None,
-                     spec: PlatformSpec | None = None) -> tuple[BenchMatch, ...]:
+                     spec: PlatformSpec | None = None,
+                     cards: Cards | None = None) -> tuple[BenchMatch, ...]:
     """Each row matched to its configuration and predicted, or listed with why not: a decode
     row (``tg``) by the profile, a prompt row (``pp``, at its ``-ub``, ``-b``, op offload and
     depth) by the prompt model on the machine's peaks
@@ -181,6 +184,9 @@ def match_bench_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeo
         The profile's GPU share (default its largest).
     spec : PlatformSpec, optional
         The machine's peaks, which price prompt rows (None: they are listed, not priced).
+    cards : Cards, optional
+        The machine's cards (``--gpu a,b``): a decode row that ran on several is priced block
+        by block (:mod:`.bench_devices`); without them such a row is listed with why.
     """
     size = model_tensor_bytes(m)
     threads_there = sorted({t for t, _ in profile.operating_points()})
@@ -203,8 +209,11 @@ def match_bench_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeo
         if why:
             out.append(BenchMatch(r, why))
             continue
-        blocks, why = placement_of(r, m)
         threads = r.n_threads if r.n_threads is not None else cpu_threads
+        if r.kind == "tg" and uses_several(r, cards):
+            out.append(_several(r, m, geometry, cards, threads))
+            continue
+        blocks, why = placement_of(r, m)
         if not why and threads is None:
             why = ("the table has no threads column (llama-bench leaves its default out): say "
                    "--threads")
@@ -227,6 +236,25 @@ def match_bench_rows(rows: Sequence[BenchRow], m: LlamaModel, geometry: ModelGeo
                                   gpu_share=gpu_share)[0])
         out.append(BenchMatch(r, "", n_cpu, blocks, context, 1e6 / us))
     return tuple(out)
+
+
+def _several(r: BenchRow, m: LlamaModel, g: ModelGeometry, cards: Cards | None,
+             threads: int | None) -> BenchMatch:
+    """A decode row that ran on several devices, priced block by block on ``cards``."""
+    if cards is None or len(cards.names) < 2:
+        return BenchMatch(r, f"ran on several devices ({r.devices}, -ts "
+                             f"{'/'.join(f'{x:g}' for x in r.tensor_split)}): give the "
+                             "machine's cards, --gpu a,b")
+    if threads is None:
+        return BenchMatch(r, "the table has no threads column (llama-bench leaves its default "
+                             "out): say --threads")
+    attention, experts, _, why = row_blocks(r, m, cards)
+    if why:
+        return BenchMatch(r, why)
+    context = r.n_depth + (r.n_gen + 1) / 2
+    us = blocks_tpot(cards.costs(g, threads, context), attention, experts, cards.handoff(g))
+    host = tuple(b for b, e in enumerate(experts) if e == -1)
+    return BenchMatch(r, "", len(host), host, context, 1e6 / us, threads)
 
 
 def _scores(matches: Sequence[BenchMatch], idx: list[int]

@@ -35,7 +35,7 @@ from typing import Any
 
 from ...errors import CopeInputError
 from ..answer.prompt_rates import host_pinned
-from .bench_values import as_bool, as_float, as_int, fail, read_load_mode
+from .bench_values import as_bool, as_float, as_int, fail, read_devices, read_load_mode
 
 #: the formats :func:`read_llama_bench` reads
 FORMATS = ("json", "jsonl", "csv", "md")
@@ -95,6 +95,9 @@ class BenchRow:
         Tokens per second, mean and standard deviation over the repetitions.
     samples_ts : tuple of float
         Each repetition's (JSON, JSONL; empty in CSV and markdown).
+    devices, tensor_split, split_mode, main_gpu
+        ``-dev`` (``auto``: every device; names joined by ``/``), ``-ts`` (all 0: the split by
+        free memory), ``-sm`` and ``-mg``.
     """
 
     line: int
@@ -124,6 +127,10 @@ class BenchRow:
     no_op_offload: bool = False
     load_mode: str = "auto"
     no_host: bool = False
+    devices: str = "auto"
+    tensor_split: tuple[float, ...] = (0.0,)
+    split_mode: str = "layer"
+    main_gpu: int = 0
 
     @property
     def pinned(self) -> bool:
@@ -160,6 +167,8 @@ class BenchRow:
                 "model_type": self.model_type, "test": self.test,
                 "n_gpu_layers": self.n_gpu_layers, "n_cpu_moe": self.n_cpu_moe,
                 "tensor_buft_overrides": self.ot, "n_threads": self.n_threads,
+                "devices": self.devices, "tensor_split": list(self.tensor_split),
+                "split_mode": self.split_mode, "main_gpu": self.main_gpu,
                 "n_prompt": self.n_prompt, "n_gen": self.n_gen, "n_depth": self.n_depth,
                 "avg_ts": self.avg_ts, "stddev_ts": self.stddev_ts,
                 "samples_ts": list(self.samples_ts)}
@@ -272,7 +281,8 @@ def _typed(src: str, line: int, obj: Any) -> BenchRow:
         build=f"{v['build_commit']} ({v['build_number']})",
         no_op_offload=as_bool(src, line, "no_op_offload", v["no_op_offload"]),
         load_mode=read_load_mode(src, line, v),
-        no_host=as_bool(src, line, "no_host", v.get("no_host", False)))
+        no_host=as_bool(src, line, "no_host", v.get("no_host", False)),
+        **_device_fields(src, line, v))
 
 
 def _overrides(src: str, line: int, text: Any) -> tuple[tuple[str, str], ...]:
@@ -355,4 +365,10 @@ def _md_row(src: str, n: int, cell: dict[str, str], build: str) -> BenchRow:
         stddev_ts=as_float(src, n, "t/s", ts.group(2)), build=build,
         no_op_offload=as_bool(src, n, "nopo", v["no_op_offload"]),
         load_mode=read_load_mode(src, n, v),
-        no_host=as_bool(src, n, "noh", v.get("no_host", False)))
+        no_host=as_bool(src, n, "noh", v.get("no_host", False)),
+        **_device_fields(src, n, v))
+
+
+def _device_fields(src: str, line: int, v: dict[str, Any]) -> dict[str, Any]:
+    devices, split, mode, main = read_devices(src, line, v)
+    return {"devices": devices, "tensor_split": split, "split_mode": mode, "main_gpu": main}

@@ -58,3 +58,29 @@ def read_load_mode(src: str, line: int, v: dict[str, Any]) -> str:
     if "use_mmap" in v:
         return "mmap" if as_bool(src, line, "use_mmap", v["use_mmap"]) else "none"
     return DEFAULT_LOAD_MODE
+
+
+#: llama-bench's split modes (``split_mode_str``, tools/llama-bench/llama-bench.cpp of b11434)
+SPLIT_MODES = ("none", "layer", "row", "tensor")
+
+
+def read_devices(src: str, line: int, v: dict[str, Any]
+                 ) -> tuple[str, tuple[float, ...], str, int]:
+    """llama-bench's ``devices`` (``auto``, ``none`` or names joined by ``/``,
+    ``devices_to_string``), ``tensor_split`` (``%.2f`` values joined by ``/`` up to the last
+    non-zero one), ``split_mode`` and ``main_gpu``; each its default where an older build did
+    not write it (tools/llama-bench/llama-bench.cpp l. 198-215, 1598-1698 of b11434)."""
+    devices = str(v.get("devices", "auto")) or "auto"
+    text = str(v.get("tensor_split", "0.00")).strip()
+    try:
+        split = tuple(float(x) for x in text.split("/")) if text else (0.0,)
+    except ValueError:
+        raise fail(src, line, "tensor_split", f"expected numbers joined by '/', got {text!r}"
+                   ) from None
+    if any(not math.isfinite(x) or x < 0 for x in split):
+        raise fail(src, line, "tensor_split", f"expected numbers >= 0, got {text!r}")
+    mode = str(v.get("split_mode", "layer"))
+    if mode not in SPLIT_MODES:
+        raise fail(src, line, "split_mode", f"expected one of {', '.join(SPLIT_MODES)}, got "
+                   f"{mode!r}")
+    return devices, split, mode, as_int(src, line, "main_gpu", v.get("main_gpu", 0), 0)
