@@ -21,7 +21,8 @@ What each NAME holds (``PARTS`` below):
   thread: the command and its whole output (docs/cli.md#how-sure-is-the-pick);
 * ``advise`` — ``cope advise`` for the Qwen3-30B-A3B Q4_K_M GGUF header on a machine composed
   from catalog parts (docs/cli.md#your-machine-in-one-command-cope-advise): the command and its
-  whole output; ``advise-command`` — the same command alone (README);
+  whole output; ``advise-command`` — the same command alone (README); ``advise-gpus`` — the
+  same on two cards (docs/cli.md#several-gpus);
 * ``matrix`` — the Policy Matrix as a table (``matrix_table``: prior systems, new candidates);
 * ``candidates``, ``python``, ``vram-gib``, ``port``, ``runtimes`` — inline: the number of
   candidates, the lowest Python of pyproject.toml's ``requires-python``, quickstart.sh's VRAM
@@ -58,6 +59,10 @@ SURE = ("cope predict --trace data/examples/deepseek-v2-lite-4l-trace.parquet",
 ADVISE = ("cope advise --model data/models/qwen3-30b-a3b-Q4_K_M.header.gguf",
           "--gpu rtx3060-12gb --cpu ryzen-7-5700x --memory ddr4-3200x2 --pcie 4x16",
           "--prompt-tokens 16384 --gen-tokens 512")
+
+# docs/cli.md's several-GPU example: a 24 GB and a 12 GB card under a model neither holds
+ADVISE_GPUS = ("cope advise --model qwen3-235b-a22b --gpu rtx3090,rtx3060-12gb",
+               "--cpu ryzen-9-7950x --memory ddr5-6000x2 --runtime llama.cpp")
 
 
 def quickstart_args() -> list[str]:
@@ -168,6 +173,7 @@ PARTS: dict[str, Callable[[], str]] = {
     "advise": lambda: shown_run(ADVISE),
     "advise-command": lambda: fenced(" \\\n    ".join(ADVISE), "bash"),
     "advise-llamacpp": advise_llamacpp,
+    "advise-gpus": lambda: shown_run(ADVISE_GPUS),
     "candidates": lambda: str(len(CANDIDATE_IDS)), "python": python_min, "vram-gib": vram_gib,
     "port": port,
     "runtimes": lambda: ", ".join(f.label for f in EXPORT_FORMATS if f.name != "json"),

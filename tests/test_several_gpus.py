@@ -12,6 +12,7 @@ from cope_core.cli.main import main
 from cope_core.errors import CopeInputError
 from cope_core.llamacpp.answer.devices_answer import (
     HANDOFF_MEASURED_US,
+    Cards,
     blocks_tpot,
     card_costs,
     device_names,
@@ -237,6 +238,21 @@ def test_two_cards_beat_one_and_are_at_least_fit():
     argv = a.flags().argv()
     assert argv[argv.index("-ts") + 1] == ",".join(str(c) for c in a.best.layout.counts)
     assert "-dev" not in argv
+
+
+@pytest.mark.parametrize("model", ["qwen3-235b-a22b", "deepseek-v3"])
+def test_the_answer_prices_its_blocks_as_the_search_did(model):
+    g = resolve_model(model, "Q4_K_M")
+    mc = compose_machine(gpu="rtx3090,rtx3090,rtx3090", cpu="ryzen-9-7950x",
+                         memory="ddr5-6000x2")
+    cards = Cards.of(mc)
+    a = devices_answer(g, cards.specs, cards.memory, [x.vendor for x, _ in mc.cards],
+                       threads=mc.threads, context=1024.0, llama=LlamaSettings(n_ctx=4096))
+    assert a is not None
+    card, experts = a.blocks()
+    assert experts[:g.dense_layers] == [None] * g.dense_layers
+    assert blocks_tpot(cards.costs(g, mc.threads, 1024.0), card, experts,
+                       cards.handoff(g)) == pytest.approx(a.best.tpot_us)
 
 
 def test_flags_write_the_split_and_the_devices():

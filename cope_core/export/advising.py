@@ -184,7 +184,8 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
         # a MoE cache keeps some host experts on the GPU: priced as the plain placement that
         # decodes as fast, so the lines start from the command's own decode
         host = as_fast_as(model, machine, la.speed.tpot_us, at)
-    helps = () if host is None else upgrades(model, machine, host, at)
+    helps = () if host is None else upgrades(
+        model, machine, host, at, None if devices is None else devices.blocks())
     winner = (policy.candidate, _speed(policy, policy.candidate))
     return Advice(model, machine, float(vram_gib), source, K, context, routing, answers, winner,
                   policy, _default_at_trace(policy, cpu_default), weights_source, build,

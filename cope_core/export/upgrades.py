@@ -13,7 +13,7 @@ import numpy as np
 from ..estimate.cpu_only import host_spec, spec_tpot
 from ..estimate.speed import tokens_per_s
 from ..geometry import ModelGeometry
-from ..llamacpp import placement_tpot
+from ..llamacpp import Cards, blocks_tpot, placement_tpot
 from ..machine import Machine
 from ..parts import CpuPart, MemoryPart
 from ..platforms import spec_from_parts
@@ -22,6 +22,8 @@ from ..profile.analytic import analytic_profile
 #: how much faster "faster memory" is: a step of 20 % in MT/s (e.g. DDR5-5200 to 6240, about
 #: one speed grade of an XMP/EXPO kit)
 FASTER_MEMORY = 1.2
+#: each block's card and its routed experts' card (-1: host memory; None: none)
+Blocks = tuple[list[int], list[int | None]]
 
 
 @dataclass(frozen=True)
@@ -42,9 +44,13 @@ class Upgrade:
 
 
 def _speed(g: ModelGeometry, m: Machine, cpu: CpuPart, memory: MemoryPart, threads: int,
-           host_layers: float, context: float) -> float:
+           host_layers: float, context: float, blocks: Blocks | None = None) -> float:
     if m.gpu is None or m.link is None:         # every weight on the CPU
         return tokens_per_s(spec_tpot(g, host_spec(cpu, memory), threads, context))
+    if blocks is not None:                      # several cards: the same blocks on each
+        cards = Cards.of(replace(m, cpu=cpu, memory=memory, spec=None))
+        return tokens_per_s(blocks_tpot(cards.costs(g, threads, context), *blocks,
+                                        cards.handoff(g)))
     spec = spec_from_parts(m.gpu, m.link, cpu, memory)
     profile = analytic_profile(g, spec, cpu_threads=[threads])
     return tokens_per_s(float(placement_tpot(profile, g, [host_layers], context,
@@ -66,8 +72,8 @@ def as_fast_as(g: ModelGeometry, machine: Machine, tpot_us: float, context: floa
     return float(np.interp(tpot_us, tpot, grid))
 
 
-def upgrades(g: ModelGeometry, machine: Machine, host_layers: float, context: float
-             ) -> tuple[Upgrade, ...]:
+def upgrades(g: ModelGeometry, machine: Machine, host_layers: float, context: float,
+             blocks: Blocks | None = None) -> tuple[Upgrade, ...]:
     """Decode speed of llama.cpp's placement with ``host_layers`` MoE layers' experts in host
     memory at ``context`` (on a machine without a GPU, every weight on the CPU:
     :func:`cope_core.estimate.cpu_only.spec_tpot`), with faster memory (:data:`FASTER_MEMORY`),
@@ -77,26 +83,28 @@ def upgrades(g: ModelGeometry, machine: Machine, host_layers: float, context: fl
     if machine.gpu is not None and host_layers <= 0:
         return ()
     cpu, mem, threads = machine.cpu, machine.memory, machine.threads
-    base = _speed(g, machine, cpu, mem, threads, host_layers, context)
+    base = _speed(g, machine, cpu, mem, threads, host_layers, context, blocks)
     mts = int(round(mem.mts * FASTER_MEMORY))
     faster = replace(mem, name=f"{mem.kind}-{mts}x{mem.channels}", mts=mts,
                      bandwidth=mem.bandwidth * FASTER_MEMORY)
     wider = replace(mem, name=f"{mem.kind}-{mem.mts}x{2 * mem.channels}",
                     channels=2 * mem.channels, bandwidth=mem.bandwidth * 2)
     out = [Upgrade(f"faster memory ({faster.name}, +{100 * (FASTER_MEMORY - 1):.0f} % MT/s)",
-                   _speed(g, machine, cpu, faster, threads, host_layers, context), base),
+                   _speed(g, machine, cpu, faster, threads, host_layers, context, blocks), base),
            Upgrade(f"twice the channels ({wider.name})",
-                   _speed(g, machine, cpu, wider, threads, host_layers, context), base)]
+                   _speed(g, machine, cpu, wider, threads, host_layers, context, blocks), base)]
     if threads < cpu.cores:
         out.append(Upgrade(f"every core ({cpu.cores} threads, -t {cpu.cores})",
-                           _speed(g, machine, cpu, mem, cpu.cores, host_layers, context), base))
+                           _speed(g, machine, cpu, mem, cpu.cores, host_layers, context,
+                                  blocks), base))
     else:
         bigger = replace(cpu, cores=2 * cpu.cores)
         out.append(Upgrade(f"twice the cores ({2 * cpu.cores} threads)",
-                           _speed(g, machine, bigger, mem, 2 * threads, host_layers, context),
+                           _speed(g, machine, bigger, mem, 2 * threads, host_layers, context,
+                                  blocks),
                            base))
     if cpu.e_cores and cpu.e_flops_per_thread and cpu.e_core_bandwidth and threads <= cpu.cores:
         t = cpu.cores + cpu.e_cores     # the slowest core paces every thread (PlatformSpec)
         out.append(Upgrade(f"the E-cores too ({t} threads, -t {t})",
-                           _speed(g, machine, cpu, mem, t, host_layers, context), base))
+                           _speed(g, machine, cpu, mem, t, host_layers, context, blocks), base))
     return tuple(sorted(out, key=lambda u: -u.tokens_per_s))

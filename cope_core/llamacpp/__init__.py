@@ -41,6 +41,7 @@ from .answer.cache_record import CLASS_LRU_CANDIDATE, CacheRecord, llamacpp_reco
 from .answer.devices_answer import (
     Cards,
     DevicesAnswer,
+    blocks_tpot,
     device_names,
     devices_answer,
     devices_memory,
@@ -95,7 +96,7 @@ from .placement.fit import FIT_MARGIN, FIT_NAME
 from .placement.vram import read_llama_model
 
 __all__ = [
-    "Cards", "DevicesAnswer", "device_names", "devices_answer", "devices_memory",
+    "Cards", "DevicesAnswer", "blocks_tpot", "device_names", "devices_answer", "devices_memory",
     "LATEST_BUILD", "LlamaAnswer", "Offer", "Kind", "Verdict", "cpu_only_answer",
     "PromptRun", "prompt_time", "prompt_unpriced", "selection_rates", "card_efficiency",
     "PAGEABLE_PRIOR_SHARE", "host_pinned", "staging_bandwidth", "unpriced_reason",

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ...errors import CopeInputError
 from ...geometry import GIB, ModelGeometry
 from ...machine import Machine
@@ -36,6 +38,7 @@ from ..placement.device_search import BlockCosts, DevicePlan, plan_cost, search_
 from ..placement.devices import (
     Buffers,
     DeviceLayout,
+    block_bytes,
     check_split,
     device_memories,
     n_cpu_moe_layout,
@@ -151,6 +154,7 @@ class DevicesAnswer:
     rel: float
     n_blocks: int
     threads: int
+    moe_blocks: frozenset[int] = frozenset()
 
     @property
     def left_out(self) -> tuple[int, ...]:
@@ -165,6 +169,14 @@ class DevicesAnswer:
                           threads=self.threads, cpu_blocks=host or None,
                           tensor_split=counts,
                           devices=tuple(self.names[i] for i in used) if self.left_out else None)
+
+    def blocks(self) -> tuple[list[int], list[int | None]]:
+        """Each block's card and its routed experts' card (-1: host memory) under the answer's
+        placement, as :func:`blocks_tpot` takes them."""
+        lay = self.best.layout
+        card = [i for i, r in enumerate(lay.ranges()) for b in r if b < self.n_blocks]
+        return card, [None if b not in self.moe_blocks else -1 if b in lay.host_blocks else c
+                      for b, c in enumerate(card)]
 
     def gain_over_fit(self) -> float | None:
         return None if self.fit_tpot_us is None else self.fit_tpot_us / self.best.tpot_us
@@ -262,7 +274,8 @@ def devices_answer(g: ModelGeometry, specs: Sequence[PlatformSpec], card_bytes: 
     return DevicesAnswer(tuple(s.gpu_name for s in specs), names, caps, best,
                          device_memories(m, best.layout, buffers, best.used[0]), fit,
                          None if fit_cost == float("inf") else fit_cost, one, rel,
-                         m.n_layer, threads)
+                         m.n_layer, threads,
+                         frozenset(int(b) for b in np.flatnonzero(block_bytes(m, 1).moe)))
 
 
 def devices_memory(g: ModelGeometry, card_bytes: Sequence[float], names: Sequence[str], *,
