@@ -14,6 +14,7 @@ CPU-only (``spec`` is None, and the facts say so).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,8 +82,9 @@ class Machine:
                 "facts": [f._asdict() for f in self.facts]}
 
 
-def compose_machine(*, gpu: str | GpuPart | None, cpu: str | CpuPart,
-                    memory: str | MemoryPart | None = None, link: str | LinkPart | None = None,
+def compose_machine(*, gpu: str | GpuPart | Sequence[str | GpuPart] | None,
+                    cpu: str | CpuPart, memory: str | MemoryPart | None = None,
+                    link: str | LinkPart | Sequence[str | LinkPart] | None = None,
                     threads: int | None = None, probe_seconds: float = 1.0,
                     this: Any = None) -> Machine:
     """Compose a machine from catalog names, part files, parts or ``"this"``.
@@ -114,6 +116,8 @@ def compose_machine(*, gpu: str | GpuPart | None, cpu: str | CpuPart,
     if len(gpus) > 1 or len(links) > 1:
         return _several(gpus, links, cpu=cpu, memory=memory, threads=threads,
                         probe_seconds=probe_seconds, this=this)
+    card: str | GpuPart | None = gpus[0]
+    slot_given: str | LinkPart | None = links[0]
     want = {k for k, v in (("gpu", gpu), ("cpu", cpu), ("memory", memory))
             if isinstance(v, str) and v.strip().lower() == THIS}
     if want and this is None:
@@ -151,12 +155,13 @@ def compose_machine(*, gpu: str | GpuPart | None, cpu: str | CpuPart,
                       + (f"; a measured bandwidth enters as measured / {eff:g}" if m.measured
                          else "")))
 
-    g = _gpu(gpu, this if "gpu" in want else None)
+    g = _gpu(card, this if "gpu" in want else None)
     if "gpu" not in want and g is not None:
         facts += _catalog_facts("gpu", g)
     lk = None
     if g is not None:
-        slot = link if isinstance(link, LinkPart) else parts.link_part(link or g.link)
+        slot = slot_given if isinstance(slot_given, LinkPart) \
+            else parts.link_part(slot_given or g.link)
         lk = parts.link_between(slot, g)
         facts.append(Fact("link", "per direction", f"{lk.name}: {lk.bandwidth / GB:.2f} GB/s",
                           "derived", lk.note))
@@ -164,9 +169,10 @@ def compose_machine(*, gpu: str | GpuPart | None, cpu: str | CpuPart,
             facts.append(Fact("link", "negotiated", f"a pcie{g.pcie_gen}x{g.pcie_lanes} card in "
                               f"a {slot.name} slot runs at {lk.name}", "derived",
                               "the lower generation and the fewer lanes of the two"))
-    elif link is not None:
+    elif slot_given is not None:
         facts.append(Fact("link", "link", "none: the machine is CPU-only", "derived",
-                          f"{link if isinstance(link, str) else link.name} not used"))
+                          f"{slot_given if isinstance(slot_given, str) else slot_given.name} "
+                          "not used"))
 
     if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
         raise CopeInputError(f"expected a positive whole number, got {threads!r}",

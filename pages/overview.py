@@ -4,8 +4,16 @@ model and the platform."""
 import pandas as pd
 import streamlit as st
 
+from cope_core.app import (
+    cards_view,
+    figures,
+    policies,
+    results,
+    session,
+    whatif,
+    your_machine,
+)
 from cope_core.app import dataset as dsm
-from cope_core.app import figures, policies, results, session, whatif, your_machine
 from cope_core.app.settings import op_label
 from cope_core.matrix import CANDIDATE_IDS, LAYER_PARTITION
 
@@ -75,6 +83,8 @@ if req is not None and est == "cope" and ds.profile.analytic:
 for col, (label, value, why) in zip((c6, c7), whatif.request_metrics(
         first, req, est, whatif.unpriced_of(ds.trace.model, ds.profile.platform))):
     col.metric(label, value, help=why)
+cards_view.show(ds.key, g, your_machine.choice(), your_machine.llamacpp_build(),
+                float(ds.trace.context.mean()))
 # icon="": none. Without it Streamlit looks for a leading emoji in any non-ASCII text and loads
 # its emoji table for that (about 0.3 s of a server's first page)
 (st.success if w.sure else st.warning)(w.sentence() + ".", icon="")

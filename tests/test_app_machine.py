@@ -11,7 +11,7 @@ import pytest
 from cope_core import parquet_io, predict
 from cope_core.app import compare_view, whatif
 from cope_core.app import machine_choice as mc
-from cope_core.app.apptest import open_clean, url_settings
+from cope_core.app.apptest import open_clean, open_page, url_settings
 from cope_core.geometry import get_model
 from cope_core.machine import compose_machine
 from cope_core.matrix import CANDIDATE_IDS
@@ -269,3 +269,37 @@ def test_a_longer_context_leaves_less_of_the_card_to_experts(qwen):
     at.number_input(key="_w_ctx").set_value(4096).run()
     at.switch_page("pages/landscape.py").run()
     assert at.slider(key="_w_vram").value == 24.0
+
+
+# --- several cards (issue 72) ---------------------------------------------------------------
+def test_more_cards_are_catalog_names_or_one_error_line():
+    assert mc.more_cards("") == ()
+    assert mc.more_cards(" RTX3090, rtx3060-12gb ") == ("rtx3090", "rtx3060-12gb")
+    with pytest.raises(Exception, match="unknown card 'rtx9999'; nearest"):
+        mc.more_cards("rtx3090,rtx9999")
+    with pytest.raises(Exception, match="unknown card"):
+        mc.more_cards("/etc/passwd")                 # never a path read on the server
+    choice = mc.MachineChoice(gpu="rtx3090", cpu="ryzen-9-7950x", more=("rtx3060-12gb",))
+    assert [g.name for g, _ in choice.compose().cards] == ["rtx3090", "rtx3060-12gb"]
+    assert choice.parts_key.startswith("rtx3090,rtx3060-12gb+")
+
+
+def test_the_overview_places_llamacpp_across_the_cards():
+    at = open_app(example="qwen3-235b-a22b", quant="Q4_K_M", gpu="rtx3090",
+                  more="rtx3060-12gb", cpu="ryzen-9-7950x", memory="ddr5-6000x2")
+    assert query(at)["more"] == "rtx3060-12gb"
+    assert any("across 2 cards" in h.value for h in at.subheader)
+    (cmd,) = [c.value for c in at.code if "-ts" in c.value]
+    assert cmd.startswith("llama-server") and "-ot" in cmd
+    table = [d.value for d in at.dataframe if "device" in d.value.columns][0]
+    assert list(table["device"]) == ["CUDA0", "CUDA1"]
+    assert (table["GiB used"] <= table["of GiB"]).all()
+    assert table["GiB used"][0] > table["GiB used"][1]      # the 24 GB card holds more
+    assert not at.error
+
+
+def test_a_bad_card_in_the_sidebar_is_one_error():
+    at = open_page(ROOT / "app.py", None, gpu="rtx3090", more="rtx3090,nonsense",
+                   cpu="ryzen-9-7950x")
+    assert any("unknown card 'nonsense'" in e.value for e in at.sidebar.error)
+    assert not [h for h in at.subheader if "cards" in h.value]

@@ -14,6 +14,7 @@ import hashlib
 from dataclasses import dataclass
 
 from .. import parts
+from ..errors import CopeInputError
 from ..geometry import CATALOG, DEFAULT_CONTEXT, GIB, ModelGeometry
 from ..llamacpp import LATEST_BUILD, latest, milestones
 from ..machine import Machine, compose_machine
@@ -99,6 +100,7 @@ class MachineChoice:
     memory: str = DEFAULT
     link: str = DEFAULT
     context: int = DEFAULT_CONTEXT
+    more: tuple[str, ...] = ()          # the cards beside ``gpu``, in device order
 
     @property
     def cpu_only(self) -> bool:
@@ -109,7 +111,8 @@ class MachineChoice:
     def parts_key(self) -> str:
         """The parts as one name, ``gpu+link+cpu+memory`` (a part file's part by its name and
         a hash of its numbers)."""
-        return "+".join((part_name(self.gpu), self.link, part_name(self.cpu), self.memory))
+        gpus = ",".join((part_name(self.gpu), *self.more))
+        return "+".join((gpus, self.link, part_name(self.cpu), self.memory))
 
     @property
     def key(self) -> str:
@@ -118,9 +121,23 @@ class MachineChoice:
 
     def compose(self) -> Machine:
         """The machine (CopeInputError, one line, for a part the catalog does not know)."""
-        return compose_machine(gpu=self.gpu, cpu=self.cpu,
+        return compose_machine(gpu=[self.gpu, *self.more] if self.more else self.gpu,
+                               cpu=self.cpu,
                                memory=None if self.memory == DEFAULT else self.memory,
                                link=None if self.link == DEFAULT else self.link)
+
+
+def more_cards(text: str) -> tuple[str, ...]:
+    """The sidebar's "More cards": catalog GPU names separated by commas (empty: none), or a
+    one-line CopeInputError naming the first unknown one."""
+    names = tuple(n.strip().lower() for n in text.split(",") if n.strip())
+    known = parts.gpus()                        # catalog names only: never a server's path
+    for n in names:
+        if n not in known:
+            raise CopeInputError(f"unknown card {n!r}; nearest: "
+                                 f"{', '.join(parts.suggest('gpu', n))} (`cope parts gpus` lists "
+                                 "them)", field="More cards")
+    return names
 
 
 def part_name(part: str | parts.GpuPart | parts.CpuPart) -> str:

@@ -87,6 +87,7 @@ CODECS: dict[str, Codec] = {
     # memory or link "default": the CPU's usual memory, the card's own link) and a catalog
     # model's weights ("catalog": as the catalog has it)
     "gpu": _TEXT,
+    "more": _TEXT,             # Your machine: the cards beside the GPU (catalog names, a,b)
     "cpu": _TEXT,
     "memory": _TEXT,
     "pcie": _TEXT,

@@ -92,6 +92,15 @@ def sidebar() -> None:
     bound("pcie", st.sidebar.selectbox, default=mc.DEFAULT, valid=lambda v: v in links,
           label="GPU slot", options=links, format_func=lambda v: mc.link_label(v, card),
           help="The slot's PCIe generation x lanes; the card runs at the lower of the two.")
+    more = bound("more", st.sidebar.text_input, default="", valid=lambda v: isinstance(v, str),
+                 label="More cards", placeholder="e.g. rtx3090,rtx3060-12gb",
+                 help="The cards beside this one, in llama.cpp's device order (catalog names, "
+                      "comma-separated; `cope advise --gpu a,b`): the Overview then places "
+                      "llama.cpp across them (-ts and -ot) against --fit and one card.")
+    try:
+        mc.more_cards(more)
+    except CopeInputError as exc:
+        st.sidebar.error(str(exc))
     bound("ctx", st.sidebar.number_input, default=DEFAULT_CONTEXT,
           valid=lambda v: isinstance(v, int) and 1 <= v <= MAX_CONTEXT, coerce=int,
           label="Context length (tokens)", min_value=1, max_value=MAX_CONTEXT, step=1024,
@@ -236,7 +245,18 @@ def choice() -> mc.MachineChoice | None:
                             memory=resolve("memory", mc.DEFAULT, lambda v: v in mems),
                             link=resolve("pcie", mc.DEFAULT, lambda v: v in links),
                             context=resolve("ctx", DEFAULT_CONTEXT,
-                                            lambda v: 1 <= v <= MAX_CONTEXT, int))
+                                            lambda v: 1 <= v <= MAX_CONTEXT, int),
+                            more=() if gpu == mc.NO_GPU else
+                            mc.more_cards(resolve("more", "", _cards_ok)))
+
+
+def _cards_ok(v: object) -> bool:
+    """A "More cards" setting that names catalog cards only (a bad one is shown as an error
+    in the sidebar and the machine keeps one card)."""
+    try:
+        return isinstance(v, str) and mc.more_cards(v) is not None
+    except CopeInputError:
+        return False
 
 
 def quant(model: str) -> str:
