@@ -255,6 +255,21 @@ def test_the_answer_prices_its_blocks_as_the_search_did(model):
                        cards.handoff(g)) == pytest.approx(a.best.tpot_us)
 
 
+def test_the_prompt_across_cards_is_each_share_at_its_rate_and_a_handoff_a_batch():
+    from cope_core.llamacpp.answer.devices_answer import devices_prompt
+    from cope_core.llamacpp.answer.prompt import PromptRun, prompt_time
+    g = resolve_model("qwen3-235b-a22b", "Q4_K_M")
+    a, b = platform_spec("rtx3090", cpu="ryzen-9-7950x"), platform_spec("rtx3060-12gb",
+                                                                        cpu="ryzen-9-7950x")
+    run = PromptRun(2048, n_ubatch=512, threads=16)
+    one = prompt_time(g, a, 60, run)
+    assert devices_prompt(g, [a], [94], 60, run, 400.0) == one
+    two = devices_prompt(g, [a, b], [47, 47], 60, run, 400.0)
+    slow = prompt_time(g, b, 60, run)
+    assert two.copy_s == one.copy_s and two.cpu_s == one.cpu_s     # the first card's link
+    assert two.gpu_s == pytest.approx((one.gpu_s + slow.gpu_s) / 2 + 4 * 400e-6)
+
+
 def test_flags_write_the_split_and_the_devices():
     f = LlamaFlags(n_gpu_layers=99, fit=False, tensor_split=(17, 78), devices=("CUDA0", "CUDA2"))
     assert f.argv() == ["-ngl", "99", "-dev", "CUDA0,CUDA2", "-ts", "17,78", "-fit", "off"]
@@ -330,6 +345,7 @@ def test_advise_places_qwen3_235b_on_both_cards(capsys):
     assert [x["device"] for x in dev["devices"]] == ["CUDA0", "CUDA1"]
     assert all(x["blocks"] and x["total_gib"] <= x["budget_gib"] for x in dev["devices"])
     assert dev["fit"]["gain"] >= 1 and dev["one_card"]["gain"] > 1
+    assert dev["ttft_s"] > 0 and dev["request_s"] > dev["ttft_s"]
     run = d["runtimes"][0]
     assert run["command"] == dev["command"] and "-ts" in run["command"]
     assert run["alternatives"][0]["label"] == "one card"

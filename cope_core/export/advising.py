@@ -175,7 +175,7 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     one = next((a for a in answers if a.runtime == "llama.cpp"), None)
     devices = None if one is None else machine_devices(
         model, machine, vram_gib=None if source != "--vram-gib" else vram_gib, context=at,
-        llama=settings, rel=relative_half_interval(one.speed))
+        llama=settings, rel=relative_half_interval(one.speed), request=request)
     if devices is not None:
         answers = tuple(across_cards(a, devices) if a is one else a for a in answers)
     la = next((a for a in answers if a.runtime == "llama.cpp" and a.host_layers), None)

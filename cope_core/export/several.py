@@ -8,13 +8,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..geometry import GIB, ModelGeometry
-from ..llamacpp import DevicesAnswer, LlamaSettings, devices_answer
+from ..llamacpp import DevicesAnswer, LlamaSettings, Request, devices_answer
 from ..machine import Machine
 from .advice import Alternative, RuntimeAnswer, Speed
 
 
 def machine_devices(model: ModelGeometry, machine: Machine, *, vram_gib: float | None,
-                    context: float, llama: LlamaSettings, rel: float) -> DevicesAnswer | None:
+                    context: float, llama: LlamaSettings, rel: float,
+                    request: Request | None = None) -> DevicesAnswer | None:
     """The cards' answer for ``machine`` (None with one card, or when nothing fits): every
     card's memory, the first one's at the budget asked for (``--vram-gib``) plus the margin."""
     if len(machine.cards) < 2:
@@ -24,7 +25,7 @@ def machine_devices(model: ModelGeometry, machine: Machine, *, vram_gib: float |
         sizes[0] = min(sizes[0], vram_gib * GIB + llama.margin_bytes)
     return devices_answer(model, machine.card_specs(), sizes,
                           [g.vendor for g, _ in machine.cards], threads=machine.threads,
-                          context=context, llama=llama, rel=rel)
+                          context=context, llama=llama, rel=rel, request=request)
 
 
 def relative_half_interval(s: Speed | None) -> float:
@@ -46,8 +47,8 @@ def across_cards(one: RuntimeAnswer, d: DevicesAnswer) -> RuntimeAnswer:
                          f"the first card alone ({d.names[0]} {d.cards[0]}), its own answer",
                          one.request, "one_card", True)
     notes = tuple(x.strip() for x in d.lines()[2:]) + (
-        "several cards: ranked by decode (the request's prompt is priced for one card); every "
-        "card's layers at its own rates, one hand-off per card boundary",)
+        "several cards: ranked by decode; every card's layers at its own rates, one hand-off "
+        "per card boundary; the prompt's host experts cross the first card's link",)
     return replace(one, command=d.flags().command(), runs="llama.cpp across "
                    f"{len(d.best.used)} cards", speed=_speed(d.best.tpot_us, d.rel),
                    default_what="llama.cpp's default on these cards: --fit places -ts "

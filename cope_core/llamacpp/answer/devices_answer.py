@@ -22,7 +22,7 @@ left out, and the command says so with ``-dev``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,9 @@ from ..placement.devices import (
 )
 from ..placement.fit_devices import DevicesFit, fit_devices
 from ..placement.vram import DeviceMemory
+from .builds import Build
+from .prompt import PromptRun, PromptTime, prompt_time
+from .request import Request
 from .settings import LlamaSettings
 
 #: llama.cpp's backend names by vendor, as ``--list-devices`` prints them (CUDA0, ROCm0, ...)
@@ -138,6 +141,23 @@ def blocks_tpot(costs: Sequence[BlockCosts], attention: Sequence[int],
     return total + hops * hand_us
 
 
+def devices_prompt(g: ModelGeometry, specs: Sequence[PlatformSpec], blocks_per_card:
+                   Sequence[int], host_layers: int, run: PromptRun, hand_us: float,
+                   build: Build | None = None) -> PromptTime:
+    """A prompt across the cards: each card's share of the blocks at that card's own rates
+    (:func:`~cope_core.llamacpp.answer.prompt.prompt_time` on each card, weighed by its share),
+    the host experts' copy and CPU work as the first card runs them (op offload sends every
+    host weight to device 0, ggml-backend.cpp l. 1101-1121, over its link), and one hand-off
+    per boundary between cards in use for every physical batch."""
+    times = [prompt_time(g, s, host_layers, run, build) for s in specs]
+    total = sum(blocks_per_card)
+    gpu = sum(t.gpu_s * n / total for t, n in zip(times, blocks_per_card))
+    used = sum(1 for n in blocks_per_card if n)
+    gpu += len(run.chunks()) * max(used - 1, 0) * hand_us * 1e-6
+    first = times[next(i for i, n in enumerate(blocks_per_card) if n)]
+    return replace(first, gpu_s=gpu)
+
+
 @dataclass(frozen=True)
 class DevicesAnswer:
     """Several cards' answer: the placement to run, fit's, the fastest single card's, each
@@ -155,6 +175,9 @@ class DevicesAnswer:
     n_blocks: int
     threads: int
     moe_blocks: frozenset[int] = frozenset()
+    request: Request | None = None
+    ttft_s: float | None = None          # the request's prompt under the answer's placement
+    fit_ttft_s: float | None = None      # and under fit's
 
     @property
     def left_out(self) -> tuple[int, ...]:
@@ -178,6 +201,11 @@ class DevicesAnswer:
         return card, [None if b not in self.moe_blocks else -1 if b in lay.host_blocks else c
                       for b, c in enumerate(card)]
 
+    def request_s(self, ttft_s: float, tpot_us: float) -> float:
+        """The request's time: its first token, then its answer decoded."""
+        assert self.request is not None
+        return ttft_s + self.request.gen_tokens * tpot_us * 1e-6
+
     def gain_over_fit(self) -> float | None:
         return None if self.fit_tpot_us is None else self.fit_tpot_us / self.best.tpot_us
 
@@ -190,12 +218,17 @@ class DevicesAnswer:
         lo, hi = tps / (1 + self.rel), tps / max(1 - self.rel, 1e-9)
         out = [f"several GPUs (--split-mode layer): {self.flags().command()}",
                f"  predicted {tps:.1f} tokens/s [{lo:.1f}, {hi:.1f}]"]
+        if self.request is not None and self.ttft_s is not None:
+            theirs = "" if self.fit_ttft_s is None or self.fit_tpot_us is None else \
+                f"; fit's {self.request_s(self.fit_ttft_s, self.fit_tpot_us):.1f} s"
+            out.append(f"  request ({self.request.describe()}): first token in "
+                       f"{self.ttft_s:.1f} s, "
+                       f"{self.request_s(self.ttft_s, self.best.tpot_us):.1f} s in all{theirs}")
         out += [f"  {line}" for line in self.device_lines(self.best.layout, self.memory)]
-        fit = self.gain_over_fit()
-        out.append("  llama.cpp's --fit on these cards: "
-                   + _ts(self.fit.layout) + ("" if fit is None else
-                                             f", {1e6 / self.fit_tpot_us:.1f} tokens/s; "  # type: ignore[operator]
-                                             f"x{fit:.2f} faster with the command"))
+        gain, fit_us = self.gain_over_fit(), self.fit_tpot_us
+        out.append("  llama.cpp's --fit on these cards: " + _ts(self.fit.layout)
+                   + ("" if gain is None or fit_us is None else
+                      f", {1e6 / fit_us:.1f} tokens/s; x{gain:.2f} faster with the command"))
         one = self.gain_over_one()
         if self.one_card is not None and one is not None:
             i = self.one_card.used[0]
@@ -230,7 +263,10 @@ class DevicesAnswer:
                      "compute_gib": m.compute / GIB, "total_gib": m.total / GIB,
                      "budget_gib": self.caps[i] / GIB}
                     for i, (r, m) in enumerate(zip(layout.ranges(), memory))]
+        total = None if self.request is None or self.ttft_s is None \
+            else self.request_s(self.ttft_s, self.best.tpot_us)
         return {"command": self.flags().command(), "tokens_per_s": 1e6 / self.best.tpot_us,
+                "ttft_s": self.ttft_s, "request_s": total,
                 "tpot_us": self.best.tpot_us, "devices": devices(self.best.layout, self.memory),
                 "left_out": [self.names[i] for i in self.left_out],
                 "fit": {"tensor_split": list(self.fit.layout.counts),
@@ -251,8 +287,8 @@ def _ts(layout: DeviceLayout) -> str:
 
 def devices_answer(g: ModelGeometry, specs: Sequence[PlatformSpec], card_bytes: Sequence[float],
                    vendors: Sequence[str], *, threads: int, context: float,
-                   llama: LlamaSettings, rel: float = 0.0, peer: bool = False
-                   ) -> DevicesAnswer | None:
+                   llama: LlamaSettings, rel: float = 0.0, peer: bool = False,
+                   request: Request | None = None) -> DevicesAnswer | None:
     """The answer for ``specs``' cards (device order) of ``card_bytes`` memory each, the margin
     of ``llama`` kept free on every card (module docstring); None when no placement fits."""
     m = llama.table(g)
@@ -271,11 +307,22 @@ def devices_answer(g: ModelGeometry, specs: Sequence[PlatformSpec], card_bytes: 
     fit = fit_devices(m, [int(b) for b in card_bytes], buffers, llama.margin_bytes)
     fit_cost = plan_cost(m, fit.layout, costs, hand)
     names = device_names(vendors)
+    moe = frozenset(int(b) for b in np.flatnonzero(block_bytes(m, 1).moe))
+    ttft = fit_ttft = None
+    if request is not None:
+        run = PromptRun(request.prompt_tokens, 0, llama.n_ubatch, llama.n_batch,
+                        llama.op_offload, threads)
+
+        def ttft_of(layout: DeviceLayout) -> float:
+            per_card = [sum(1 for b in r if b < m.n_layer) for r in layout.ranges()]
+            return devices_prompt(g, specs, per_card, len(layout.host_blocks & moe), run, hand,
+                                  llama.runs_on).seconds
+        ttft = ttft_of(best.layout)
+        fit_ttft = None if fit.layout.start else ttft_of(fit.layout)
     return DevicesAnswer(tuple(s.gpu_name for s in specs), names, caps, best,
                          device_memories(m, best.layout, buffers, best.used[0]), fit,
                          None if fit_cost == float("inf") else fit_cost, one, rel,
-                         m.n_layer, threads,
-                         frozenset(int(b) for b in np.flatnonzero(block_bytes(m, 1).moe)))
+                         m.n_layer, threads, moe, request, ttft, fit_ttft)
 
 
 def devices_memory(g: ModelGeometry, card_bytes: Sequence[float], names: Sequence[str], *,
