@@ -277,6 +277,15 @@ def spec_from_parts(gpu: parts.GpuPart, link: parts.LinkPart, cpu: parts.CpuPart
         cpu_bandwidth_per_thread=core_bw, **e_cores(cpu)), cpu.kernel)
 
 
+def with_card(spec: PlatformSpec, gpu: parts.GpuPart, link: parts.LinkPart) -> PlatformSpec:
+    """``spec``'s host (CPU, memory, overheads) with another card in another slot: a second
+    card of the same machine, when only the first card's platform is known (a profile's)."""
+    return dataclasses.replace(spec, name=f"{gpu.name}+{link.name}+{spec.cpu_name}",
+                               gpu_name=gpu.name, gpu_flops=gpu.flops,
+                               gpu_bandwidth=gpu.bandwidth, link_name=link.name,
+                               link_bandwidth=link.bandwidth, gpu_prompt_efficiency=None)
+
+
 def e_cores(cpu: parts.CpuPart) -> dict[str, Any]:
     """A hybrid part's E-cores as :class:`PlatformSpec` fields (none where their rates are not
     known)."""

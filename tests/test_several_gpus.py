@@ -349,3 +349,36 @@ def test_advise_places_qwen3_235b_on_both_cards(capsys):
     run = d["runtimes"][0]
     assert run["command"] == dev["command"] and "-ts" in run["command"]
     assert run["alternatives"][0]["label"] == "one card"
+
+
+EX = "data/examples"
+PREDICT = ["--trace", f"{EX}/qwen3-30b-a3b-trace.parquet", "--calibration",
+           f"{EX}/qwen3-30b-a3b-calibration.parquet", "--profile",
+           f"{EX}/qwen3-30b-a3b-rtx4090-analytic.parquet", "--vram-gib", "8"]
+
+
+def test_predict_and_export_place_llamacpp_beside_the_profiles_card(capsys):
+    code, out, _ = _run(capsys, "predict", *PREDICT, "--more-gpus", "rtx4090", "--json")
+    assert code == 0
+    rows = json.loads(out)
+    dev = rows[-1]["devices"]
+    assert rows[-1]["label"] == "several GPUs"
+    assert [x["gpu"] for x in dev["devices"]] == ["rtx4090", "rtx4090"]
+    assert dev["devices"][0]["budget_gib"] == pytest.approx(8.0)     # --vram-gib: the first
+    code, out, _ = _run(capsys, "export", "--format", "llama.cpp", *PREDICT, "--more-gpus",
+                        "rtx4090")
+    assert code == 0
+    commands = [x for x in out.splitlines() if x and not x.startswith("#")]
+    assert commands == [dev["command"]]                    # one command: the cards'
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["export", "--format", "vllm", *PREDICT, "--more-gpus", "rtx4090"], "--more-gpus"),
+    (["predict", *PREDICT, "--more-gpus", "rtx9999"], "gpu"),
+    (["predict", "--trace", f"{EX}/deepseek-v2-lite-4l-trace.parquet", "--profile",
+      f"{EX}/deepseek-v2-lite-4l-cpu-emulated-profile.parquet", "-K", "32",
+      "--more-gpus", "rtx4090"], "--more-gpus"),
+])
+def test_more_gpus_refusals_are_one_line(capsys, argv, field):
+    code, out, err = _run(capsys, *argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"'{field}'" in err

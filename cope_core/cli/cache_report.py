@@ -22,6 +22,7 @@ from ..llamacpp import (
 from ..matrix import LAYER_PARTITION
 from ..profile.data import Profile
 from ..trace.data import Trace
+from . import cards
 from .args import (
     add_llamacpp_options,
     add_request_options,
@@ -38,6 +39,7 @@ def add_options(s: argparse.ArgumentParser) -> None:
                         "(server, upstream's behaviour) or emptied at every prompt (prompt)")
     add_llamacpp_options(s)
     add_request_options(s)
+    cards.add_option(s)
     s.add_argument("--explain", action="store_true",
                    help="print llama.cpp's search in words (fit's placement, every contender, "
                         "the cache's sizes and readings), not only what to run")

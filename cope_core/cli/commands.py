@@ -20,7 +20,7 @@ from ..matrix import CANDIDATES, EXECUTIONS, RESIDENCIES, matrix_table
 from ..platforms import resolve_platform
 from ..profile.busy import busy_note
 from ..profile.raw_samples import read_raw_samples
-from . import cache_report
+from . import cache_report, cards
 from .args import llama_settings_from_args, model_from_args, priced_as_model, refitted
 from .report import format_evaluation, format_per_k, format_sweep, format_table, prediction_json
 
@@ -285,9 +285,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
     rec = cache_report.cache_search(args, trace, profile, cal, df, ks, raw)
     threads = int(df.attrs["cpu_threads"])
     answer = cache_report.answer_of(rec, trace, ks[0], threads)     # made once, rendered twice
+    several = cards.cards_answer(args, trace.model, profile, threads=threads,
+                                 context=float(trace.context.mean()), vram_gib=args.vram_gib)
     if args.json:
         print_json(prediction_json(df) + cache_report.json_rows(rec, answer, trace, ks[0],
-                                                                 threads))
+                                                                 threads)
+                   + ([] if several is None else [{"runtime": "llama.cpp",
+                                                   "label": "several GPUs",
+                                                   "devices": several.to_dict()}]))
         return 0
     g = trace.model
     kind = ("ANALYTIC (what-if from published specs, not measured)" if profile.analytic
@@ -303,6 +308,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     else:
         print(format_sweep(df))
     print("\n".join(cache_report.text_lines(rec, answer, trace, args.explain)))
+    if several is not None:
+        print("\n" + "\n".join(several.lines()))
     return 0
 
 

@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from ..errors import CopeInputError
 from ..export import (
     EXPORT_FORMATS,
     FORMATS,
+    across_cards_file,
     build_policy,
     epilog,
     get_format,
@@ -33,6 +35,7 @@ from ..files import check_writable, sha256_file, write_atomic
 from ..llamacpp import is_bench_record, read_bench_record
 from ..platforms import resolve_platform
 from ..verify import read_verify
+from . import cards
 from .args import (
     add_llamacpp_options,
     add_machine_options,
@@ -89,6 +92,7 @@ def register(subparsers) -> None:
                         "quantization_config.bits), to size its experts in VRAM and RAM")
     add_llamacpp_options(s)
     add_request_options(s)
+    cards.add_option(s)
     s.add_argument("--force", action="store_true", help="overwrite existing files")
     s.add_argument("--strict", action="store_true",
                    help="fail (exit 2) when the runtime cannot run exactly the chosen candidate")
@@ -198,6 +202,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     policy = _policy(args)
     r = render(policy, args.format, strict=args.strict, exl3_bits=args.exl3_bits,
                **side_options)
+    if getattr(args, "more_gpus", None):
+        if args.format != "llama.cpp":
+            raise CopeInputError("places llama.cpp across the cards: --format llama.cpp",
+                                 field="--more-gpus")
+        if args.trace is None or args.profile is None:
+            raise CopeInputError("needs the trace and profile the answer is made from "
+                                 "(--trace, --profile)", field="--more-gpus")
+        trace = parquet_io.read_trace(args.trace)
+        d = cards.cards_answer(args, policy.model,
+                               refitted(args, parquet_io.read_profile(args.profile)),
+                               threads=policy.cpu_threads,
+                               context=float(trace.context.mean()), vram_gib=args.vram_gib)
+        assert d is not None
+        r = replace(r, text=across_cards_file(r.text, d), command=d.flags().command())
     if not r.exact:
         warnings.warn(r.summary, stacklevel=2)
     if out is None:

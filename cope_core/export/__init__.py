@@ -28,11 +28,11 @@ from .exllamav3 import DEFAULT_STATS
 from .formats import EXPORT_FORMATS, FORMATS, ExportFormat, epilog, get_format, render
 from .llamacpp import cache_lines, lead_sentence, request_line
 from .policy import SCHEMA, Policy, policy_json, read_policy, write_policy
-from .several import machine_devices
+from .several import across_cards_file, machine_devices, profile_devices
 from .sglang_kt import DEFAULT_PT
 
 __all__ = ["DEFAULT_PT", "DEFAULT_STATS", "EXPORT_FORMATS", "FORMATS", "RUNTIMES", "SCHEMA",
-           "Advice", "ExportFormat", "Policy", "Rendered", "RuntimeAnswer", "Speed", "advise",
-           "build_policy", "cache_lines", "machine_devices", "epilog", "get_format",
-           "lead_sentence", "policy_json",
-           "read_policy", "render", "request_line", "write_policy"]
+           "Advice", "ExportFormat", "Policy", "Rendered", "RuntimeAnswer", "Speed",
+           "across_cards_file", "advise", "build_policy", "cache_lines", "epilog", "get_format",
+           "lead_sentence", "machine_devices", "policy_json", "profile_devices", "read_policy",
+           "render", "request_line", "write_policy"]

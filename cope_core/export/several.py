@@ -5,11 +5,14 @@ runtime's answer: the command places work on every card worth using, its default
 (docs/design.md#several-gpus). The other runtimes are answered for the first card."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
+from .. import parts
 from ..geometry import GIB, ModelGeometry
 from ..llamacpp import DevicesAnswer, LlamaSettings, Request, devices_answer
 from ..machine import Machine
+from ..platforms import PlatformSpec, with_card
 from .advice import Alternative, RuntimeAnswer, Speed
 
 
@@ -26,6 +29,30 @@ def machine_devices(model: ModelGeometry, machine: Machine, *, vram_gib: float |
     return devices_answer(model, machine.card_specs(), sizes,
                           [g.vendor for g, _ in machine.cards], threads=machine.threads,
                           context=context, llama=llama, rel=rel, request=request)
+
+
+def profile_devices(model: ModelGeometry, spec: PlatformSpec, first_bytes: float,
+                    more: Sequence[str], *, threads: int, context: float, llama: LlamaSettings,
+                    rel: float, request: Request | None = None) -> DevicesAnswer | None:
+    """The cards' answer when the first card is a profile's (``cope predict``/``export
+    --more-gpus``): the others beside it, each a catalog card in its own interface's slot
+    with the profile's host (:func:`cope_core.platforms.with_card`)."""
+    cards = [parts.gpu_part(n) for n in more]
+    first = parts.gpus().get(spec.gpu_name)
+    specs = [spec] + [with_card(spec, g, parts.link_between(parts.link_part(g.link), g))
+                      for g in cards]
+    return devices_answer(model, specs, [first_bytes, *(g.memory_bytes for g in cards)],
+                          [first.vendor if first else "nvidia", *(g.vendor for g in cards)],
+                          threads=threads, context=context, llama=llama, rel=rel,
+                          request=request)
+
+
+def across_cards_file(text: str, d: DevicesAnswer) -> str:
+    """A llama.cpp file led by the cards' command, the one-card file after it commented."""
+    head = ["# llama.cpp across the cards (--split-mode layer): docs/design.md#several-gpus",
+            d.flags().command()] + [f"# {x.strip()}" for x in d.lines()[1:]]
+    rest = [x if x.startswith("#") else f"# one card: {x}" for x in text.splitlines()]
+    return "\n".join(head + ["#", "# The first card alone:"] + rest) + "\n"
 
 
 def relative_half_interval(s: Speed | None) -> float:

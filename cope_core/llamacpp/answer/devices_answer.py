@@ -190,7 +190,7 @@ class DevicesAnswer:
         host = tuple(sorted(self.best.layout.host_blocks))
         return LlamaFlags(n_gpu_layers=all_layers(self.n_blocks), fit=False,
                           threads=self.threads, cpu_blocks=host or None,
-                          tensor_split=counts,
+                          tensor_split=counts if len(used) > 1 else None,
                           devices=tuple(self.names[i] for i in used) if self.left_out else None)
 
     def blocks(self) -> tuple[list[int], list[int | None]]:
@@ -217,7 +217,8 @@ class DevicesAnswer:
         tps = 1e6 / self.best.tpot_us
         lo, hi = tps / (1 + self.rel), tps / max(1 - self.rel, 1e-9)
         out = [f"several GPUs (--split-mode layer): {self.flags().command()}",
-               f"  predicted {tps:.1f} tokens/s [{lo:.1f}, {hi:.1f}]"]
+               f"  predicted {tps:.1f} tokens/s"
+               + (f" [{lo:.1f}, {hi:.1f}]" if self.rel else "")]
         if self.request is not None and self.ttft_s is not None:
             theirs = "" if self.fit_ttft_s is None or self.fit_tpot_us is None else \
                 f"; fit's {self.request_s(self.fit_ttft_s, self.fit_tpot_us):.1f} s"
@@ -230,7 +231,7 @@ class DevicesAnswer:
                    + ("" if gain is None or fit_us is None else
                       f", {1e6 / fit_us:.1f} tokens/s; x{gain:.2f} faster with the command"))
         one = self.gain_over_one()
-        if self.one_card is not None and one is not None:
+        if self.one_card is not None and one is not None and len(self.best.used) > 1:
             i = self.one_card.used[0]
             out.append(f"  the fastest single card, {self.cards[i]} ({self.names[i]}): "
                        f"{1e6 / self.one_card.tpot_us:.1f} tokens/s; x{one:.2f} faster on "
@@ -245,7 +246,7 @@ class DevicesAnswer:
         for i, (r, mem) in enumerate(zip(layout.ranges(), memory)):
             blocks = [b for b in r if b < self.n_blocks]
             host = sum(b in layout.host_blocks for b in blocks)
-            where = (f"blocks {blocks[0]}-{blocks[-1]}" if blocks else "no blocks") + \
+            where = (f"blocks {blocks[0]}-{blocks[-1]}" if blocks else "left out") + \
                 (" and the output" if self.n_blocks in r else "")
             out.append(f"{self.names[i]} {self.cards[i]}: {where}, {host} with experts in host "
                        f"memory; {mem.total / GIB:.2f} of {self.caps[i] / GIB:.2f} GiB "
