@@ -28,12 +28,7 @@ from doc_blocks import block_main  # noqa: E402
 
 from cope_core.errors import CopeInputError  # noqa: E402
 from cope_core.geometry import GIB, ModelGeometry  # noqa: E402
-from cope_core.llamacpp.answer.devices_answer import (  # noqa: E402
-    blocks_tpot,
-    card_costs,
-    handoff_us,
-)
-from cope_core.llamacpp.placement.devices import split_counts  # noqa: E402
+from cope_core.llamacpp import Cards, blocks_tpot, split_counts  # noqa: E402
 from cope_core.machine import compose_machine  # noqa: E402
 from cope_core.models import resolve_model  # noqa: E402
 
@@ -90,8 +85,8 @@ def predict(r: dict) -> float:
     mc = r["machine"]
     m = compose_machine(gpu=mc["gpu"], cpu=mc["cpu"], memory=mc["memory"], link=mc["pcie"],
                         threads=mc["threads"])
-    specs = m.card_specs()
-    costs = [card_costs(g, s, m.threads, float(r["context"])) for s in specs]
+    cards = Cards.of(m)
+    costs = cards.costs(g, m.threads, float(r["context"]))
     blocks = g.dense_layers + g.n_layers
     weights = [x.memory_bytes for x, _ in m.cards] if r["split"] == "free" else r["split"]
     counts = split_counts(blocks + 1, weights)
@@ -101,8 +96,7 @@ def predict(r: dict) -> float:
     for first, last, where in r["experts"]:
         for b in range(first, last + 1):
             experts[b] = attention[b] if where == "layer" else -1 if where == "cpu" else where
-    hand = handoff_us(specs[0], specs[-1], 4 * g.hidden)
-    return 1e6 / blocks_tpot(costs, attention, experts, hand)
+    return 1e6 / blocks_tpot(costs, attention, experts, cards.handoff(g))
 
 
 def table() -> str:

@@ -92,11 +92,13 @@ from .cache.moe_cache import (
 )
 from .cache.server_log import check_cache_log, read_cache_log
 from .placement.command import LlamaFlags
+from .placement.devices import split_counts
 from .placement.fit import FIT_MARGIN, FIT_NAME
 from .placement.vram import read_llama_model
 
 __all__ = [
-    "Cards", "DevicesAnswer", "blocks_tpot", "device_names", "devices_answer", "devices_memory",
+    "Cards", "DevicesAnswer", "blocks_tpot", "device_names", "split_counts", "devices_answer",
+    "devices_memory",
     "LATEST_BUILD", "LlamaAnswer", "Offer", "Kind", "Verdict", "cpu_only_answer",
     "PromptRun", "prompt_time", "prompt_unpriced", "selection_rates", "card_efficiency",
     "PAGEABLE_PRIOR_SHARE", "host_pinned", "staging_bandwidth", "unpriced_reason",

@@ -33,7 +33,8 @@ from ..cache.cache_search import (
 from ..cache.moe_cache import CacheVersion
 from ..placement.command import LlamaFlags
 from ..placement.fit import FIT_NAME, FitDefault, fit_default
-from .builds import Build, Newer, default_before_fit, latest, newer_than, runs_mask
+from .builds import Build, default_before_fit, latest
+from .newer import Newer, newer_than, runs_mask
 from .prompt import prompt_unpriced, selection_rates
 from .request import Request, RequestRecord, search_request
 from .settings import LlamaSettings
