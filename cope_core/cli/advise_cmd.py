@@ -82,7 +82,8 @@ def cmd_advise(args: argparse.Namespace) -> int:
                  seed=args.seed, with_files=args.output_dir is not None,
                  model_file=args.model if str(args.model).lower().endswith(".gguf") else None,
                  weights_source=weights, build=llamacpp_build(args),
-                 request=request_from_args(args), host_ram_gib=args.ram_gib)
+                 request=request_from_args(args), host_ram_gib=args.ram_gib,
+                 search_threads=args.threads is None)
     written = _write_files(out, args.output_dir, args.force) if args.output_dir else []
     if args.json:
         print_json({**out.to_dict(), "written": written})

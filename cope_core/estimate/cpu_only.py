@@ -121,3 +121,37 @@ def cpu_only_price(g: ModelGeometry, cpu: CpuPart, memory: MemoryPart, threads: 
                                  context), np.float64)
     lo, hi = around_point(np.array([point]), drawn[:, None], LEVEL, model_error().sigma("cope"))
     return CpuOnlyPrice(point, (float(lo[0]), float(hi[0])), float(context))
+
+
+#: how much faster fewer threads must be predicted before the answer runs fewer than the cores
+#: (a smaller gain is inside the model's own spread)
+FEWER_THREADS_GAIN = 0.01
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """The threads the CPU-only decode is fastest at by the model, beside the default's."""
+
+    threads: int
+    tpot_us: float
+    default_threads: int
+    default_tpot_us: float
+
+    @property
+    def fewer(self) -> bool:
+        """Fewer threads than the default, predicted faster by more than
+        :data:`FEWER_THREADS_GAIN`."""
+        return (self.threads < self.default_threads
+                and self.tpot_us < self.default_tpot_us * (1 - FEWER_THREADS_GAIN))
+
+
+def best_threads(g: ModelGeometry, cpu: CpuPart, memory: MemoryPart, default: int,
+                 context: float) -> ThreadChoice:
+    """Every thread count from 1 to the cores a thread can land on (P-cores, then E-cores)
+    priced on the CPU alone: past the threads that saturate memory the barriers make a token
+    slower (module docstring), so the fastest may be fewer than the default."""
+    spec = host_spec(cpu, memory)
+    most = max(default, cpu.cores + (cpu.e_cores if cpu.e_flops_per_thread else 0))
+    tpot = {t: spec_tpot(g, spec, t, context) for t in range(1, most + 1)}
+    t = min(tpot, key=lambda x: (tpot[x], x))
+    return ThreadChoice(t, tpot[t], default, tpot[default])

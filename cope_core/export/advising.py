@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..errors import CopeInputError
-from ..estimate.cpu_only import cpu_only_price
+from ..estimate.cpu_only import best_threads, cpu_only_price
 from ..geometry import DEFAULT_CONTEXT, GIB, ModelGeometry
 from ..llamacpp import (
     FIT_MARGIN,
@@ -81,7 +81,8 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
            trace: Trace | None = None, calibration: Trace | None = None, seed: int = 0,
            with_files: bool = False, model_file: str | os.PathLike | None = None,
            weights_source: str = "as given", build: Build | None = None,
-           request: Request | None = None, host_ram_gib: float | None = None) -> Advice:
+           request: Request | None = None, host_ram_gib: float | None = None,
+           search_threads: bool = False) -> Advice:
     """Answer ``cope advise`` (module docstring).
 
     Parameters
@@ -117,6 +118,9 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
     host_ram_gib : float, optional
         The host's memory: with it the request's search also prices ``--no-mmap`` (pinned host
         experts) where they fit.
+    search_threads : bool
+        The threads were not given (``--threads``): on a machine without a GPU every count is
+        priced and fewer threads run where the model finds them faster.
     """
     build = build if build is not None else latest()
     unknown = [r for r in runtimes if r not in RUNTIMES]
@@ -145,7 +149,8 @@ def advise(model: ModelGeometry, machine: Machine, *, runtimes: Sequence[str] = 
         if vram_gib is not None:
             raise CopeInputError("the machine has no GPU: a VRAM budget does not apply",
                                  field="--vram-gib")
-        return replace(_cpu_only(model, machine, order, context, trace, routing),
+        return replace(_cpu_only(model, machine, order, context, trace, routing,
+                                 search_threads),
                        weights_source=weights_source, build=build, request=request)
     assert machine.spec is not None
     if vram_gib is None:
@@ -298,23 +303,41 @@ def llamacpp_default(policy: Policy, cpu_default: Speed | None = None
 
 
 def _cpu_only(model: ModelGeometry, machine: Machine, order: list[str], context: int,
-              trace: Trace, routing: str) -> Advice:
-    """No GPU: llama.cpp and ik_llama.cpp run every weight on the CPU; the rest need a GPU."""
-    price = cpu_only_price(model, machine.cpu, machine.memory, machine.threads,
-                           float(trace.context.mean()))
+              trace: Trace, routing: str, search_threads: bool = False) -> Advice:
+    """No GPU: llama.cpp and ik_llama.cpp run every weight on the CPU; the rest need a GPU.
+    ``search_threads``: the threads were not given, so the fastest count by the model
+    (:func:`~cope_core.estimate.cpu_only.best_threads`) runs when it is fewer and faster."""
+    at = float(trace.context.mean())
+    threads_note: tuple[str, ...] = ()
+    default_threads = machine.threads
+    if search_threads:
+        choice = best_threads(model, machine.cpu, machine.memory, machine.threads, at)
+        if choice.fewer:
+            threads_note = (
+                f"-t {choice.threads}: fewer threads decode faster here by the model "
+                f"({1e6 / choice.tpot_us:.2f} against {1e6 / choice.default_tpot_us:.2f} "
+                f"tokens/s at the {choice.default_threads} cores): past the threads that "
+                "saturate memory every ggml barrier costs more (--threads to choose)",)
+            machine = replace(machine, threads=choice.threads)
+    price = cpu_only_price(model, machine.cpu, machine.memory, machine.threads, at)
     speed = Speed(price.tpot_us, price.tpot_ci_us)
+    default, default_what = speed, "the same: with no GPU every weight is on the CPU"
+    if machine.threads != default_threads:
+        base = cpu_only_price(model, machine.cpu, machine.memory, default_threads, at)
+        default = Speed(base.tpot_us, base.tpot_ci_us)
+        default_what = (f"every weight on the CPU at llama.cpp's default -t {default_threads} "
+                        "(the physical cores)")
     one = cpu_only_answer(machine.threads, price.tpot_us, price.tpot_ci_us, latest())
     answers = []
     for r in order:
         if get_format(r).cpu_only:
             answers.append(RuntimeAnswer(
                 r, one.recommended.command(), one.recommended.runs, speed,
-                "the same: with no GPU every weight is on the CPU", speed,
+                default_what, default,
                 ("no GPU: nothing to place; priced with every weight and operation on the CPU "
-                 "(cope_core/estimate/cpu_only.py)",)))
+                 "(cope_core/estimate/cpu_only.py)",) + threads_note))
         else:
             answers.append(RuntimeAnswer(r, None, None, None, "needs a GPU", None,
                                          (f"{get_format(r).label} needs a GPU",)))
     return Advice(model, machine, None, "no GPU", None, context, routing, tuple(answers), None,
-                  None, speed, helps=upgrades(model, machine, model.n_layers,
-                                              float(trace.context.mean())))
+                  None, default, helps=upgrades(model, machine, model.n_layers, at))
