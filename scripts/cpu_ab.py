@@ -35,6 +35,7 @@ from cope_core.models import resolve_model
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data" / "published" / "cpu-ab-sets.json"
 BEFORE = ROOT / "benchmarks" / "results" / "cpu-ab-before.json"
+ERROR = ROOT / "cope_core" / "estimate" / "data" / "cpu-ab-error.json"
 START, END = "<!-- cpu-ab:start -->", "<!-- cpu-ab:end -->"
 US = 1e6
 
@@ -221,11 +222,52 @@ def table() -> str:
         "now.", "", "Memory A/Bs:", "", memory_table(runs, before)])
 
 
+def memory_shares(runs: list[Priced]) -> list[dict]:
+    """Each memory A/B's predicted rise as a share of the measured one."""
+    data = json.loads(DATA.read_text())
+    pairs = [(s["name"], [p for p in runs if p.set == s["name"]])
+             for s in data["sets"] if s.get("price") and s["changed"] == "memory_clock"]
+    pairs += [(name.strip("`"), pair) for name, pair in sweep_pairs()]
+    out = []
+    for name, (a, b) in pairs:
+        if a.published > b.published:
+            a, b = b, a
+        measured = b.published / a.published - 1
+        out.append({"pair": name, "measured_rise": measured,
+                    "predicted_rise": b.predicted / a.predicted - 1,
+                    "share": (b.predicted / a.predicted - 1) / measured})
+    return out
+
+
+def error_summary() -> dict:
+    """What the upgrade lines of ``cope advise`` carry: the model's measured error on these
+    sets (cope_core/estimate/data/cpu-ab-error.json)."""
+    runs = priced()
+    _, mean = priced_table(runs, {})
+    shares = memory_shares(runs)
+    return {"what": "the CPU model's error on the published CPU A/Bs and the memory-clock "
+                    "pairs of the --n-cpu-moe sweeps (scripts/cpu_ab.py --write; "
+                    "docs/results.md#published-cpu-ab-sets)",
+            "priced_runs": len(runs), "tokens_per_s_error": mean["tps_now"],
+            "ratio_error": mean["ratio_now"], "memory_pairs": shares,
+            "channel_pairs": 0}
+
+
+def write_error(write: bool) -> list[str]:
+    text = json.dumps(error_summary(), indent=1) + "\n"
+    if ERROR.exists() and ERROR.read_text() == text:
+        return []
+    if write:
+        write_atomic(ERROR, text, overwrite=True)
+    return [ERROR.name]
+
+
 def main() -> int:
     if sys.argv[1:] == ["--record-before"]:
         record_before()
         return 0
-    return block_main(__doc__.splitlines()[0], ROOT / "docs" / "results.md", START, END, table)
+    return block_main(__doc__.splitlines()[0], ROOT / "docs" / "results.md", START, END, table,
+                      also=write_error)
 
 
 if __name__ == "__main__":

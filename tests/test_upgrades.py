@@ -47,7 +47,7 @@ def test_advise_prints_what_would_help_and_its_json(capsys):
     assert main([*argv, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     helps = doc["what_would_help"]
-    assert len(helps) == 3 and all({"change", "tokens_per_s", "gain_pct"} == set(h)
+    assert len(helps) == 3 and all({"change", "tokens_per_s", "gain_pct", "checked"} == set(h)
                                    for h in helps)
     assert helps[0]["gain_pct"] == pytest.approx(max(h["gain_pct"] for h in helps))
 
@@ -74,3 +74,16 @@ def test_a_machine_without_a_gpu_is_priced_on_its_cpu_and_more_threads_can_slow_
     assert by["faster memory"].base_tokens_per_s == pytest.approx(base, rel=1e-12)
     # 64 cores already saturate eight channels: 128 threads only add barrier time
     assert by["twice the cores"].gain_pct < 0 < by["twice the channels"].gain_pct
+
+
+def test_each_line_says_how_the_model_did_on_published_ab_sets():
+    from cope_core.estimate.cpu_only import published_error
+    from cope_core.export.upgrades import checked
+    err = published_error()
+    shares = [p["share"] for p in err["memory_pairs"]]
+    assert len(shares) == 3 and min(shares) == 0.0           # the EPYC 9175F pair
+    assert checked("memory") == (f"on 3 published memory-clock A/Bs the model gave "
+                                 f"0-{100 * max(shares):.0f} % of the measured gain")
+    assert "no published channel-count A/B" in checked("channels")
+    m = compose_machine(gpu="rtx4070", cpu="ryzen-7-5700x", memory="ddr4-3200x2")
+    assert all(u.checked and u.text().endswith(u.checked) for u in upgrades(G, m, 30, 4096))

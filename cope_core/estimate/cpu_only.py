@@ -25,7 +25,10 @@ interval draws the model's constants as the analytic profile's does
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
 
 import numpy as np
 
@@ -155,3 +158,13 @@ def best_threads(g: ModelGeometry, cpu: CpuPart, memory: MemoryPart, default: in
     tpot = {t: spec_tpot(g, spec, t, context) for t in range(1, most + 1)}
     t = min(tpot, key=lambda x: (tpot[x], x))
     return ThreadChoice(t, tpot[t], default, tpot[default])
+
+
+@lru_cache(maxsize=1)
+def published_error() -> dict:
+    """The CPU model's measured error on the published CPU A/Bs (tokens/s, ratios, and each
+    memory-clock pair's predicted rise as a share of the measured one), as
+    ``scripts/cpu_ab.py --write`` last scored it (``cope_core/estimate/data/cpu-ab-error.json``;
+    docs/results.md#published-cpu-ab-sets)."""
+    return json.loads((resources.files("cope_core.estimate") / "data" / "cpu-ab-error.json")
+                      .read_text())

@@ -178,5 +178,6 @@ class Advice:
                 "runtimes": [{**a.to_dict(), **each} for a in self.answers],
                 "policy_matrix_winner": win,
                 "what_would_help": [{"change": u.label, "tokens_per_s": u.tokens_per_s,
-                                     "gain_pct": u.gain_pct} for u in self.helps],
+                                     "gain_pct": u.gain_pct, "checked": u.checked}
+                                    for u in self.helps],
                 "devices": None if self.devices is None else self.devices.to_dict()}

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..estimate.cpu_only import host_spec, spec_tpot
+from ..estimate.cpu_only import host_spec, published_error, spec_tpot
 from ..estimate.speed import tokens_per_s
 from ..geometry import ModelGeometry
 from ..llamacpp import Cards, blocks_tpot, placement_tpot
@@ -34,13 +34,32 @@ class Upgrade:
     label: str
     tokens_per_s: float
     base_tokens_per_s: float
+    checked: str = ""           # how the model did on published A/Bs of this change
 
     @property
     def gain_pct(self) -> float:
         return 100 * (self.tokens_per_s / self.base_tokens_per_s - 1)
 
     def text(self) -> str:
-        return f"{self.label}: {self.tokens_per_s:.1f} tokens/s ({self.gain_pct:+.0f} %)"
+        return (f"{self.label}: {self.tokens_per_s:.1f} tokens/s ({self.gain_pct:+.0f} %)"
+                + (f"; {self.checked}" if self.checked else ""))
+
+
+def checked(kind: str) -> str:
+    """What the published A/Bs say of the model on one kind of change (``memory``,
+    ``channels``, ``threads``): its measured error, in words
+    (:func:`cope_core.estimate.cpu_only.published_error`)."""
+    err = published_error()
+    if kind == "memory":
+        shares = [p["share"] for p in err["memory_pairs"]]
+        if not shares:
+            return "no published memory-clock A/B checks it"
+        return (f"on {len(shares)} published memory-clock A/Bs the model gave "
+                f"{100 * min(shares):.0f}-{100 * max(shares):.0f} % of the measured gain")
+    if kind == "channels":
+        return "no published channel-count A/B checks it"
+    return (f"the model's thread and speed ratios were {100 * err['ratio_error']:.0f} % off on "
+            f"average over {err['priced_runs']} published runs")
 
 
 def _speed(g: ModelGeometry, m: Machine, cpu: CpuPart, memory: MemoryPart, threads: int,
@@ -90,21 +109,24 @@ def upgrades(g: ModelGeometry, machine: Machine, host_layers: float, context: fl
     wider = replace(mem, name=f"{mem.kind}-{mem.mts}x{2 * mem.channels}",
                     channels=2 * mem.channels, bandwidth=mem.bandwidth * 2)
     out = [Upgrade(f"faster memory ({faster.name}, +{100 * (FASTER_MEMORY - 1):.0f} % MT/s)",
-                   _speed(g, machine, cpu, faster, threads, host_layers, context, blocks), base),
+                   _speed(g, machine, cpu, faster, threads, host_layers, context, blocks), base,
+                   checked("memory")),
            Upgrade(f"twice the channels ({wider.name})",
-                   _speed(g, machine, cpu, wider, threads, host_layers, context, blocks), base)]
+                   _speed(g, machine, cpu, wider, threads, host_layers, context, blocks), base,
+                   checked("channels"))]
     if threads < cpu.cores:
         out.append(Upgrade(f"every core ({cpu.cores} threads, -t {cpu.cores})",
                            _speed(g, machine, cpu, mem, cpu.cores, host_layers, context,
-                                  blocks), base))
+                                  blocks), base, checked("threads")))
     else:
         bigger = replace(cpu, cores=2 * cpu.cores)
         out.append(Upgrade(f"twice the cores ({2 * cpu.cores} threads)",
                            _speed(g, machine, bigger, mem, 2 * threads, host_layers, context,
                                   blocks),
-                           base))
+                           base, checked("threads")))
     if cpu.e_cores and cpu.e_flops_per_thread and cpu.e_core_bandwidth and threads <= cpu.cores:
         t = cpu.cores + cpu.e_cores     # the slowest core paces every thread (PlatformSpec)
         out.append(Upgrade(f"the E-cores too ({t} threads, -t {t})",
-                           _speed(g, machine, cpu, mem, t, host_layers, context, blocks), base))
+                           _speed(g, machine, cpu, mem, t, host_layers, context, blocks), base,
+                           checked("threads")))
     return tuple(sorted(out, key=lambda u: -u.tokens_per_s))
