@@ -14,12 +14,12 @@ from __future__ import annotations
 import re
 
 from ..answer.devices_answer import Cards
-from ..placement.command import n_cpu_moe_patterns
+from ..placement.command import EXPERT_TENSORS, n_cpu_moe_patterns
 from ..placement.devices import split_counts
 from ..placement.vram import LlamaModel
 from .bench_file import BenchRow
 
-_EXPERTS = re.compile(r"^blk\.(\d+)\.ffn_(up|down|gate|gate_up)_(ch|)exps\.")
+_EXPERTS = re.compile(rf"^blk\.(\d+){EXPERT_TENSORS}\.")
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -34,15 +34,16 @@ def row_device_names(row: BenchRow, cards: Cards) -> tuple[str, ...]:
 
 
 def uses_several(row: BenchRow, cards: Cards | None) -> bool:
-    """Whether the row spread its layers over more than one device (``auto``: every GPU its
-    ``gpu_info`` lists, else every card of ``cards``)."""
+    """Whether the row spread its layers over more than one device: ``-dev`` names several,
+    ``-ts`` weighs several, or ``auto`` on a machine given with several cards (``gpu_info``
+    joins the devices' descriptions with ``", "``, which a description may hold too: it is not
+    counted)."""
     if row.split_mode == "none":
         return False
     if row.devices not in ("auto", "none", ""):
         n = len(row.devices.split("/"))
     else:
-        n = len(row.gpu_info.split(", ")) if row.gpu_info else \
-            (len(cards.names) if cards is not None else 1)
+        n = len(cards.names) if cards is not None else 1
     return n > 1 or sum(x > 0 for x in row.tensor_split) > 1
 
 
