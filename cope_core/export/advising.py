@@ -306,38 +306,35 @@ def _cpu_only(model: ModelGeometry, machine: Machine, order: list[str], context:
               trace: Trace, routing: str, search_threads: bool = False) -> Advice:
     """No GPU: llama.cpp and ik_llama.cpp run every weight on the CPU; the rest need a GPU.
     ``search_threads``: the threads were not given, so the fastest count by the model
-    (:func:`~cope_core.estimate.cpu_only.best_threads`) runs when it is fewer and faster."""
+    (:func:`~cope_core.estimate.cpu_only.best_threads`) is offered beside the cores when it is
+    fewer and faster. Offered, not run: the model's barrier grows more steeply with threads
+    than the published sweeps do (docs/results.md#published-cpu-ab-sets)."""
     at = float(trace.context.mean())
-    threads_note: tuple[str, ...] = ()
-    default_threads = machine.threads
+    price = cpu_only_price(model, machine.cpu, machine.memory, machine.threads, at)
+    speed = Speed(price.tpot_us, price.tpot_ci_us)
+    one = cpu_only_answer(machine.threads, price.tpot_us, price.tpot_ci_us, latest())
+    fewer: tuple[Alternative, ...] = ()
     if search_threads:
         choice = best_threads(model, machine.cpu, machine.memory, machine.threads, at)
         if choice.fewer:
-            threads_note = (
-                f"-t {choice.threads}: fewer threads decode faster here by the model "
-                f"({1e6 / choice.tpot_us:.2f} against {1e6 / choice.default_tpot_us:.2f} "
-                f"tokens/s at the {choice.default_threads} cores): past the threads that "
-                "saturate memory every ggml barrier costs more (--threads to choose)",)
-            machine = replace(machine, threads=choice.threads)
-    price = cpu_only_price(model, machine.cpu, machine.memory, machine.threads, at)
-    speed = Speed(price.tpot_us, price.tpot_ci_us)
-    default, default_what = speed, "the same: with no GPU every weight is on the CPU"
-    if machine.threads != default_threads:
-        base = cpu_only_price(model, machine.cpu, machine.memory, default_threads, at)
-        default = Speed(base.tpot_us, base.tpot_ci_us)
-        default_what = (f"every weight on the CPU at llama.cpp's default -t {default_threads} "
-                        "(the physical cores)")
-    one = cpu_only_answer(machine.threads, price.tpot_us, price.tpot_ci_us, latest())
+            few = cpu_only_price(model, machine.cpu, machine.memory, choice.threads, at)
+            cmd = cpu_only_answer(choice.threads, few.tpot_us, few.tpot_ci_us, latest())
+            fewer = (Alternative(
+                "fewer threads", cmd.recommended.command(), Speed(few.tpot_us, few.tpot_ci_us),
+                f"the model finds -t {choice.threads} faster than the {choice.default_threads} "
+                "cores: past the threads that saturate memory every ggml barrier costs more; "
+                "its barrier grows more steeply than published sweeps measure, so try both",
+                kind="fewer_threads"),)
     answers = []
     for r in order:
         if get_format(r).cpu_only:
             answers.append(RuntimeAnswer(
                 r, one.recommended.command(), one.recommended.runs, speed,
-                default_what, default,
+                "the same: with no GPU every weight is on the CPU", speed,
                 ("no GPU: nothing to place; priced with every weight and operation on the CPU "
-                 "(cope_core/estimate/cpu_only.py)",) + threads_note))
+                 "(cope_core/estimate/cpu_only.py)",), alternatives=fewer))
         else:
             answers.append(RuntimeAnswer(r, None, None, None, "needs a GPU", None,
                                          (f"{get_format(r).label} needs a GPU",)))
     return Advice(model, machine, None, "no GPU", None, context, routing, tuple(answers), None,
-                  None, default, helps=upgrades(model, machine, model.n_layers, at))
+                  None, speed, helps=upgrades(model, machine, model.n_layers, at))

@@ -10,7 +10,7 @@ blocks stay on it and the last ones go to host memory, as ``--fit`` orders them;
 no block is left out (``-dev`` lists the others), and each boundary between devices in use costs
 one hand-off.
 
-What the command writes (:meth:`DevicePlan.flags`): ``-ts`` of whole layer counts, which llama.cpp
+What the command writes (``DevicesAnswer.flags``): ``-ts`` of whole layer counts, which llama.cpp
 places exactly (:func:`~.devices.split_counts`), and one ``-ot`` of the host blocks' experts,
 applied after the split (so the overrides do not move the boundaries, as they do with
 ``--n-cpu-moe`` and a proportional ``-ts``).
