@@ -303,3 +303,16 @@ def test_a_bad_card_in_the_sidebar_is_one_error():
                    cpu="ryzen-9-7950x")
     assert any("unknown card 'nonsense'" in e.value for e in at.sidebar.error)
     assert not [h for h in at.subheader if "cards" in h.value]
+
+
+def test_more_cards_survive_every_page_and_stay_in_the_url():
+    at = open_app(gpu="rtx3090", cpu="ryzen-9-7950x", memory="ddr5-6000x2")
+    at.text_input(key="_w_more").set_value("rtx3060-12gb").run()
+    assert query(at)["more"] == "rtx3060-12gb"
+    for page in ("matrix", "landscape", "export", "compare", "profiles", "traces", "measured",
+                 "overview"):
+        at.switch_page(f"pages/{page}.py").run()
+        assert not at.exception and not at.error, page
+        assert at.text_input(key="_w_more").value == "rtx3060-12gb", page
+        assert query(at)["more"] == "rtx3060-12gb", page
+    assert any("across 2 cards" in h.value for h in at.subheader)   # back on the Overview

@@ -13,7 +13,6 @@ from cope_core.errors import CopeInputError
 from cope_core.llamacpp.answer.devices_answer import (
     HANDOFF_MEASURED_US,
     Cards,
-    blocks_tpot,
     card_costs,
     device_names,
     devices_answer,
@@ -23,6 +22,7 @@ from cope_core.llamacpp.answer.settings import LlamaSettings
 from cope_core.llamacpp.placement.command import LlamaFlags, n_cpu_moe_patterns
 from cope_core.llamacpp.placement.device_search import (
     BlockCosts,
+    blocks_tpot,
     plan_cost,
     search_devices,
 )

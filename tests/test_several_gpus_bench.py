@@ -8,10 +8,11 @@ import json
 import pytest
 
 from cope_core.errors import CopeInputError
-from cope_core.llamacpp.answer.devices_answer import Cards, blocks_tpot
+from cope_core.llamacpp.answer.devices_answer import Cards
 from cope_core.llamacpp.bench.bench_devices import row_blocks, uses_several
 from cope_core.llamacpp.bench.bench_eval import match_bench_rows, model_tensor_bytes
 from cope_core.llamacpp.bench.bench_file import parse_llama_bench
+from cope_core.llamacpp.placement.device_search import blocks_tpot
 from cope_core.llamacpp.placement.vram import llama_model_of
 from cope_core.machine import compose_machine
 from cope_core.models import resolve_model

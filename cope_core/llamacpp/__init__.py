@@ -41,7 +41,6 @@ from .answer.cache_record import CLASS_LRU_CANDIDATE, CacheRecord, llamacpp_reco
 from .answer.devices_answer import (
     Cards,
     DevicesAnswer,
-    blocks_tpot,
     device_names,
     devices_answer,
     devices_memory,
@@ -92,6 +91,7 @@ from .cache.moe_cache import (
 )
 from .cache.server_log import check_cache_log, read_cache_log
 from .placement.command import LlamaFlags
+from .placement.device_search import blocks_tpot
 from .placement.devices import split_counts
 from .placement.fit import FIT_MARGIN, FIT_NAME
 from .placement.vram import read_llama_model

@@ -34,7 +34,12 @@ from ...platforms import PlatformSpec
 from ...profile.analytic import analytic_profile
 from ..cache.cache_search import placement_parts
 from ..placement.command import LlamaFlags, all_layers
-from ..placement.device_search import BlockCosts, DevicePlan, plan_cost, search_devices
+from ..placement.device_search import (
+    BlockCosts,
+    DevicePlan,
+    plan_cost,
+    search_devices,
+)
 from ..placement.devices import (
     Buffers,
     DeviceLayout,
@@ -114,31 +119,9 @@ class Cards:
     def costs(self, g: ModelGeometry, threads: int, context: float) -> list[BlockCosts]:
         return [card_costs(g, s, threads, context) for s in self.specs]
 
-    def handoff(self, g: ModelGeometry) -> float:
-        return max(handoff_us(a, b, 4 * g.hidden) for a in self.specs for b in self.specs)
-
-
-def blocks_tpot(costs: Sequence[BlockCosts], attention: Sequence[int],
-                experts: Sequence[int | None], hand_us: float) -> float:
-    """Microseconds per token of any placement, block by block: block ``b``'s shared work on
-    card ``attention[b]``, its routed experts on card ``experts[b]`` (-1: in host memory, priced
-    with the attention card's link; None: a block without routed experts), and one hand-off
-    each time the token moves from one card to another (a CPU split in between is in the host
-    layer's own price). Covers what ``-ot ...=CUDA1`` writes: experts on another card than the
-    layer's attention, each such block crossing twice."""
-    total, hops, at = 0.0, 0, None
-    for a, e in zip(attention, experts):
-        c = costs[a]
-        total += c.dense
-        visits = [a]
-        if e is not None:
-            total += (c.host - c.dense) if e < 0 else (costs[e].full - costs[e].dense)
-            if e >= 0 and e != a:
-                visits += [e, a]            # out to the experts' card and back
-        for v in visits:
-            hops += at is not None and v != at
-            at = v
-    return total + hops * hand_us
+    def handoff(self, g: ModelGeometry, peer: bool = False) -> float:
+        """The dearest hand-off between two of the cards (one hidden state of ``g``)."""
+        return max(handoff_us(a, b, 4 * g.hidden, peer) for a in self.specs for b in self.specs)
 
 
 def devices_prompt(g: ModelGeometry, specs: Sequence[PlatformSpec], blocks_per_card:
@@ -195,11 +178,8 @@ class DevicesAnswer:
 
     def blocks(self) -> tuple[list[int], list[int | None]]:
         """Each block's card and its routed experts' card (-1: host memory) under the answer's
-        placement, as :func:`blocks_tpot` takes them."""
-        lay = self.best.layout
-        card = [i for i, r in enumerate(lay.ranges()) for b in r if b < self.n_blocks]
-        return card, [None if b not in self.moe_blocks else -1 if b in lay.host_blocks else c
-                      for b, c in enumerate(card)]
+        placement, as :func:`~cope_core.llamacpp.placement.device_search.blocks_tpot` takes them."""
+        return self.best.layout.blocks(self.n_blocks, self.moe_blocks)
 
     def request_s(self, ttft_s: float, tpot_us: float) -> float:
         """The request's time: its first token, then its answer decoded."""
@@ -296,9 +276,9 @@ def devices_answer(g: ModelGeometry, specs: Sequence[PlatformSpec], card_bytes: 
     buffers = Buffers(llama.n_ctx, llama.type_k, llama.type_v, llama.n_ubatch, llama.n_batch,
                       llama.op_offload)
     caps = tuple(int(b) - llama.margin_bytes for b in card_bytes)
-    costs = [card_costs(g, s, threads, context) for s in specs]
-    hand = max((handoff_us(a, b, 4 * g.hidden, peer) for a in specs for b in specs),
-               default=0.0)
+    cards = Cards(tuple(specs), tuple(float(b) for b in card_bytes), device_names(vendors))
+    costs = cards.costs(g, threads, context)
+    hand = cards.handoff(g, peer)
     best = search_devices(m, caps, costs, hand, buffers)
     if best is None:
         return None
@@ -307,7 +287,7 @@ def devices_answer(g: ModelGeometry, specs: Sequence[PlatformSpec], card_bytes: 
     one = min((p for p in singles if p is not None), key=lambda p: p.tpot_us, default=None)
     fit = fit_devices(m, [int(b) for b in card_bytes], buffers, llama.margin_bytes)
     fit_cost = plan_cost(m, fit.layout, costs, hand)
-    names = device_names(vendors)
+    names = cards.names
     moe = frozenset(int(b) for b in np.flatnonzero(block_bytes(m, 1).moe))
     ttft = fit_ttft = None
     if request is not None:

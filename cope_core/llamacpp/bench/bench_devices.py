@@ -15,7 +15,7 @@ import re
 
 from ..answer.devices_answer import Cards
 from ..placement.command import EXPERT_TENSORS, n_cpu_moe_patterns
-from ..placement.devices import split_counts
+from ..placement.devices import DeviceLayout, split_counts
 from ..placement.vram import LlamaModel
 from .bench_file import BenchRow
 
@@ -65,8 +65,8 @@ def row_blocks(row: BenchRow, m: LlamaModel, cards: Cards
         return [], [], [], (f"-ts {'/'.join(f'{x:g}' for x in row.tensor_split)} names more "
                             f"devices than the {len(used)} it ran on")
     weights = ts[:len(used)] if any(ts) else [cards.memory[i] for i in used]
-    counts = split_counts(m.n_layer + 1, weights)
-    attention = [used[i] for i, c in enumerate(counts) for _ in range(c)][:m.n_layer]
+    layout = DeviceLayout(split_counts(m.n_layer + 1, weights))
+    attention = [used[i] for i in layout.cards(m.n_layer)]
     rules = [(re.compile(p), b) for p, b in row.overrides] \
         + [(re.compile(p), "CPU") for p in n_cpu_moe_patterns(row.n_cpu_moe)]
     experts: list[int | None] = [None] * m.n_layer

@@ -25,10 +25,11 @@ from ...geometry import ModelGeometry
 from ...platforms import PlatformSpec
 from ...profile.data import Profile
 from ..answer.builds import Build
-from ..answer.devices_answer import Cards, blocks_tpot
+from ..answer.devices_answer import Cards
 from ..answer.prompt import PromptRun, prompt_time
 from ..cache.cache_search import placement_tpot
 from ..placement.command import EXPERT_TENSORS, n_cpu_moe_patterns
+from ..placement.device_search import blocks_tpot
 from ..placement.vram import LlamaModel
 from .bench_devices import row_blocks, uses_several
 from .bench_file import BenchRow

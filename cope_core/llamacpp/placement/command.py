@@ -164,7 +164,8 @@ class LlamaFlags:
         ``ik_llama.cpp``).
     tensor_split, devices : tuple or None
         ``-ts`` (whole layer counts per device; llama-bench separates them with ``/``) and
-        ``-dev`` (the devices used, when a card is left out); None: not given.
+        ``-dev`` (the devices used, when a card is left out); None: not given (b11434:
+        common/arg.cpp l. 2741, 2834; tools/llama-bench/llama-bench.cpp l. 675, 919).
     """
 
     n_ctx: int | None = None

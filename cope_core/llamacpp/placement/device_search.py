@@ -52,17 +52,35 @@ class DevicePlan:
 
 def plan_cost(m: LlamaModel, layout: DeviceLayout, costs: Sequence[BlockCosts],
               handoff_us: float) -> float:
-    """Microseconds per token of ``layout``: each block at its device's cost, one hand-off per
-    boundary between devices in use; blocks wholly in host memory are not priced (inf)."""
+    """Microseconds per token of ``layout`` (:func:`blocks_tpot` of its blocks); blocks wholly
+    in host memory are not priced (inf)."""
     if layout.start > 0:
         return float("inf")
-    bb = block_bytes(m, 1)
-    total = 0.0
-    for c, blocks in zip(costs, layout.blocks_of(m)):
-        for b in blocks:
-            total += (c.dense if not bb.moe[b] else c.host if b in layout.host_blocks
-                      else c.full)
-    return total + handoff_us * max(len(layout.used) - 1, 0)
+    moe = frozenset(int(b) for b in np.flatnonzero(block_bytes(m, 1).moe))
+    return blocks_tpot(costs, *layout.blocks(m.n_layer, moe), handoff_us)
+
+
+def blocks_tpot(costs: Sequence[BlockCosts], attention: Sequence[int],
+                experts: Sequence[int | None], hand_us: float) -> float:
+    """Microseconds per token of any placement, block by block: block ``b``'s shared work on
+    card ``attention[b]``, its routed experts on card ``experts[b]`` (-1: in host memory, priced
+    with the attention card's link; None: a block without routed experts), and one hand-off
+    each time the token moves from one card to another (a CPU split in between is in the host
+    layer's own price). Covers what ``-ot ...=CUDA1`` writes: experts on another card than the
+    layer's attention, each such block crossing twice."""
+    total, hops, at = 0.0, 0, None
+    for a, e in zip(attention, experts):
+        c = costs[a]
+        total += c.dense
+        visits = [a]
+        if e is not None:
+            total += (c.host - c.dense) if e < 0 else (costs[e].full - costs[e].dense)
+            if e >= 0 and e != a:
+                visits += [e, a]            # out to the experts' card and back
+        for v in visits:
+            hops += at is not None and v != at
+            at = v
+    return total + hops * hand_us
 
 
 def search_devices(m: LlamaModel, caps: Sequence[int], costs: Sequence[BlockCosts],

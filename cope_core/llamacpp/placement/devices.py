@@ -31,7 +31,7 @@ module counts memory and searches the layer ranges given each device's per-block
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -80,6 +80,17 @@ class DeviceLayout:
     def used(self) -> tuple[int, ...]:
         """The devices that hold layers."""
         return tuple(i for i, c in enumerate(self.counts) if c)
+
+    def cards(self, n_layer: int) -> list[int]:
+        """Each block's device (blocks ``0 .. n_layer - 1``; none wholly in host memory)."""
+        return [i for i, r in enumerate(self.ranges()) for b in r if b < n_layer]
+
+    def blocks(self, n_layer: int, moe: Collection[int]) -> tuple[list[int], list[int | None]]:
+        """Each block's device and its routed experts' (-1: host memory; None: a block without
+        routed experts): what :func:`~.device_search.blocks_tpot` prices."""
+        card = self.cards(n_layer)
+        return card, [None if b not in moe else -1 if b in self.host_blocks else c
+                      for b, c in enumerate(card)]
 
     def blocks_of(self, m: LlamaModel) -> list[list[int]]:
         return [[b for b in r if b < m.n_layer] for r in self.ranges()]
